@@ -1,0 +1,331 @@
+"""Media -> 16 kHz mono float32 PCM, through ffmpeg, as a stream of chunks.
+
+Any file ffmpeg can read (audio or video) is decoded by one ffmpeg process whose stdout is read
+chunk by chunk, so a long file never sits in memory whole. Every chunk carries its sample offset
+in the source file, which is how the rest of the library keeps time in seconds of the source.
+
+Failure rules (all raise ``AudioError`` with one line naming the file and ffmpeg's own cause):
+
+- missing, empty, unreadable or non-media file, or no audio stream: found by ``probe`` before
+  any decoding starts;
+- ffmpeg exits non-zero while decoding;
+- a *truncated* file. ffmpeg keeps going on a cut-off file (exit status 0), and does not always
+  say so (an MP3 cut at a frame boundary prints nothing), so the rule compares the length it
+  decoded with the duration the file's header promised (``probe``):
+
+  * decoded audio ends more than ``max(1 s, 1 %)`` before the promised end: the file is short;
+  * audio-only file + short: truncated, an error;
+  * file with a video stream + short: an error only if ffmpeg also reported a decoding/demuxing
+    error, because a container's duration is that of its longest stream and an audio track that
+    simply ends before the video is legitimate;
+  * duration unknown (``N/A``) or merely *estimated* from the bitrate (raw MP3 without a Xing
+    header, WAV, ...): no length check; such a file cut short is indistinguishable from a
+    shorter one and decodes as that;
+  * errors reported but no shortfall (a damaged frame ffmpeg concealed): a logged warning only,
+    the audio is there.
+
+  A shortfall under the tolerance (encoder padding, a slightly optimistic header) is accepted.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import subprocess
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+import ffmpeg
+import numpy as np
+
+from transcriber.errors import AudioError
+
+SAMPLE_RATE = 16000
+
+_log = logging.getLogger(__name__)
+
+_PROBE_TIMEOUT_S = 120  # a stalled network mount should fail the file, not hang the batch
+_STDERR_KEEP_LINES = 50  # a corrupt file can print an error per frame; keep only the tail
+_SHORT_ABS_S, _SHORT_REL = 1.0, 0.01  # truncation tolerance, see the module docstring
+
+
+@dataclass(frozen=True)
+class _MediaInfo:
+    duration: float  # seconds; 0.0 when the file does not say
+    duration_estimated: bool  # guessed from the bitrate, not read from a header
+    has_video: bool  # a real video stream (cover art does not count)
+
+
+@functools.lru_cache(maxsize=None)
+def ffmpeg_binary() -> str:
+    """The ``ffmpeg`` on PATH if there is one (the user's choice wins), else imageio-ffmpeg's."""
+    found = shutil.which("ffmpeg")
+    if found:
+        return found
+    import imageio_ffmpeg
+
+    return imageio_ffmpeg.get_ffmpeg_exe()
+
+
+@functools.lru_cache(maxsize=None)
+def _ffprobe_binary() -> str | None:
+    return shutil.which("ffprobe")
+
+
+def probe(path) -> float:
+    """Duration in seconds of the file (its first audio stream where the tool can tell).
+
+    Returns 0.0 when the file does not state a duration (``N/A``, e.g. some live streams or raw
+    ADTS); callers treat 0.0 as "unknown". Without ffprobe the duration is the container's,
+    which for a video can exceed the audio track's. Raises ``AudioError`` for a missing, empty,
+    unreadable or non-media file and for a file without an audio stream.
+    """
+    return _probe_info(path).duration
+
+
+def _probe_info(path) -> _MediaInfo:
+    name = os.fspath(path)
+    try:
+        size = os.stat(name).st_size
+    except OSError as e:
+        raise AudioError(_message(name, e.strerror or str(e))) from e
+    if os.path.isdir(name):
+        raise AudioError(_message(name, "is a directory"))
+    if size == 0:
+        raise AudioError(_message(name, "file is empty"))
+    if _ffprobe_binary():
+        return _probe_ffprobe(name)
+    return _probe_ffmpeg(name)
+
+
+def _probe_ffprobe(name: str) -> _MediaInfo:
+    cmd = [_ffprobe_binary(), "-v", "error", "-show_entries",
+           "format=duration:stream=codec_type,duration:stream_disposition=attached_pic",
+           "-of", "json", _ffmpeg_path(name)]
+    proc = _run(cmd, name)
+    if proc.returncode != 0:
+        cause = _reason(proc.stderr, name) or "not a media file ffprobe can read"
+        raise AudioError(_message(name, cause))
+    return _parse_ffprobe_json(name, proc.stdout)
+
+
+def _parse_ffprobe_json(name: str, text: str) -> _MediaInfo:
+    info = json.loads(text or "{}")
+    streams = info.get("streams", [])
+    audio = [s for s in streams if s.get("codec_type") == "audio"]
+    if not audio:
+        raise AudioError(_message(name, "no audio stream"))
+    has_video = any(s.get("codec_type") == "video"
+                    and not s.get("disposition", {}).get("attached_pic") for s in streams)
+    # Matroska stores no per-stream duration: fall back to the container's.
+    for value in (audio[0].get("duration"), info.get("format", {}).get("duration")):
+        try:
+            duration = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(duration):
+            return _MediaInfo(duration, False, has_video)
+    return _MediaInfo(0.0, False, has_video)
+
+
+_DURATION_RE = re.compile(r"^\s*Duration: (?:(\d+):(\d+):(\d+(?:\.\d+)?)|N/A)", re.M)
+_STREAM_RE = re.compile(r"^\s*Stream #\d+:\d+.*?: (Audio|Video): (.*)$", re.M)
+
+
+def _probe_ffmpeg(name: str) -> _MediaInfo:
+    # `ffmpeg -i file` with no output always exits 1; the file's description is on stderr.
+    proc = _run([ffmpeg_binary(), "-nostdin", "-hide_banner", "-i", _ffmpeg_path(name)], name)
+    text = proc.stderr
+    duration = _DURATION_RE.search(text)
+    if "Input #0" not in text or not duration:
+        cause = _reason(text, name) or "not a media file ffmpeg can read"
+        raise AudioError(_message(name, cause))
+    kinds = [(m.group(1), m.group(2)) for m in _STREAM_RE.finditer(text)]
+    if not any(kind == "Audio" for kind, _ in kinds):
+        raise AudioError(_message(name, "no audio stream"))
+    has_video = any(kind == "Video" and "(attached pic)" not in rest for kind, rest in kinds)
+    seconds = 0.0
+    if duration.group(1) is not None:
+        h, m, s = duration.groups()
+        seconds = int(h) * 3600 + int(m) * 60 + float(s)
+    estimated = "Estimating duration from bitrate" in text
+    return _MediaInfo(seconds, estimated, has_video)
+
+
+def iter_audio(path, chunk_seconds: float = 30.0, start: float = 0.0,
+               duration: float | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    """Decode ``path`` to 16 kHz mono float32 and yield it chunk by chunk.
+
+    Yields ``(sample_offset, samples)``: ``samples`` has shape ``(n,)``, float32 in [-1, 1],
+    ``n == round(chunk_seconds * SAMPLE_RATE)`` except for a shorter last chunk; the offset
+    counts samples of the source file from 0, so ``start=12.5`` first yields offset 200000.
+    ``duration`` (seconds) stops decoding early. Closing the iterator kills ffmpeg.
+    Bad arguments (``ValueError``) and files ``probe`` rejects (``AudioError``) raise at the
+    call; decoding failures, truncation included, raise from the iteration, after the chunks
+    decoded so far (see the module docstring for the truncation rule).
+    """
+    if not chunk_seconds > 0:
+        raise ValueError(f"chunk_seconds must be > 0, got {chunk_seconds!r}")
+    if not start >= 0:
+        raise ValueError(f"start must be >= 0, got {start!r}")
+    if duration is not None and not duration >= 0:
+        raise ValueError(f"duration must be >= 0, got {duration!r}")
+    name = os.fspath(path)
+    info = _probe_info(name)
+    return _decode(name, info, max(1, round(chunk_seconds * SAMPLE_RATE)), start, duration)
+
+
+def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
+            duration: float | None) -> Iterator[tuple[int, np.ndarray]]:
+    # A generator of its own, so that iter_audio checks its arguments and the file eagerly,
+    # and ffmpeg only starts when the first chunk is asked for.
+    first_offset = round(start * SAMPLE_RATE)
+    stream = ffmpeg.input(_ffmpeg_path(name), **({"ss": start} if start > 0 else {}))
+    out_args = {"format": "f32le", "ac": 1, "ar": SAMPLE_RATE}
+    if duration is not None:
+        out_args["t"] = duration
+    # Map the first audio stream explicitly: ffmpeg's default pick is the "best" one.
+    # `-v error` keeps stderr to real problems, which the truncation rule relies on.
+    node = stream["a:0"].output("pipe:", **out_args).global_args(
+        "-nostdin", "-hide_banner", "-v", "error")
+    try:
+        proc = node.run_async(cmd=ffmpeg_binary(), pipe_stdout=True, pipe_stderr=True)
+    except OSError as e:
+        raise AudioError(_message(name, f"cannot run ffmpeg: {e}")) from e
+    # stderr is drained by a thread: a chatty ffmpeg blocked on a full stderr pipe would
+    # otherwise never write stdout again, and we would wait on it forever.
+    stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDERR_KEEP_LINES)
+    drain = threading.Thread(target=_drain, args=(proc.stderr, stderr_tail), daemon=True)
+    drain.start()
+
+    finished = False
+    decoded = 0
+    try:
+        while True:
+            samples = _read_samples(proc.stdout, chunk_samples)
+            if samples.size:
+                yield first_offset + decoded, samples
+                decoded += samples.size
+            if samples.size < chunk_samples:
+                break
+        proc.wait()
+        drain.join()
+        finished = True
+    finally:
+        if not finished:  # closed early or failed: do not leave ffmpeg running or a zombie
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            drain.join(timeout=5)
+        proc.stdout.close()
+
+    stderr = "\n".join(stderr_tail)
+    if proc.returncode != 0:
+        raise AudioError(_message(name, _reason(stderr, name)
+                                  or f"ffmpeg exited with status {proc.returncode}"))
+    _check_length(name, info, start, duration, decoded, stderr)
+
+
+def _check_length(name: str, info: _MediaInfo, start: float, duration: float | None,
+                  decoded: int, stderr: str) -> None:
+    """Apply the truncation rule of the module docstring after a clean ffmpeg exit."""
+    reason = _reason(stderr, name)
+    expected_end = info.duration
+    if duration is not None:
+        expected_end = min(expected_end, start + duration)
+    decoded_end = start + decoded / SAMPLE_RATE
+    tolerance = max(_SHORT_ABS_S, _SHORT_REL * expected_end)
+    short = (info.duration > 0 and not info.duration_estimated
+             and decoded_end < expected_end - tolerance)
+    if short and (not info.has_video or reason):
+        cause = f"truncated: decoded {decoded_end:.2f} s of {expected_end:.2f} s"
+        raise AudioError(_message(name, f"{cause} ({reason})" if reason else cause))
+    if reason:
+        _log.warning("%r decoded in full, but ffmpeg reported: %s", name, reason)
+
+
+def load_audio(path, start: float = 0.0, duration: float | None = None) -> np.ndarray:
+    """The whole file (or ``duration`` seconds from ``start``) as one float32 array ``(n,)``.
+
+    For short files and tests; long files go through ``iter_audio``.
+    """
+    chunks = [samples for _, samples in iter_audio(path, start=start, duration=duration)]
+    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+
+
+def _read_samples(pipe, n: int) -> np.ndarray:
+    """Read up to ``n`` float32 samples, fewer only at EOF; a fresh, writable array."""
+    buf = np.empty(n, dtype=np.float32)
+    view = memoryview(buf).cast("B")
+    got = 0
+    while got < len(view):  # a pipe read returns whatever is there; loop to fill the chunk
+        k = pipe.readinto(view[got:])
+        if not k:
+            break
+        got += k
+    buf = buf[: got // 4]  # a trailing partial sample cannot happen with f32le; ignore it
+    # Decoders of lossy formats overshoot full scale a little; the contract is [-1, 1].
+    np.clip(buf, -1.0, 1.0, out=buf)
+    return buf
+
+
+def _drain(pipe, tail: collections.deque) -> None:
+    for raw in iter(pipe.readline, b""):
+        tail.append(raw.decode("utf-8", "replace").rstrip())
+    pipe.close()
+
+
+def _run(cmd: list[str], name: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+                              stdin=subprocess.DEVNULL, timeout=_PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        raise AudioError(_message(name, f"probing timed out after {_PROBE_TIMEOUT_S} s")) from e
+    except OSError as e:
+        raise AudioError(_message(name, f"cannot run {cmd[0]}: {e}")) from e
+
+
+def _ffmpeg_path(name: str) -> str:
+    # An absolute path cannot be mistaken for a protocol ("http:x.mp3", "pipe:...").
+    return os.path.abspath(name)
+
+
+# ffmpeg's log prefixes ("[in#0/mp3 @ 0x55...] ", "[aist#0:0/flac @ 0x...] [dec:flac @ 0x...] ")
+_PREFIX_RE = re.compile(r"^\[[^\]]*\]\s*")
+# Lines that only repeat the cause given on another line, or are no cause at all.
+_NOISE = ("Error opening input file", "Error opening input files", "Error opening output file",
+          "Error opening output files", "At least one output file must be specified",
+          "Conversion failed", "Exiting normally", "Input #", "Output #", "Stream mapping",
+          "Press [q]")
+
+
+def _reason(stderr: str, name: str) -> str:
+    """The last one or two meaningful lines of ffmpeg's stderr, without log/path prefixes."""
+    paths = {name, os.path.abspath(name), os.path.basename(name)}
+    lines: list[str] = []
+    for line in stderr.splitlines():
+        line = line.strip()
+        while _PREFIX_RE.match(line):
+            line = _PREFIX_RE.sub("", line, count=1)
+        for p in paths:  # older ffmpeg: "<path>: Invalid data found when processing input"
+            if line.startswith(p + ": "):
+                line = line[len(p) + 2:]
+        for lead in ("Error opening input: ", "Decoding error: ",
+                     "Error submitting packet to decoder: "):
+            line = line.removeprefix(lead)
+        line = line.rstrip(".").strip()
+        if line and not line.startswith(_NOISE) and line not in lines:
+            lines.append(line)
+    return "; ".join(lines[-2:])
+
+
+def _message(name: str, cause: str) -> str:
+    text = f"cannot read audio from {name!r}: {cause}"
+    return " ".join(text.split())  # one line, whatever ffmpeg or the OS put in the cause
