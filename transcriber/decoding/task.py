@@ -1,0 +1,160 @@
+"""DecodingTask: decode one 30 s window of audio features into tokens.
+
+The prompt (previous text, start-of-transcript sequence, optional prefix) is run through the
+decoder once; then one token per step, with logit filters, a search strategy and a ranker.
+Cross-attention keys/values are computed once per window (``TextDecoder.start``) and shared by
+every step, every beam and every temperature retried on the window.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Optional
+
+import mlx.core as mx
+import numpy as np
+
+from ..model.whisper import DecoderState, Whisper
+from ..tokenizer import Tokenizer
+from .filters import ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressTokens, log_softmax
+from .options import DecodingOptions
+from .search import BeamSearchDecoder, GreedyDecoder, MaximumLikelihoodRanker, TokenDecoder
+
+TIME_PRECISION = 0.02  # seconds per timestamp token
+
+
+def compression_ratio(text: str) -> float:
+    """How much zlib shrinks the text: repetitive (hallucinated) text compresses well."""
+    raw = text.encode("utf-8")
+    return len(raw) / len(zlib.compress(raw)) if raw else 0.0
+
+
+@dataclass(frozen=True)
+class DecodingResult:
+    tokens: tuple[int, ...]  # sampled tokens: text and timestamps, without the end of text
+    text: str
+    language: str
+    avg_logprob: float
+    no_speech_prob: float
+    temperature: float
+    compression_ratio: float
+    token_logprobs: tuple[float, ...] = field(default=(), repr=False)
+
+
+def detect_language(model: Whisper, tokenizer: Tokenizer, state: DecoderState) -> tuple[str, dict[str, float]]:
+    """The most likely language of a window, and the probability of every language."""
+    logits, _, _ = model.decoder(mx.array([[tokenizer.sot]]), state)
+    logits = np.array(logits[0, -1], dtype=np.float64)
+    ids = np.array(tokenizer.all_language_tokens)
+    probs = np.exp(log_softmax(logits[ids][None])[0])
+    codes = tokenizer.all_language_codes
+    return codes[int(probs.argmax())], dict(zip(codes, probs.tolist()))
+
+
+def suppress_ids(tokenizer: Tokenizer, options: DecodingOptions, model_ids: tuple[int, ...]) -> list[int]:
+    """Token ids never sampled: the "-1" set (the model's own list, else Whisper's non-speech
+    symbols) plus the special tokens that only belong in prompts."""
+    spec = options.suppress_tokens
+    if spec is None or spec == "":
+        return []
+    ids = [int(t) for t in str(spec).split(",") if t.strip()]
+    if -1 in ids:
+        ids = [t for t in ids if t >= 0] + list(model_ids or tokenizer.non_speech_tokens())
+    ids += [tokenizer.transcribe, tokenizer.translate, tokenizer.sot, tokenizer.sot_prev,
+            tokenizer.sot_lm, tokenizer.no_speech]
+    return sorted({t for t in ids if 0 <= t < tokenizer.timestamp_begin and t != tokenizer.eot})
+
+
+class DecodingTask:
+    def __init__(self, model: Whisper, tokenizer: Tokenizer, options: DecodingOptions,
+                 model_suppress_ids: tuple[int, ...] = (), rng: Optional[np.random.Generator] = None):
+        self.model, self.tokenizer, self.options = model, tokenizer, options
+        n_ctx = model.dims.n_text_ctx
+        self.sample_len = options.sample_len or n_ctx // 2
+        self.initial_tokens = self._initial_tokens()
+        self.sample_begin = len(self.initial_tokens)
+        self.sot_index = self.initial_tokens.index(tokenizer.sot)
+        self.ranker = MaximumLikelihoodRanker(options.length_penalty)
+        self.filters = self._filters(model_suppress_ids)
+        self.rng = rng
+
+    def _as_tokens(self, text_or_tokens) -> list[int]:
+        if isinstance(text_or_tokens, str):
+            return self.tokenizer.encode(" " + text_or_tokens.strip())
+        return list(text_or_tokens)
+
+    def _initial_tokens(self) -> list[int]:
+        tok, opts = self.tokenizer, self.options
+        tokens = list(tok.sot_sequence_including_notimestamps if opts.without_timestamps else tok.sot_sequence)
+        if opts.prefix:
+            max_prefix = self.model.dims.n_text_ctx // 2 - len(tokens)
+            tokens += self._as_tokens(opts.prefix)[-max_prefix:]
+        if opts.prompt:
+            prompt = self._as_tokens(opts.prompt)[-(self.model.dims.n_text_ctx // 2 - 1):]
+            tokens = [tok.sot_prev] + prompt + tokens
+        return tokens
+
+    def _filters(self, model_suppress_ids) -> list[LogitFilter]:
+        opts = self.options
+        filters: list[LogitFilter] = []
+        if opts.suppress_blank:
+            filters.append(SuppressBlank(self.tokenizer, self.sample_begin))
+        ids = suppress_ids(self.tokenizer, opts, model_suppress_ids)
+        if ids:
+            filters.append(SuppressTokens(ids))
+        if not opts.without_timestamps:
+            max_index = None
+            if opts.max_initial_timestamp is not None:
+                max_index = round(opts.max_initial_timestamp / TIME_PRECISION)
+            filters.append(ApplyTimestampRules(self.tokenizer, self.sample_begin, max_index))
+        return filters
+
+    def _token_decoder(self) -> TokenDecoder:
+        opts, eot = self.options, self.tokenizer.eot
+        if opts.temperature == 0 and opts.beam_size and opts.beam_size > 1:
+            return BeamSearchDecoder(opts.beam_size, eot, opts.patience)
+        return GreedyDecoder(opts.temperature, eot, self.rng)
+
+    def run(self, base: DecoderState, language: str) -> DecodingResult:
+        """Decode one window whose cross-attention is precomputed in ``base`` (batch 1)."""
+        n_group = self.options.n_group
+        state = base if n_group == 1 else DecoderState(
+            [(mx.repeat(k, n_group, axis=0), mx.repeat(v, n_group, axis=0)) for k, v in base.cross_kv],
+            [None] * len(base.cross_kv))
+        tokens = np.tile(np.array(self.initial_tokens, dtype=np.int64), (n_group, 1))
+        decoder = self._token_decoder()
+        sum_logprobs = np.zeros(n_group)
+
+        logits, state, _ = self.model.decoder(mx.array(tokens), state)
+        first = np.array(logits[0, self.sot_index], dtype=np.float64)
+        no_speech_prob = float(np.exp(log_softmax(first[None])[0, self.tokenizer.no_speech]))
+        last = np.array(logits[:, -1], dtype=np.float64)
+
+        for _ in range(self.sample_len):
+            for f in self.filters:
+                f.apply(last, tokens)
+            tokens, completed, sources = decoder.update(tokens, last, sum_logprobs)
+            if completed or tokens.shape[1] >= self.model.dims.n_text_ctx:
+                break
+            if sources is not None and not np.array_equal(sources, np.arange(len(sources))):
+                state = state.select(mx.array(sources))
+            logits, state, _ = self.model.decoder(mx.array(tokens[:, -1:]), state)
+            last = np.array(logits[:, -1], dtype=np.float64)
+
+        candidates, cand_logprobs = decoder.finalize(tokens, sum_logprobs)
+        sampled = [self._strip(c) for c in candidates]
+        best = self.ranker.rank([len(s) for s in sampled], cand_logprobs)
+        best_tokens = sampled[best]
+        text = self.tokenizer.decode(best_tokens)
+        return DecodingResult(
+            tokens=tuple(best_tokens), text=text, language=language,
+            avg_logprob=cand_logprobs[best] / (len(best_tokens) + 1),
+            no_speech_prob=no_speech_prob, temperature=self.options.temperature,
+            compression_ratio=compression_ratio(text))
+
+    def _strip(self, sequence: list[int]) -> list[int]:
+        """The sampled part of a candidate, up to (without) its first end of text."""
+        sampled = list(sequence[self.sample_begin:])
+        eot = self.tokenizer.eot
+        return sampled[: sampled.index(eot)] if eot in sampled else sampled

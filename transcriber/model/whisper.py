@@ -1,0 +1,248 @@
+"""Whisper in MLX: an encoder, and a decoder that returns its cross-attention.
+
+Parameter names follow the common MLX layout (mlx-examples' ``whisper``), so a folder of
+``config.json`` + ``weights.safetensors`` in that layout loads directly.
+
+Shapes: B batch, T tokens, S audio positions (1500 per 30 s window, 20 ms each), D model width,
+H heads, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+# One layer's self-attention cache (keys, values), each (B, T_past, D).
+LayerCache = tuple[mx.array, mx.array]
+
+
+@dataclass(frozen=True)
+class ModelDimensions:
+    n_mels: int
+    n_audio_ctx: int
+    n_audio_state: int
+    n_audio_head: int
+    n_audio_layer: int
+    n_vocab: int
+    n_text_ctx: int
+    n_text_state: int
+    n_text_head: int
+    n_text_layer: int
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelDimensions":
+        return cls(**{k: int(d[k]) for k in cls.__dataclass_fields__})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def sinusoids(length: int, channels: int, max_timescale: float = 10000) -> np.ndarray:
+    """Whisper's fixed encoder position embedding, (length, channels)."""
+    log_timescale_increment = math.log(max_timescale) / (channels // 2 - 1)
+    inv_timescales = np.exp(-log_timescale_increment * np.arange(channels // 2))
+    scaled_time = np.arange(length)[:, None] * inv_timescales[None, :]
+    return np.concatenate([np.sin(scaled_time), np.cos(scaled_time)], axis=1).astype(np.float32)
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, n_state: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.query = nn.Linear(n_state, n_state)
+        self.key = nn.Linear(n_state, n_state, bias=False)
+        self.value = nn.Linear(n_state, n_state)
+        self.out = nn.Linear(n_state, n_state)
+
+    def split_heads(self, x: mx.array) -> mx.array:
+        """(B, T, D) -> (B, H, T, D/H)"""
+        b, t, d = x.shape
+        return x.reshape(b, t, self.n_head, d // self.n_head).transpose(0, 2, 1, 3)
+
+    def merge_heads(self, x: mx.array) -> mx.array:
+        """(B, H, T, D/H) -> (B, T, D)"""
+        b, h, t, dh = x.shape
+        return x.transpose(0, 2, 1, 3).reshape(b, t, h * dh)
+
+    def attend(self, q: mx.array, k: mx.array, v: mx.array, mask=None):
+        """Fused attention without weights. q (B,T,D), k/v (B,S,D) -> (B,T,D)."""
+        scale = (q.shape[-1] // self.n_head) ** -0.5
+        out = mx.fast.scaled_dot_product_attention(
+            self.split_heads(q), self.split_heads(k), self.split_heads(v), scale=scale, mask=mask)
+        return self.out(self.merge_heads(out))
+
+    def attend_with_weights(self, q: mx.array, k: mx.array, v: mx.array):
+        """Explicit attention. Returns output (B,T,D) and weights (B,H,T,S) after softmax."""
+        scale = (q.shape[-1] // self.n_head) ** -0.5
+        qh, kh, vh = self.split_heads(q) * scale, self.split_heads(k), self.split_heads(v)
+        weights = mx.softmax(qh @ kh.transpose(0, 1, 3, 2), axis=-1, precise=True)
+        return self.out(self.merge_heads(weights @ vh)), weights
+
+
+class ResidualAttentionBlock(nn.Module):
+    def __init__(self, n_state: int, n_head: int, cross_attention: bool = False):
+        super().__init__()
+        self.attn = MultiHeadAttention(n_state, n_head)
+        self.attn_ln = nn.LayerNorm(n_state)
+        self.cross_attn = MultiHeadAttention(n_state, n_head) if cross_attention else None
+        self.cross_attn_ln = nn.LayerNorm(n_state) if cross_attention else None
+        n_mlp = n_state * 4
+        self.mlp1 = nn.Linear(n_state, n_mlp)
+        self.mlp2 = nn.Linear(n_mlp, n_state)
+        self.mlp_ln = nn.LayerNorm(n_state)
+
+    def mlp(self, x: mx.array) -> mx.array:
+        return x + self.mlp2(nn.gelu(self.mlp1(self.mlp_ln(x))))
+
+    def encode(self, x: mx.array) -> mx.array:
+        """Encoder block: (B, S, D) -> (B, S, D)."""
+        h = self.attn_ln(x)
+        x = x + self.attn.attend(self.attn.query(h), self.attn.key(h), self.attn.value(h))
+        return self.mlp(x)
+
+    def decode(self, x, cross_kv, cache: Optional[LayerCache], mask, want_weights: bool):
+        """Decoder block. x (B,T,D); cross_kv = precomputed (K, V) of the audio, (B,S,D) each.
+
+        Returns x, the updated self-attention cache, and cross-attention weights (B,H,T,S) when
+        ``want_weights`` (else None).
+        """
+        h = self.attn_ln(x)
+        q, k, v = self.attn.query(h), self.attn.key(h), self.attn.value(h)
+        if cache is not None:
+            k = mx.concatenate([cache[0], k], axis=1)
+            v = mx.concatenate([cache[1], v], axis=1)
+        x = x + self.attn.attend(q, k, v, mask=mask)
+        h = self.cross_attn_ln(x)
+        q = self.cross_attn.query(h)
+        if want_weights:
+            out, weights = self.cross_attn.attend_with_weights(q, *cross_kv)
+        else:
+            out, weights = self.cross_attn.attend(q, *cross_kv), None
+        return self.mlp(x + out), (k, v), weights
+
+
+class AudioEncoder(nn.Module):
+    def __init__(self, dims: ModelDimensions):
+        super().__init__()
+        d = dims.n_audio_state
+        self.conv1 = nn.Conv1d(dims.n_mels, d, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(d, d, kernel_size=3, stride=2, padding=1)
+        self._positional_embedding = mx.array(sinusoids(dims.n_audio_ctx, d))
+        self.blocks = [ResidualAttentionBlock(d, dims.n_audio_head) for _ in range(dims.n_audio_layer)]
+        self.ln_post = nn.LayerNorm(d)
+
+    def __call__(self, mel: mx.array) -> mx.array:
+        """mel (B, 2*S, n_mels) -> audio features (B, S, D). S may be shorter than n_audio_ctx."""
+        x = nn.gelu(self.conv1(mel))
+        x = nn.gelu(self.conv2(x))
+        x = x + self._positional_embedding[: x.shape[1]]
+        for block in self.blocks:
+            x = block.encode(x)
+        return self.ln_post(x)
+
+
+@dataclass
+class DecoderState:
+    """What the decoder keeps between calls for one audio window.
+
+    cross_kv: per layer, the audio's keys and values (B, S, D) each: computed once per window.
+    self_kv: per layer, the tokens' keys and values so far (B, T_past, D) each.
+    """
+
+    cross_kv: list[tuple[mx.array, mx.array]]
+    self_kv: list[Optional[LayerCache]]
+
+    @property
+    def offset(self) -> int:
+        first = self.self_kv[0]
+        return 0 if first is None else first[0].shape[1]
+
+    def select(self, indices: mx.array) -> "DecoderState":
+        """Reorder the batch (beam search): keep rows ``indices`` of the self-attention cache."""
+        self_kv = [None if c is None else (c[0][indices], c[1][indices]) for c in self.self_kv]
+        return DecoderState(self.cross_kv, self_kv)
+
+    def truncate(self, length: int) -> "DecoderState":
+        """Forget cached positions from ``length`` on (a rewind, or a shared prompt reused)."""
+        self_kv = [None if c is None or length == 0 else (c[0][:, :length], c[1][:, :length])
+                   for c in self.self_kv]
+        return DecoderState(self.cross_kv, self_kv)
+
+
+class TextDecoder(nn.Module):
+    def __init__(self, dims: ModelDimensions):
+        super().__init__()
+        d = dims.n_text_state
+        self.token_embedding = nn.Embedding(dims.n_vocab, d)
+        self.positional_embedding = mx.zeros((dims.n_text_ctx, d))
+        self.blocks = [ResidualAttentionBlock(d, dims.n_text_head, cross_attention=True)
+                       for _ in range(dims.n_text_layer)]
+        self.ln = nn.LayerNorm(d)
+
+    def start(self, audio_features: mx.array, batch: int | None = None) -> DecoderState:
+        """Precompute the cross-attention keys/values of one window's features (B, S, D)."""
+        if batch is not None and audio_features.shape[0] != batch:
+            audio_features = mx.repeat(audio_features, batch // audio_features.shape[0], axis=0)
+        cross_kv = [(b.cross_attn.key(audio_features), b.cross_attn.value(audio_features))
+                    for b in self.blocks]
+        return DecoderState(cross_kv, [None] * len(self.blocks))
+
+    def __call__(self, tokens: mx.array, state: DecoderState, want_weights: bool = False):
+        """tokens (B, T) -> logits (B, T, V), the new state, cross-attention per layer.
+
+        Cross-attention is a list of (B, H, T, S) weights, one per layer, when ``want_weights``;
+        else None. Nothing is mutated: the caller keeps or drops the returned state.
+        """
+        offset = state.offset
+        t = tokens.shape[1]
+        x = self.token_embedding(tokens) + self.positional_embedding[offset: offset + t]
+        mask = None
+        if t > 1:
+            # causal over the new tokens, everything cached is visible
+            idx_q = mx.arange(offset, offset + t)[:, None]
+            idx_k = mx.arange(offset + t)[None, :]
+            mask = idx_k <= idx_q
+        new_kv, weights = [], []
+        for block, cross_kv, cache in zip(self.blocks, state.cross_kv, state.self_kv):
+            x, kv, w = block.decode(x, cross_kv, cache, mask, want_weights)
+            new_kv.append(kv)
+            weights.append(w)
+        x = self.ln(x)
+        logits = self.token_embedding.as_linear(x)
+        return logits, DecoderState(state.cross_kv, new_kv), (weights if want_weights else None)
+
+
+class Whisper(nn.Module):
+    def __init__(self, dims: ModelDimensions, alignment_heads: Optional[np.ndarray] = None,
+                 name: str = ""):
+        super().__init__()
+        self.dims = dims
+        self.name = name
+        self.encoder = AudioEncoder(dims)
+        self.decoder = TextDecoder(dims)
+        if alignment_heads is None:
+            # default as in openai/whisper: the heads of the second half of the decoder
+            alignment_heads = [(layer, head) for layer in range(dims.n_text_layer // 2, dims.n_text_layer)
+                               for head in range(dims.n_text_head)]
+        self._alignment_heads = np.asarray(alignment_heads, dtype=np.int64).reshape(-1, 2)
+
+    @property
+    def alignment_heads(self) -> np.ndarray:
+        """(n, 2) array of (layer, head) pairs whose cross-attention follows the audio."""
+        return self._alignment_heads
+
+    @property
+    def is_multilingual(self) -> bool:
+        return self.dims.n_vocab >= 51865
+
+    @property
+    def num_languages(self) -> int:
+        return self.dims.n_vocab - 51765 - int(self.is_multilingual)
+
+    def embed_audio(self, mel: mx.array) -> mx.array:
+        return self.encoder(mel)

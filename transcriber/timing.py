@@ -1,0 +1,165 @@
+"""Word timestamps from cross-attention: DTW over the alignment heads.
+
+After a window is decoded, its text tokens are run through the decoder once more, asking for
+cross-attention. The alignment heads' weights (tokens x audio frames) are normalised per frame
+across tokens, median filtered along time, averaged over heads, and a monotonic path through
+them (DTW) says which audio frame each token starts at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+
+from .model.whisper import DecoderState, Whisper
+from .tokenizer import Tokenizer
+
+TOKENS_PER_SECOND = 50  # encoder positions per second of audio (20 ms each)
+MEDIAN_FILTER_WIDTH = 7
+PREPEND_PUNCTUATIONS = "\"'“¿([{-"
+APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
+SENTENCE_ENDS = ".。!！?？"
+
+
+@dataclass
+class WordTiming:
+    word: str
+    tokens: list[int]
+    start: float  # seconds from the window's start
+    end: float
+    probability: float
+
+
+def median_filter(x: np.ndarray, width: int) -> np.ndarray:
+    """Median over the last axis with reflect padding, like scipy's. x (..., N)."""
+    pad = width // 2
+    if x.shape[-1] <= pad:
+        return x
+    padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode="reflect")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1)
+    return np.median(windows, axis=-1)
+
+
+def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cheapest monotonic path through ``cost`` (N tokens, M frames), from (0, 0) to the end.
+
+    The recurrence is swept one anti-diagonal at a time, so each step is one vectorised numpy
+    operation (N + M steps instead of N * M Python iterations). Returns (token, frame) indices.
+    """
+    n, m = cost.shape
+    acc = np.full((n + 1, m + 1), np.inf)
+    acc[0, 0] = 0.0
+    trace = np.zeros((n + 1, m + 1), dtype=np.int8)  # 0 diagonal, 1 from above, 2 from left
+    for d in range(2, n + m + 1):
+        i = np.arange(max(1, d - m), min(n, d - 1) + 1)
+        j = d - i
+        options = np.stack([acc[i - 1, j - 1], acc[i - 1, j], acc[i, j - 1]])
+        choice = options.argmin(axis=0)
+        acc[i, j] = cost[i - 1, j - 1] + options[choice, np.arange(len(i))]
+        trace[i, j] = choice
+    trace[0, :] = 2
+    trace[:, 0] = 1
+    i, j = n, m
+    path = []
+    while i > 0 or j > 0:
+        path.append((i - 1, j - 1))
+        step = trace[i, j]
+        if step == 0:
+            i, j = i - 1, j - 1
+        elif step == 1:
+            i -= 1
+        else:
+            j -= 1
+    path = np.array(path[::-1])
+    keep = (path[:, 0] >= 0) & (path[:, 1] >= 0)
+    return path[keep, 0], path[keep, 1]
+
+
+def attention_matrix(weights: list[mx.array], heads: np.ndarray, n_frames: int) -> np.ndarray:
+    """The alignment heads' attention over the window's real audio, (T tokens, n_frames/2).
+
+    ``weights`` per layer (1, H, T, S) are softmaxed over all S positions; restricting to the
+    first ``n_frames // 2`` and renormalising equals a softmax over just those positions.
+    """
+    n_pos = max(1, n_frames // 2)
+    stacked = mx.stack([weights[layer][0, head, :, :n_pos] for layer, head in heads.tolist()])
+    w = np.array(stacked, dtype=np.float64)  # (heads, T, n_pos)
+    w = w / np.maximum(w.sum(axis=-1, keepdims=True), 1e-10)
+    w = (w - w.mean(axis=-2, keepdims=True)) / np.maximum(w.std(axis=-2, keepdims=True), 1e-10)
+    w = median_filter(w, MEDIAN_FILTER_WIDTH)
+    return w.mean(axis=0)
+
+
+def find_alignment(model: Whisper, tokenizer: Tokenizer, base: DecoderState, text_tokens: list[int],
+                   n_frames: int) -> list[WordTiming]:
+    """Word timings for ``text_tokens`` decoded from the window in ``base`` (n_frames mel frames)."""
+    if not text_tokens:
+        return []
+    sot = list(tokenizer.sot_sequence) + [tokenizer.no_timestamps]
+    tokens = sot + list(text_tokens) + [tokenizer.eot]
+    logits, _, weights = model.decoder(mx.array([tokens]), base, want_weights=True)
+    logprobs = logits[0, len(sot) - 1: -1, : tokenizer.eot]
+    logprobs = logprobs - mx.logsumexp(logprobs, axis=-1, keepdims=True)
+    token_probs = np.exp(np.array(logprobs[mx.arange(len(text_tokens)), mx.array(text_tokens)]))
+
+    # rows: the no-timestamps token (where the first word's start shows), then the text tokens
+    matrix = attention_matrix(weights, model.alignment_heads, n_frames)[len(sot) - 1: -1]
+    text_indices, time_indices = dtw(-matrix)
+
+    words, word_tokens = tokenizer.split_to_word_tokens(list(text_tokens) + [tokenizer.eot])
+    if len(word_tokens) <= 1:
+        return []
+    boundaries = np.pad(np.cumsum([len(t) for t in word_tokens[:-1]]), (1, 0))
+    jumps = np.pad(np.diff(text_indices), (1, 0), constant_values=1).astype(bool)
+    jump_times = time_indices[jumps] / TOKENS_PER_SECOND
+    starts = jump_times[boundaries[:-1]]
+    ends = jump_times[boundaries[1:]]
+    probs = [float(np.mean(token_probs[i:j])) for i, j in zip(boundaries[:-1], boundaries[1:])]
+    return [WordTiming(w, t, float(s), float(e), p)
+            for w, t, s, e, p in zip(words, word_tokens, starts, ends, probs)]
+
+
+def merge_punctuations(alignment: list[WordTiming]) -> None:
+    """Attach opening punctuation to the next word and closing punctuation to the previous."""
+    i = len(alignment) - 2
+    j = len(alignment) - 1
+    while i >= 0:
+        prev, cur = alignment[i], alignment[j]
+        if prev.word.startswith(" ") and prev.word.strip() in PREPEND_PUNCTUATIONS:
+            cur.word = prev.word + cur.word
+            cur.tokens = prev.tokens + cur.tokens
+            prev.word, prev.tokens = "", []
+        else:
+            j = i
+        i -= 1
+    i, j = 0, 1
+    while j < len(alignment):
+        prev, cur = alignment[i], alignment[j]
+        if not prev.word.endswith(" ") and cur.word in APPEND_PUNCTUATIONS:
+            prev.word = prev.word + cur.word
+            prev.tokens = prev.tokens + cur.tokens
+            cur.word, cur.tokens = "", []
+        else:
+            i = j
+        j += 1
+
+
+def clamp_long_words(alignment: list[WordTiming]) -> tuple[float, float]:
+    """Cap words that DTW stretched over a pause next to a sentence end (where pauses are).
+
+    Returns (median word duration, max duration), both capped, for the segment-edge fixes.
+    """
+    durations = np.array([w.end - w.start for w in alignment])
+    durations = durations[durations.nonzero()]
+    median = min(0.7, float(np.median(durations))) if len(durations) else 0.0
+    max_duration = median * 2
+    if len(durations):
+        for prev, w in zip(alignment, alignment[1:]):
+            if w.end - w.start > max_duration:
+                if w.word in SENTENCE_ENDS:
+                    w.end = w.start + max_duration
+                elif prev.word in SENTENCE_ENDS:
+                    w.start = w.end - max_duration
+    return median, max_duration

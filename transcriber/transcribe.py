@@ -1,0 +1,321 @@
+"""One-shot transcription: walk a file window by window with timestamp-based seeking.
+
+Audio is read as it is needed (a buffer a little over one 30 s window), each window is encoded
+once, decoded with temperature fallback, split into segments at its timestamp tokens, and its
+words timed from cross-attention. The next window starts where the last complete segment (or
+the last word) ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import mlx.core as mx
+import numpy as np
+
+from . import audio as audio_io
+from .decoding.options import DecodingOptions
+from .decoding.task import DecodingResult, DecodingTask, detect_language
+from .mel import HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram
+from .model.whisper import DecoderState, Whisper
+from .timing import WordTiming, clamp_long_words, find_alignment, merge_punctuations
+from .tokenizer import Tokenizer, load_tokenizer
+from .types import Segment, Transcript, Word
+
+FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # mel frames (10 ms)
+INPUT_STRIDE = 2  # mel frames per encoder position / timestamp step
+TIME_PRECISION = INPUT_STRIDE * HOP_LENGTH / SAMPLE_RATE  # 0.02 s
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    """The long-form loop around ``DecodingOptions`` (openai/whisper's defaults)."""
+
+    decoding: DecodingOptions = field(default_factory=DecodingOptions)
+    temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    best_of: int = 5  # samples per window when falling back to temperature > 0
+    compression_ratio_threshold: Optional[float] = 2.4
+    logprob_threshold: Optional[float] = -1.0
+    no_speech_threshold: Optional[float] = 0.6
+    condition_on_previous_text: bool = True
+    initial_prompt: Optional[str] = None
+    word_timestamps: bool = True
+
+    def __post_init__(self):
+        if not self.temperatures or any(t < 0 for t in self.temperatures):
+            raise ValueError("temperatures must be a non-empty list of values >= 0")
+        if self.best_of < 1:
+            raise ValueError(f"best_of must be >= 1, not {self.best_of}")
+
+
+@dataclass
+class SeekState:
+    """Where a one-shot run stands: enough to continue at the next window after a restart."""
+
+    seek: int = 0  # mel frames (10 ms) from the start of the file
+    prompt_tokens: list[int] = field(default_factory=list)  # text tokens conditioning the next window
+    last_speech: float = 0.0  # end of the last segment with words, seconds
+
+    def to_dict(self) -> dict:
+        return {"seek": self.seek, "prompt_tokens": list(self.prompt_tokens), "last_speech": self.last_speech}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SeekState":
+        return cls(int(d["seek"]), list(d["prompt_tokens"]), float(d["last_speech"]))
+
+
+class AudioBuffer:
+    """Audio from ``iter_audio`` kept from the current seek point on: never the whole file."""
+
+    def __init__(self, chunks: Iterator[tuple[int, np.ndarray]], start_sample: int = 0):
+        self.chunks = chunks
+        self.samples = np.zeros(0, dtype=np.float32)
+        self.offset = start_sample  # sample index of self.samples[0] in the file
+        self.eof = False
+
+    def window(self, start: int, length: int) -> np.ndarray:
+        """Samples [start, start + length) of the file (shorter at its end)."""
+        if start > self.offset:
+            self.samples = self.samples[start - self.offset:]
+            self.offset = start
+        while not self.eof and len(self.samples) < length:
+            try:
+                _, chunk = next(self.chunks)
+                self.samples = np.concatenate([self.samples, chunk])
+            except StopIteration:
+                self.eof = True
+        return self.samples[:length]
+
+
+class Transcriber:
+    """Runs a model over files. Holds the tokenizer and decoding tasks, which depend only on
+    the options, so many files reuse them."""
+
+    def __init__(self, model: Whisper, options: TranscribeOptions = TranscribeOptions()):
+        self.model, self.options = model, options
+        language = options.decoding.language
+        if not model.is_multilingual:
+            if language not in (None, "en"):
+                raise ValueError(f"model {model.name} is English-only; --language {language} needs a multilingual model")
+            language = "en"
+        self.language = language
+        self.tokenizer = self._tokenizer(language)
+
+    def _tokenizer(self, language: Optional[str]) -> Tokenizer:
+        return load_tokenizer(self.model.info.folder, multilingual=self.model.is_multilingual,
+                              num_languages=self.model.num_languages, language=language,
+                              task=self.options.decoding.task)
+
+    def encode(self, samples: np.ndarray) -> tuple[DecoderState, int]:
+        """Mel and encoder for one window of samples: its decoder base state and frame count."""
+        n_frames = min(N_FRAMES, len(samples) // HOP_LENGTH)
+        mel = log_mel_spectrogram(samples, self.model.dims.n_mels, padding=N_SAMPLES - len(samples))
+        mel = mel[:N_FRAMES]
+        features = self.model.encoder(mel[None])
+        base = self.model.decoder.start(features)
+        mx.eval(base.cross_kv)
+        return base, n_frames
+
+    def decode_with_fallback(self, base: DecoderState, prompt: list[int], tokenizer: Tokenizer) -> DecodingResult:
+        opts = self.options
+        result = None
+        for t in opts.temperatures:
+            decoding = replace(opts.decoding, temperature=t, prompt=tuple(prompt) or None,
+                               beam_size=opts.decoding.beam_size if t == 0 else None,
+                               patience=opts.decoding.patience if t == 0 else None,
+                               best_of=opts.best_of if t > 0 else None)
+            task = DecodingTask(self.model, tokenizer, decoding, self.model.info.suppress_ids,
+                                rng=np.random.default_rng(0))
+            result = task.run(base, tokenizer.language or "en")
+            too_repetitive = (opts.compression_ratio_threshold is not None
+                              and result.compression_ratio > opts.compression_ratio_threshold)
+            too_unlikely = opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
+            silent = opts.no_speech_threshold is not None and result.no_speech_prob > opts.no_speech_threshold
+            if silent or not (too_repetitive or too_unlikely):
+                break
+        return result
+
+    def windows(self, path, state: Optional[SeekState] = None,
+                on_progress: Optional[Callable[[float], None]] = None) -> Iterator[tuple[list[Segment], SeekState, str]]:
+        """Decode ``path`` window by window from ``state``; yields (new segments, state after
+        them, language) per window. Everything needed to resume lives in the yielded state."""
+        opts = self.options
+        state = state or SeekState(prompt_tokens=self._initial_prompt())
+        start_sample = state.seek * HOP_LENGTH
+        buffer = AudioBuffer(audio_io.iter_audio(path, chunk_seconds=10.0, start=start_sample / SAMPLE_RATE),
+                             start_sample)
+        tokenizer = self.tokenizer
+        while True:
+            samples = buffer.window(state.seek * HOP_LENGTH, N_SAMPLES)
+            n_frames = len(samples) // HOP_LENGTH
+            if n_frames < 1:
+                break
+            time_offset = state.seek / FRAMES_PER_SECOND
+            base, n_frames = self.encode(samples)
+            if tokenizer.language is None:
+                language, _ = detect_language(self.model, tokenizer, base)
+                tokenizer = self._tokenizer(language)
+            result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer)
+            skip = (opts.no_speech_threshold is not None and result.no_speech_prob > opts.no_speech_threshold
+                    and not (opts.logprob_threshold is not None and result.avg_logprob > opts.logprob_threshold))
+            if skip:
+                segments, next_seek = [], state.seek + n_frames
+            else:
+                segments, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
+                if opts.word_timestamps and segments:
+                    segments, next_seek = self._add_words(segments, tokenizer, base, n_frames, time_offset,
+                                                          state, next_seek, result)
+            segments = [s for s in segments if s.text.strip()]
+            prompt = state.prompt_tokens
+            if not opts.condition_on_previous_text or result.temperature > 0.5:
+                prompt = []
+            for s in segments:
+                prompt = prompt + [t for t in tokenizer.encode(s.text)]
+            last_speech = segments[-1].end if segments else state.last_speech
+            state = SeekState(max(next_seek, state.seek + 1), prompt[-(self.model.dims.n_text_ctx // 2 - 1):],
+                              last_speech)
+            if on_progress:
+                on_progress(state.seek / FRAMES_PER_SECOND)
+            yield segments, state, tokenizer.language or "en"
+            if buffer.eof and state.seek * HOP_LENGTH >= buffer.offset + len(buffer.samples):
+                break
+
+    def transcribe(self, path, on_progress: Optional[Callable[[float], None]] = None) -> Transcript:
+        """Transcribe one media file: every window, then times made safe for the writers."""
+        duration = audio_io.probe(path)
+        segments: list[Segment] = []
+        language = self.language or "en"
+        for new, _, language in self.windows(path, on_progress=on_progress):
+            segments.extend(new)
+        if duration <= 0:  # unknown from the container: the audio's own end
+            duration = max([0.0] + [s.end for s in segments])
+        return Transcript(language=language, duration=duration, segments=tuple(tidy(segments, duration)),
+                          model=self.model.name)
+
+    def _initial_prompt(self) -> list[int]:
+        if not self.options.initial_prompt:
+            return []
+        return self.tokenizer.encode(" " + self.options.initial_prompt.strip())
+
+    def _split(self, result: DecodingResult, tokenizer: Tokenizer, time_offset: float, seek: int,
+               n_frames: int) -> tuple[list[dict], int]:
+        """Segments between consecutive timestamp pairs, and where the next window starts."""
+        tokens = np.array(result.tokens, dtype=np.int64)
+        ts_begin = tokenizer.timestamp_begin
+        is_ts = tokens >= ts_begin
+        single_ending = len(is_ts) >= 2 and not is_ts[-2] and is_ts[-1]
+        consecutive = np.where(is_ts[:-1] & is_ts[1:])[0] + 1
+        segments = []
+
+        def add(start_ts: float, end_ts: float, seg_tokens):
+            text_tokens = [int(t) for t in seg_tokens if t < tokenizer.eot]
+            segments.append({"start": time_offset + start_ts * TIME_PRECISION,
+                             "end": time_offset + end_ts * TIME_PRECISION,
+                             "tokens": text_tokens, "text": tokenizer.decode(text_tokens), "result": result})
+
+        if len(consecutive):
+            slices = consecutive.tolist() + ([len(tokens)] if single_ending else [])
+            last = 0
+            for current in slices:
+                piece = tokens[last:current]
+                add(piece[0] - ts_begin, piece[-1] - ts_begin, piece)
+                last = current
+            next_seek = seek + n_frames if single_ending else seek + (int(tokens[last - 1]) - ts_begin) * INPUT_STRIDE
+        else:
+            stamps = tokens[is_ts]
+            duration = n_frames / FRAMES_PER_SECOND
+            if len(stamps) and stamps[-1] != ts_begin:
+                duration = (stamps[-1] - ts_begin) * TIME_PRECISION
+            add(0, duration / TIME_PRECISION, tokens)
+            next_seek = seek + n_frames
+        return segments, next_seek
+
+    def _add_words(self, segments, tokenizer, base, n_frames, time_offset, state: SeekState, next_seek,
+                   result) -> tuple[list[Segment], int]:
+        """Time every word of the window's segments (one DTW for the window), then turn the
+        segment dicts into ``Segment``s; a window ending mid-segment resumes after its last word."""
+        all_tokens = [t for s in segments for t in s["tokens"]]
+        alignment = find_alignment(self.model, tokenizer, base, all_tokens, n_frames)
+        median, max_duration = clamp_long_words(alignment)
+        merge_punctuations(alignment)
+        out, index, last_speech = [], 0, state.last_speech
+        for seg in segments:
+            words: list[WordTiming] = []
+            saved = 0
+            while index < len(alignment) and saved < len(seg["tokens"]):
+                timing = alignment[index]
+                if timing.word:
+                    words.append(WordTiming(timing.word, timing.tokens, time_offset + timing.start,
+                                            time_offset + timing.end, timing.probability))
+                saved += len(timing.tokens)
+                index += 1
+            if words:
+                self._fix_edges(seg, words, median, max_duration, last_speech)
+                last_speech = seg["end"]
+            out.append(_segment(seg, words))
+        tokens = np.array(result.tokens)
+        single_ending = len(tokens) >= 2 and tokens[-2] < tokenizer.timestamp_begin <= tokens[-1]
+        if not single_ending:
+            ends = [w.end for s in out for w in s.words]
+            if ends and ends[-1] > time_offset:
+                next_seek = round(ends[-1] * FRAMES_PER_SECOND)
+        return out, next_seek
+
+    @staticmethod
+    def _fix_edges(seg: dict, words: list[WordTiming], median: float, max_duration: float, last_speech: float):
+        """openai/whisper's heuristics for the first and last word of a segment, which DTW
+        tends to stretch over the silence around it."""
+        first = words[0]
+        if first.end - last_speech > median * 4 and (
+                first.end - first.start > max_duration
+                or (len(words) > 1 and words[1].end - first.start > max_duration * 2)):
+            if len(words) > 1 and words[1].end - words[1].start > max_duration:
+                boundary = max(words[1].end / 2, words[1].end - max_duration)
+                first.end = words[1].start = boundary
+            first.start = max(0.0, first.end - max_duration)
+        if seg["start"] < first.end and seg["start"] - 0.5 > first.start:
+            first.start = max(0.0, min(first.end - median, seg["start"]))
+        else:
+            seg["start"] = first.start
+        last = words[-1]
+        if seg["end"] > last.start and seg["end"] + 0.5 < last.end:
+            last.end = max(last.start + median, seg["end"])
+        else:
+            seg["end"] = last.end
+
+
+def _segment(seg: dict, words: list[WordTiming]) -> Segment:
+    r = seg["result"]
+    return Segment(start=seg["start"], end=seg["end"], text=seg["text"],
+                   words=tuple(Word(w.start, w.end, w.word, w.probability) for w in words),
+                   avg_logprob=r.avg_logprob, no_speech_prob=r.no_speech_prob,
+                   compression_ratio=r.compression_ratio, temperature=r.temperature)
+
+
+def tidy(segments: list[Segment], duration: float) -> list[Segment]:
+    """Make times safe for writers: inside [0, duration], words non-decreasing and
+    non-overlapping, segments bounded by their words."""
+    out, prev_end = [], 0.0
+    for seg in segments:
+        words = []
+        for w in seg.words:
+            start = min(max(w.start, prev_end), duration)
+            end = min(max(w.end, start), duration)
+            words.append(replace(w, start=start, end=end))
+            prev_end = end
+        if words:
+            seg = replace(seg, start=words[0].start, end=words[-1].end, words=tuple(words))
+        else:
+            start = min(max(seg.start, prev_end), duration)
+            seg = replace(seg, start=start, end=min(max(seg.end, start), duration))
+            prev_end = seg.end
+        out.append(seg)
+    return out
+
+
+def transcribe(path, model: Whisper, options: TranscribeOptions = TranscribeOptions(),
+               on_progress: Optional[Callable[[float], None]] = None) -> Transcript:
+    """Transcribe one media file in one-shot mode."""
+    return Transcriber(model, options).transcribe(path, on_progress)
