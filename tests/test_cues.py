@@ -1,0 +1,267 @@
+"""Cue layout: properties over random word timelines, plus hand examples."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from transcriber.cues import (Cue, CueOptions, break_lines, layout_cues, line_words,
+                              segment_words, transcript_cues)
+from transcriber.types import Segment, Transcript, Word
+
+EPS = 1e-6
+FUNCTION_WORDS = {"the", "a", "an", "to", "of", "and", "in", "at", "for"}
+
+
+def words_of(text: str, start: float = 0.0, step: float = 0.3, pauses: dict | None = None):
+    """Words evenly spaced ``step`` apart; ``pauses[i]`` adds silence before word i."""
+    words, t = [], start
+    for i, token in enumerate(text.split()):
+        t += (pauses or {}).get(i, 0.0)
+        words.append(Word(start=t, end=t + step * 0.9, text=" " + token, probability=0.9))
+        t += step
+    return words
+
+
+# --- random timelines ---------------------------------------------------------------------
+
+_letters = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABC", min_size=1, max_size=10)
+_long = st.text(alphabet="xyz", min_size=30, max_size=70)
+_punct = st.sampled_from(["", "", "", "", ",", ".", "?", "!", ";", "...", ":"])
+_token = st.one_of(
+    st.builds(lambda w, p: w + p, _letters, _punct),
+    st.builds(lambda w, p: w + p, _long, _punct),
+    st.sampled_from(["the", "a", "of", "and", "to", "Mr.", "I"]),
+    st.just(""),  # an empty word must not break anything
+)
+_gap = st.one_of(st.just(0.0), st.floats(0, 0.4), st.floats(0.8, 3.0), st.floats(7, 12),
+                 st.floats(-0.3, 0))  # negative: the word overlaps the one before
+_duration = st.one_of(st.just(0.0), st.floats(0.01, 1.2), st.floats(6, 12))
+
+
+@st.composite
+def timelines(draw, max_words=60):
+    n = draw(st.integers(0, max_words))
+    words, end, start = [], draw(st.floats(0, 5)), 0.0
+    for _ in range(n):
+        start = max(start, end + draw(_gap))  # starts never decrease
+        end = start + draw(_duration)
+        words.append(Word(start=start, end=end, text=" " + draw(_token), probability=0.5))
+    return words
+
+
+@st.composite
+def cue_options(draw):
+    min_duration = draw(st.floats(0, 2))
+    return CueOptions(max_line_chars=draw(st.integers(8, 60)), max_lines=draw(st.integers(1, 3)),
+                      max_cps=draw(st.floats(5, 30)), min_duration=min_duration,
+                      max_duration=draw(st.floats(max(min_duration, 0.5), 10)),
+                      min_gap=draw(st.floats(0, 0.3)), close_gap=draw(st.floats(0, 1)),
+                      linger=draw(st.floats(0, 1.5)), pause_split=draw(st.floats(0.3, 3)))
+
+
+def token(word: Word) -> str:
+    return " ".join(word.text.split())
+
+
+def check_cues(words: list[Word], cues: list[Cue], o: CueOptions) -> None:
+    if not any(token(w) for w in words):
+        assert cues == []  # nothing to show
+        return
+    # every word exactly once, in order (identity, not just equality)
+    flat = [w for c in cues for w in c.words]
+    assert len(flat) == len(words) and all(a is b for a, b in zip(flat, words))
+    for i, c in enumerate(cues):
+        tokens = [token(w) for w in c.words if token(w)]
+        assert tokens, "a cue without text"
+        spoken = [w for w in c.words if token(w)]
+        # the text is the words' text, nothing lost or added
+        assert " ".join(c.lines) == " ".join(tokens)
+        assert c.text == "\n".join(c.lines)
+        # line count and width; an over-long word alone on its line is the one exception
+        assert len(c.lines) <= o.max_lines or any(len(t) > o.max_line_chars for t in tokens)
+        for line in c.lines:
+            assert line, "an empty line"
+            assert len(line) <= o.max_line_chars or line in tokens, line
+        # a multi-word cue spans at most max_duration of speech
+        if len(spoken) > 1:
+            assert max(w.end for w in spoken) - spoken[0].start <= o.max_duration + EPS
+        # timing (words without text take no part in it)
+        first, last = spoken[0].start, max(spoken[0].start, max(w.end for w in spoken))
+        assert c.start >= first - EPS, "shown before its first word"
+        assert c.end > c.start
+        assert c.end - c.start <= o.max_duration + EPS
+        assert c.end - c.start >= o.min_visible - EPS
+        nxt = cues[i + 1] if i + 1 < len(cues) else None
+        squeezed = nxt is not None and abs(nxt.start - o.min_gap - c.end) < EPS
+        if nxt is not None:
+            assert nxt.start >= c.end + o.min_gap - EPS, "cues overlap or gap too small"
+        if not squeezed:
+            assert c.end - c.start >= o.min_duration - EPS
+            assert c.end >= min(last, c.start + o.max_duration) - EPS
+        need = max(o.min_duration, len(" ".join(c.lines)) / o.max_cps, o.min_visible)
+        assert c.end <= max(last + o.linger, c.start + need) + o.close_gap + EPS
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timelines())
+def test_layout_properties_default_options(words):
+    o = CueOptions()
+    check_cues(words, layout_cues(words, o), o)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timelines(max_words=40), cue_options())
+def test_layout_properties_random_options(words, o):
+    check_cues(words, layout_cues(words, o), o)
+
+
+@settings(max_examples=100, deadline=None)
+@given(timelines(max_words=30))
+def test_line_words_follow_lines(words):
+    for c in layout_cues(words):
+        groups = line_words(c)
+        assert [w for g in groups for w in g] == list(c.words)
+        for line, group in zip(c.lines, groups):
+            assert line == " ".join(token(w) for w in group if token(w))
+
+
+# --- hand examples ------------------------------------------------------------------------
+
+def test_no_words_no_cues():
+    assert layout_cues([]) == []
+    assert layout_cues([Word(0.0, 1.0, " ", 1.0)]) == []
+
+
+def test_words_without_text_ride_along():
+    words = [Word(0.0, 0.1, "", 1.0)] + words_of("Hi there.", start=1.0) \
+        + [Word(9.0, 20.0, " ", 1.0)]
+    cue, = layout_cues(words)
+    assert cue.words == tuple(words) and cue.text == "Hi there."
+    assert cue.start == 1.0
+
+
+def test_split_at_sentence_end():
+    cues = layout_cues(words_of("Hello there, my friend. How are you today?"))
+    assert [c.text for c in cues] == ["Hello there, my friend.", "How are you today?"]
+
+
+def test_clause_split_preferred_over_anywhere():
+    text = ("When we finally reached the top of the mountain after many hours, "
+            "we sat down on the rocks and looked at the valley below us")
+    cues = layout_cues(words_of(text, step=0.25))
+    assert len(cues) == 2
+    assert cues[0].text.replace("\n", " ").endswith("many hours,")
+
+
+def test_long_pause_splits():
+    cues = layout_cues(words_of("I think we should go now", pauses={3: 1.5}))
+    assert [c.text for c in cues] == ["I think we", "should go now"]
+
+
+def test_quick_short_sentences_are_joined():
+    # each sentence alone would get far less than min_duration before the next one
+    cues = layout_cues(words_of("Yes. No. Maybe.", step=0.2))
+    assert [c.text for c in cues] == ["Yes. No. Maybe."]
+
+
+def test_article_not_left_at_line_end():
+    tokens = "He walked slowly over to the window and looked out at the rain".split()
+    lines = break_lines(tokens, CueOptions())
+    assert len(lines) == 2
+    # the most balanced break would be after "the"; it moves to before "and"
+    assert lines == ("He walked slowly over to the window", "and looked out at the rain")
+    assert lines[0].split()[-1].lower() not in FUNCTION_WORDS
+
+
+def test_balanced_lines():
+    tokens = "one two three four five six seven eight nine ten eleven twelve".split()
+    lines = break_lines(tokens, CueOptions(max_line_chars=42))
+    assert len(lines) == 2
+    assert abs(len(lines[0]) - len(lines[1])) <= 8
+
+
+def test_bottom_heavy_on_ties():
+    lines = break_lines("aaaa bbbb cccc dddd eeee".split(), CueOptions(max_line_chars=15))
+    assert lines == ("aaaa bbbb", "cccc dddd eeee")
+
+
+def test_one_line_when_it_fits():
+    assert break_lines(["Short", "and", "sweet."], CueOptions()) == ("Short and sweet.",)
+
+
+def test_long_word_alone_on_its_line():
+    long = "x" * 50
+    cues = layout_cues(words_of(f"see {long} here"))
+    lines = [line for c in cues for line in c.lines]
+    assert long in lines
+    assert all(len(line) <= 42 for line in lines if line != long)
+
+
+def test_duration_extended_into_free_time():
+    cues = layout_cues([Word(1.0, 1.1, " Hi.", 1.0), Word(5.0, 5.2, " Bye.", 1.0)])
+    assert cues[0].start == 1.0
+    assert cues[0].end == pytest.approx(1.0 + 5 / 6)
+    assert cues[1].end == pytest.approx(5.0 + 5 / 6)
+
+
+def test_small_gap_closed_to_min_gap():
+    words = words_of("First sentence here.") + words_of("Second one.", start=1.55)
+    cues = layout_cues(words)
+    assert len(cues) == 2
+    assert cues[1].start - cues[0].end == pytest.approx(2 / 24)
+
+
+def test_linger_after_last_word():
+    words = words_of("This sentence is long enough to be read in time.", step=0.4)
+    cue, = layout_cues(words)
+    assert cue.end == pytest.approx(words[-1].end + 0.5)
+
+
+def test_max_duration_splits_slow_speech():
+    cues = layout_cues(words_of("so very slow speech goes on and on", step=1.5))
+    assert len(cues) > 1
+    assert all(c.end - c.start <= 7.0 + EPS for c in cues)
+
+
+def test_end_time_caps_the_last_cue():
+    cue, = layout_cues([Word(10.0, 10.1, " Hi", 1.0)], end_time=10.4)
+    assert cue.end == pytest.approx(10.4)
+
+
+def test_dense_words_never_overlap():
+    words = [Word(1.0, 1.0, f" w{i}.", 1.0) for i in range(30)]
+    cues = layout_cues(words)
+    for a, b in zip(cues, cues[1:]):
+        assert b.start >= a.end + 2 / 24 - EPS
+
+
+def test_segment_without_words_gives_pseudo_words():
+    seg = Segment(start=2.0, end=4.0, text=" ab abcd ab")
+    words = segment_words(seg)
+    assert [w.text for w in words] == [" ab", " abcd", " ab"]
+    assert words[0].start == 2.0 and words[-1].end == pytest.approx(4.0)
+    assert words[1].start == pytest.approx(2.5) and words[1].end == pytest.approx(3.5)
+    cues = transcript_cues(Transcript(language="en", duration=10.0, segments=(seg,)))
+    assert [c.text for c in cues] == ["ab abcd ab"]
+
+
+def test_cue_to_dict():
+    cue, = layout_cues(words_of("Hello world."))
+    d = cue.to_dict()
+    assert d["text"] == "Hello world." and d["start"] == 0.0
+    assert [w["word"] for w in d["words"]] == [" Hello", " world."]
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"max_line_chars": 0}, {"max_lines": 0}, {"max_lines": 1.5}, {"max_cps": 0},
+    {"min_duration": -1}, {"max_duration": 0}, {"min_duration": 8.0, "max_duration": 7.0},
+    {"min_gap": -0.1}, {"close_gap": math.nan}, {"linger": -1}, {"pause_split": 0},
+    {"max_line_chars": True},
+])
+def test_options_are_checked(kwargs):
+    with pytest.raises(ValueError, match="CueOptions"):
+        CueOptions(**kwargs)

@@ -1,0 +1,284 @@
+"""Writers: the formats parse back with independent readers; atomic writes never leave junk."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+from pathlib import Path
+
+import pysubs2
+import pytest
+import srt
+import webvtt
+
+from transcriber import writers
+from transcriber.cues import CueOptions, transcript_cues
+from transcriber.errors import OutputError
+from transcriber.types import Segment, Transcript, Word
+from transcriber.writers import (FORMATS, vtt_timestamp, write_atomic, write_json,
+                                 write_outputs, write_srt, write_txt, write_vtt)
+
+TIMING = re.compile(r"^(\d{2,}):(\d{2}):(\d{2})\.(\d{3}) --> (\d{2,}):(\d{2}):(\d{2})\.(\d{3})$")
+INLINE = re.compile(r"<(\d{2,}):(\d{2}):(\d{2})\.(\d{3})>")
+
+
+def segment(start: float, tokens: list[str], step: float = 0.4) -> Segment:
+    words = tuple(Word(start=round(start + i * step, 3), end=round(start + i * step + 0.3, 3),
+                       text=" " + t, probability=0.75) for i, t in enumerate(tokens))
+    return Segment(start=words[0].start, end=words[-1].end,
+                   text="".join(w.text for w in words), words=words)
+
+
+@pytest.fixture
+def transcript() -> Transcript:
+    return Transcript(language="en", duration=30.0, model="tiny.en", segments=(
+        segment(0.5, "Hello there, this is a test of the subtitle writers.".split()),
+        segment(5.0, "Fish & chips <b>are</b> served at 5 > 4 o'clock.".split()),
+        segment(9.0, ("And now a much longer sentence that will certainly not fit on "
+                      "a single line of forty two characters, let alone one cue.").split()),
+    ))
+
+
+def spoken(transcript: Transcript) -> list[str]:
+    return [w.text.strip() for w in transcript.words]
+
+
+def seconds(*parts: str) -> float:
+    h, m, s, ms = (int(p) for p in parts)
+    return h * 3600 + m * 60 + s + ms / 1000
+
+
+# --- SRT ----------------------------------------------------------------------------------
+
+def test_srt_parses_back(transcript):
+    text = write_srt(transcript)
+    subs = list(srt.parse(text))
+    assert [s.index for s in subs] == list(range(1, len(subs) + 1))
+    assert " ".join(s.content for s in subs).split() == spoken(transcript)
+    assert re.search(r"^00:00:00,500 --> ", text, re.MULTILINE)
+    for a, b in zip(subs, subs[1:]):
+        assert a.start < a.end <= b.start
+    # SRT has no escaping; pysubs2, like players, reads <b>...</b> as bold
+    events = pysubs2.SSAFile.from_string(text, format_="srt")
+    assert " ".join(e.plaintext for e in events).split() == \
+        [re.sub(r"</?b>", "", w) for w in spoken(transcript)]
+
+
+def test_srt_matches_cues(transcript):
+    cues = transcript_cues(transcript)
+    subs = list(srt.parse(write_srt(transcript)))
+    assert [s.content for s in subs] == [c.text for c in cues]
+    assert [s.start.total_seconds() for s in subs] == pytest.approx(
+        [round(c.start, 3) for c in cues])
+
+
+def test_srt_respects_cue_options(transcript):
+    subs = list(srt.parse(write_srt(transcript, CueOptions(max_line_chars=20, max_lines=1))))
+    assert all(len(line) <= 20 for s in subs for line in s.content.split("\n"))
+    assert all("\n" not in s.content for s in subs)
+
+
+# --- WebVTT -------------------------------------------------------------------------------
+
+def test_vtt_parses_back(transcript):
+    text = write_vtt(transcript)
+    assert text.startswith("WEBVTT\n\n")
+    captions = webvtt.from_string(text).captions
+    assert " ".join(html.unescape(c.text) for c in captions).split() == spoken(transcript)
+    events = pysubs2.SSAFile.from_string(text, format_="vtt")
+    assert " ".join(html.unescape(e.plaintext) for e in events).split() == spoken(transcript)
+    assert len(events) == len(captions) == len(transcript_cues(transcript))
+
+
+def test_vtt_timing_lines_always_have_hours(transcript):
+    timings = [line for line in write_vtt(transcript).splitlines() if "-->" in line]
+    assert timings and all(TIMING.match(line) for line in timings)
+    assert timings[0].startswith("00:00:00.500 --> ")
+    assert vtt_timestamp(3723.5) == "01:02:03.500"
+    assert vtt_timestamp(0.0) == "00:00:00.000"
+    assert vtt_timestamp(59.9996) == "00:01:00.000"
+
+
+def test_vtt_escapes_markup(transcript):
+    text = write_vtt(transcript)
+    assert "Fish &amp; chips &lt;b&gt;are&lt;/b&gt;" in text
+    assert "5 &gt; 4" in text
+    body = "\n".join(text.splitlines()[1:])
+    assert "<" not in body and " & " not in body
+    # SRT has no escaping: the text is as spoken
+    assert "Fish & chips <b>are</b>" in write_srt(transcript)
+
+
+def test_vtt_karaoke(transcript):
+    text = write_vtt(transcript, karaoke=True)
+    cues = transcript_cues(transcript)
+    blocks = text.strip().split("\n\n")[1:]
+    assert len(blocks) == len(cues)
+    for block, cue in zip(blocks, cues):
+        timing, *lines = block.split("\n")
+        m = TIMING.match(timing)
+        start, end = seconds(*m.groups()[:4]), seconds(*m.groups()[4:])
+        stamps = [seconds(*g) for g in INLINE.findall("\n".join(lines))]
+        assert len(stamps) == len(cue.words) - 1  # one before each word after the first
+        assert stamps == sorted(stamps)
+        assert all(start <= s <= end for s in stamps)
+        assert stamps == pytest.approx([round(w.start, 3) for w in cue.words[1:]])
+        assert [INLINE.sub("", line) for line in lines] == \
+            [html.escape(line, quote=False) for line in cue.lines]
+    captions = webvtt.from_string(text).captions
+    assert " ".join(html.unescape(c.text) for c in captions).split() == spoken(transcript)
+
+
+# --- JSON and text ------------------------------------------------------------------------
+
+def test_json_round_trip(transcript):
+    data = json.loads(write_json(transcript))
+    assert set(data) == {"language", "duration", "model", "segments"}
+    assert data["segments"][0]["words"][0] == {"word": " Hello", "start": 0.5, "end": 0.8,
+                                               "probability": 0.75}
+    assert Transcript.from_dict(data) == transcript
+
+
+def test_json_with_cues(transcript):
+    data = json.loads(write_json(transcript, include_cues=True))
+    cues = transcript_cues(transcript)
+    assert [c["text"] for c in data["cues"]] == [c.text for c in cues]
+    assert Transcript.from_dict(data) == transcript
+
+
+def test_txt_one_line_per_segment(transcript):
+    lines = write_txt(transcript).splitlines()
+    assert lines == [s.text.strip() for s in transcript.segments]
+
+
+def test_segments_without_words():
+    t = Transcript(language="en", duration=10.0, segments=(
+        Segment(start=1.0, end=3.0, text=" Words were not timed."),
+        Segment(start=4.0, end=6.0, text=" Still fine."),
+    ))
+    subs = list(srt.parse(write_srt(t)))
+    assert [s.content for s in subs] == ["Words were not timed.", "Still fine."]
+    assert subs[0].start.total_seconds() == 1.0
+    assert write_txt(t) == "Words were not timed.\nStill fine.\n"
+
+
+def test_empty_transcript():
+    for t in (Transcript(language="en", duration=12.0),
+              Transcript(language="en", duration=12.0,
+                         segments=(Segment(start=0.0, end=1.0, text=""),))):
+        assert write_srt(t) == ""
+        assert write_vtt(t) == "WEBVTT\n"
+        assert webvtt.from_string(write_vtt(t)).captions == []
+        assert write_txt(t) == ""
+        assert Transcript.from_dict(json.loads(write_json(t, include_cues=True))) == t
+        assert json.loads(write_json(t, include_cues=True))["cues"] == []
+
+
+def test_formats_registry(transcript):
+    assert set(FORMATS) == {"srt", "vtt", "json", "txt"}
+    for name, (ext, render) in FORMATS.items():
+        assert ext == "." + name
+        assert isinstance(render(transcript, CueOptions()), str)
+
+
+# --- atomic writes ------------------------------------------------------------------------
+
+def leftovers(directory: Path) -> list[str]:
+    return [p.name for p in directory.iterdir() if p.name.endswith(".part")]
+
+
+def test_write_atomic_writes_and_replaces(tmp_path):
+    target = tmp_path / "out.srt"
+    write_atomic(target, "first\n")
+    write_atomic(target, "second é\n")
+    assert target.read_text(encoding="utf-8") == "second é\n"
+    assert leftovers(tmp_path) == []
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_write_atomic_missing_directory(tmp_path):
+    target = tmp_path / "missing" / "out.srt"
+    with pytest.raises(OutputError) as info:
+        write_atomic(target, "text")
+    assert str(target) in str(info.value) and "\n" not in str(info.value)
+    assert isinstance(info.value.__cause__, OSError)
+    assert not target.exists()
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0,
+                    reason="needs a POSIX user that permissions apply to")
+def test_write_atomic_unwritable_directory(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(OutputError, match="locked"):
+            write_atomic(locked / "out.srt", "text")
+        assert list(locked.iterdir()) == []
+    finally:
+        locked.chmod(0o700)
+
+
+def test_write_atomic_permission_denied(tmp_path, monkeypatch):
+    # what an unwritable directory gives, also when the tests run as root
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    monkeypatch.setattr(writers.tempfile, "NamedTemporaryFile", denied)
+    with pytest.raises(OutputError, match=r"cannot write .*out\.srt: Permission denied"):
+        write_atomic(tmp_path / "out.srt", "text")
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("failing", ["fsync", "replace"])
+def test_write_atomic_failure_leaves_nothing(tmp_path, monkeypatch, failing):
+    target = tmp_path / "out.vtt"
+    target.write_text("old complete file")
+
+    def boom(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writers.os, failing, boom)
+    with pytest.raises(OutputError, match=r"out\.vtt: No space left on device") as info:
+        write_atomic(target, "new text")
+    monkeypatch.undo()
+    assert info.value.__cause__ is not None
+    assert target.read_text() == "old complete file"
+    assert leftovers(tmp_path) == []
+
+
+def test_write_atomic_unencodable_text(tmp_path):
+    with pytest.raises(OutputError):
+        write_atomic(tmp_path / "out.txt", "bad \ud800 surrogate")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_outputs(transcript, tmp_path):
+    paths = write_outputs(transcript, tmp_path / "sub" / "talk.v2", ["srt", "vtt", "json", "txt",
+                                                                     "srt"])
+    assert [p.name for p in paths] == ["talk.v2.srt", "talk.v2.vtt", "talk.v2.json",
+                                       "talk.v2.txt"]
+    assert paths[0].read_text(encoding="utf-8") == write_srt(transcript)
+    assert leftovers(tmp_path / "sub") == []
+
+
+def test_write_outputs_render_error_writes_nothing(transcript, tmp_path, monkeypatch):
+    def broken(t, o):
+        raise RuntimeError("render bug")
+
+    monkeypatch.setitem(FORMATS, "vtt", (".vtt", broken))
+    with pytest.raises(OutputError, match="talk.vtt") as info:
+        write_outputs(transcript, tmp_path / "talk", ["srt", "vtt"])
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_outputs_unknown_format(transcript, tmp_path):
+    with pytest.raises(ValueError, match="'doc'"):
+        write_outputs(transcript, tmp_path / "talk", ["srt", "doc"])
+    assert list(tmp_path.iterdir()) == []

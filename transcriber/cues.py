@@ -1,0 +1,397 @@
+"""Subtitle cues from a word timeline, close to the Netflix Timed Text Style Guide.
+
+Three passes:
+
+1. grouping: an optimal segmentation of the word stream (dynamic programming over cue ends).
+   Hard limits: the text fits ``max_lines`` lines of ``max_line_chars`` and the words span at
+   most ``max_duration`` (a single word always makes a valid cue). Soft costs rank the split
+   points: sentence end < clause punctuation = long pause < anywhere else, plus a cost per cue
+   (so a cue is split only when it must be) and a cost for keeping two sentences (or the two
+   sides of a long pause) together, outweighed only when a cue on its own would get too little
+   time to be read.
+2. lines: the fewest lines that fit, balanced (similar lengths), not breaking after an article,
+   preposition or conjunction when another break is about as good.
+3. timing: a cue starts with its first word (later only if the previous cue needs the room),
+   stays ``linger`` after its last word or longer if reading speed / ``min_duration`` need it,
+   small gaps are closed up to ``min_gap`` and never less than ``min_gap`` separates two cues.
+
+Times are seconds of the source file. Word text keeps Whisper's leading space; it is stripped
+(and inner whitespace collapsed) for layout.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from transcriber.types import Segment, Transcript, Word
+
+
+@dataclass(frozen=True)
+class CueOptions:
+    max_line_chars: int = 42      # characters per line
+    max_lines: int = 2            # lines per cue
+    max_cps: float = 17.0         # reading speed, characters (incl. spaces) per second
+    min_duration: float = 5 / 6   # seconds a cue stays up, where the next cue leaves room
+    max_duration: float = 7.0
+    min_gap: float = 2 / 24       # two frames at 24 fps between consecutive cues
+    close_gap: float = 0.5        # gaps up to this are closed to min_gap (avoids flicker)
+    linger: float = 0.5           # a cue stays this long after its last word ends
+    pause_split: float = 1.0      # silence of at least this long between words is a split point
+
+    def __post_init__(self) -> None:
+        for name in ("max_line_chars", "max_lines"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"CueOptions.{name} must be an integer >= 1, got {value!r}")
+        for name in ("max_cps", "max_duration", "pause_split", "min_duration", "min_gap",
+                     "close_gap", "linger"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value):
+                raise ValueError(f"CueOptions.{name} must be a finite number, got {value!r}")
+        for name in ("max_cps", "max_duration", "pause_split"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"CueOptions.{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("min_duration", "min_gap", "close_gap", "linger"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"CueOptions.{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.min_duration > self.max_duration:
+            raise ValueError(f"CueOptions.min_duration ({self.min_duration}) must not exceed "
+                             f"max_duration ({self.max_duration})")
+
+    @property
+    def min_visible(self) -> float:
+        """The shortest a cue may be squeezed when the next one starts right after it."""
+        return max(0.001, min(0.25, self.min_duration, self.max_duration))
+
+
+@dataclass(frozen=True)
+class Cue:
+    start: float
+    end: float
+    lines: tuple[str, ...]
+    words: tuple[Word, ...]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def to_dict(self) -> dict:
+        return {"start": round(self.start, 3), "end": round(self.end, 3), "text": self.text,
+                "words": [w.to_dict() for w in self.words]}
+
+
+# --- word classes -------------------------------------------------------------------------
+
+_CLOSERS = "\"')]}»”’"
+_SENTENCE_END = re.compile(rf"(?<!\.\.)[.?!][{re.escape(_CLOSERS)}]*$")
+_CLAUSE_END = re.compile(rf"([,;:–—…]|\.\.\.)[{re.escape(_CLOSERS)}]*$")
+# a period after these is not a sentence end
+_ABBREVIATIONS = {"mr.", "mrs.", "ms.", "dr.", "st.", "jr.", "sr.", "prof.", "vs.", "etc.",
+                  "e.g.", "i.e.", "no.", "mt."}
+# words that should not end a line or a cue: they belong with the word after them. Words that
+# often end a phrase ("it", "you", "up", "out", "so") are left out on purpose.
+_FUNCTION_WORDS = frozenset("""
+a an the
+of in on at to for with from by about into onto over under after before between through
+during without within upon across against among around behind beyond toward towards via per
+and but or nor yet if because that than when while although though unless whether
+as since until where which who whom whose
+i we he she they my your his its our their this these those
+""".split())
+
+SENTENCE, CLAUSE, PAUSE, PLAIN = range(4)
+
+
+def _token(word: Word) -> str:
+    """The word as laid out: Whisper's leading space gone, inner whitespace collapsed."""
+    return " ".join(word.text.split())
+
+
+def _is_sentence_end(token: str) -> bool:
+    return bool(_SENTENCE_END.search(token)) and token.lower() not in _ABBREVIATIONS \
+        and not re.fullmatch(r"[A-Z]\.", token)  # an initial, as in "J. R. R."
+
+
+def _is_function_word(token: str) -> bool:
+    return token.lower() in _FUNCTION_WORDS
+
+
+def _ends_with_punctuation(token: str) -> bool:
+    return bool(_SENTENCE_END.search(token) or _CLAUSE_END.search(token))
+
+
+def _boundary_kind(word: Word, token: str, next_word: Word, pause_split: float) -> int:
+    """What kind of split point lies between ``word`` and ``next_word``."""
+    if _is_sentence_end(token):
+        return SENTENCE
+    if _CLAUSE_END.search(token):
+        return CLAUSE
+    if next_word.start - word.end >= pause_split:
+        return PAUSE
+    return PLAIN
+
+
+# --- pass 1: grouping words into cues -----------------------------------------------------
+
+# Costs, in arbitrary units. A split costs PER_CUE plus the cost of its kind; keeping a
+# sentence end (or a long pause) inside a cue costs JOIN_*; a cue that gets less time than it
+# needs (min_duration, reading speed) before the next cue's first word costs up to SHORT.
+PER_CUE = 2.0
+BREAK_COST = {SENTENCE: 0.0, CLAUSE: 1.0, PAUSE: 1.0, PLAIN: 6.0}
+PLAIN_GAP_BONUS = 3.0      # a plain split at a longer silence is better, up to this much
+DANGLING_COST = 4.0        # splitting right after "the", "of", "and", ...
+JOIN_COST = {SENTENCE: 10.0, PAUSE: 6.0}
+SHORT = 30.0               # so a cue left less than ~2/3 of the time it needs is joined
+FILL = 2.0                 # times (chars / capacity)^2: of equal splits, the balanced one
+
+
+class _Stream:
+    """Per-word facts the segmentation needs, computed once."""
+
+    def __init__(self, words: Sequence[Word], options: CueOptions):
+        self.words = words
+        self.tokens = [_token(w) for w in words]
+        n = len(words)
+        self.kinds = [_boundary_kind(words[k], self.tokens[k], words[k + 1], options.pause_split)
+                      for k in range(n - 1)]
+        self.gaps = [max(0.0, words[k + 1].start - words[k].end) for k in range(n - 1)]
+
+    def break_cost(self, k: int, options: CueOptions) -> float:
+        """Cost of ending a cue after word ``k`` (another cue follows)."""
+        kind = self.kinds[k]
+        cost = BREAK_COST[kind]
+        if kind == PLAIN:
+            cost -= PLAIN_GAP_BONUS * min(1.0, self.gaps[k] / options.pause_split)
+            if _is_function_word(self.tokens[k]):
+                cost += DANGLING_COST
+        return cost
+
+
+class _LineFill:
+    """Greedy line filling, extended one word at a time: the fewest lines a text needs."""
+
+    def __init__(self, width: int):
+        self.width = width
+        self.lines = 0
+        self.current = 0  # length of the last line; 0 when it is empty (or closed)
+        self.chars = 0    # characters of the whole cue text, with one space between words
+        self.words = 0
+
+    def add(self, length: int) -> None:
+        self.chars += length + (1 if self.words else 0)
+        self.words += 1
+        if self.current and self.current + 1 + length <= self.width:
+            self.current += 1 + length
+        else:
+            self.lines += 1
+            self.current = length
+        if length > self.width:  # an over-long word stands alone on its line
+            self.current = self.width + 1
+
+
+def _short_cost(chars: int, available: float, options: CueOptions) -> float:
+    need = min(max(options.min_duration, chars / options.max_cps), options.max_duration)
+    if need <= 0 or available >= need:
+        return 0.0
+    return SHORT * min(1.0, (need - max(available, 0.0)) / need)
+
+
+def _group(stream: _Stream, options: CueOptions) -> list[tuple[int, int]]:
+    """Optimal split of words into cues, as (first, end) index ranges.
+
+    best[j] is the least cost of laying out words[:j]. Pushing forward from each cue start i
+    lets the line fill, span and join costs grow one word at a time, and stop as soon as the
+    cue no longer fits (more words never fit again).
+    """
+    words, n = stream.words, len(stream.words)
+    best = [0.0] + [math.inf] * n
+    back = [0] * (n + 1)
+    capacity = options.max_lines * options.max_line_chars
+    for i in range(n):
+        fill = _LineFill(options.max_line_chars)
+        span_end = -math.inf
+        joins = 0.0
+        for j in range(i + 1, n + 1):
+            fill.add(len(stream.tokens[j - 1]))
+            span_end = max(span_end, words[j - 1].end)
+            if j > i + 1:
+                joins += JOIN_COST.get(stream.kinds[j - 2], 0.0)
+                if fill.lines > options.max_lines \
+                        or span_end - words[i].start > options.max_duration:
+                    break
+            if j < n:
+                available = words[j].start - options.min_gap - words[i].start
+                cost = stream.break_cost(j - 1, options)
+            else:
+                available, cost = math.inf, 0.0
+            cost += PER_CUE + joins + _short_cost(fill.chars, available, options) \
+                + FILL * (fill.chars / capacity) ** 2
+            if best[i] + cost < best[j]:
+                best[j], back[j] = best[i] + cost, i
+    ranges = []
+    j = n
+    while j > 0:
+        ranges.append((back[j], j))
+        j = back[j]
+    return ranges[::-1]
+
+
+# --- pass 2: line breaks ------------------------------------------------------------------
+
+DANGLING_LINE_COST = 150.0  # what a ~17-character imbalance between two lines costs
+PUNCT_LINE_BONUS = 120.0
+
+
+def break_lines(tokens: Sequence[str], options: CueOptions) -> tuple[str, ...]:
+    """Lay tokens out on the fewest lines that fit, as balanced as possible.
+
+    Minimises the sum of squared line lengths (balanced lines), plus a cost for a line ending
+    in a function word and a bonus for one ending in punctuation; a tiny extra weight on
+    earlier lines prefers a bottom-heavy layout on ties.
+    """
+    tokens = [t for t in tokens if t]
+    fill = _LineFill(options.max_line_chars)
+    for t in tokens:
+        fill.add(len(t))
+    if fill.lines <= 1:
+        return (" ".join(tokens),) if tokens else ()
+    m, n_lines, width = len(tokens), fill.lines, options.max_line_chars
+
+    def line_cost(a: int, b: int, last: bool) -> float:
+        length = sum(len(t) for t in tokens[a:b]) + (b - a - 1)
+        if length > width and b - a > 1:
+            return math.inf
+        cost = float(length * length)
+        if not last:
+            cost += 0.1 * length
+            if _is_function_word(tokens[b - 1]):
+                cost += DANGLING_LINE_COST
+            elif _ends_with_punctuation(tokens[b - 1]):
+                cost -= PUNCT_LINE_BONUS
+        return cost
+
+    # cost[l][k]: best layout of tokens[:k] on l lines
+    cost = [[math.inf] * (m + 1) for _ in range(n_lines + 1)]
+    back = [[0] * (m + 1) for _ in range(n_lines + 1)]
+    cost[0][0] = 0.0
+    for line in range(1, n_lines + 1):
+        last = line == n_lines
+        for b in range(line, m + 1):
+            if last and b != m:
+                continue
+            for a in range(line - 1, b):
+                c = cost[line - 1][a] + line_cost(a, b, last)
+                if c < cost[line][b]:
+                    cost[line][b], back[line][b] = c, a
+    lines, b = [], m
+    for line in range(n_lines, 0, -1):
+        a = back[line][b]
+        lines.append(" ".join(tokens[a:b]))
+        b = a
+    return tuple(reversed(lines))
+
+
+def line_words(cue: Cue) -> list[tuple[Word, ...]]:
+    """The cue's words grouped by the line they are on (empty words join the line before)."""
+    groups: list[list[Word]] = [[] for _ in cue.lines]
+    line, used = 0, 0
+    for word in cue.words:
+        token = _token(word)
+        if token and line < len(cue.lines) and used >= len(cue.lines[line]):
+            line, used = line + 1, 0
+        index = min(line, len(groups) - 1)
+        if index < 0:  # a cue of empty words only has no lines
+            continue
+        groups[index].append(word)
+        if token:
+            used += len(token) + (1 if used else 0)
+    return [tuple(g) for g in groups]
+
+
+# --- pass 3: timing -----------------------------------------------------------------------
+
+def _time_cues(groups: list[tuple[tuple[Word, ...], tuple[str, ...], list[Word]]],
+               options: CueOptions, end_time: Optional[float]) -> list[Cue]:
+    """Cue times for groups of (all words, lines, the words with text)."""
+    cues: list[Cue] = []
+    prev_end = -math.inf
+    for index, (words, lines, spoken) in enumerate(groups):
+        first = spoken[0].start
+        last = max(first, max(w.end for w in spoken))
+        start = max(first, prev_end + options.min_gap)
+        need = max(options.min_duration, len(" ".join(lines)) / options.max_cps)
+        end = max(last + options.linger, start + need)
+        limit = start + options.max_duration
+        if index + 1 < len(groups):
+            room = groups[index + 1][2][0].start - options.min_gap  # the next cue's start
+            limit = min(limit, room)
+            if end < limit and room - end <= options.close_gap:
+                end = limit  # close the small gap
+        elif end_time is not None:
+            limit = min(limit, max(end_time, last))
+        end = max(min(end, limit), start + options.min_visible)
+        cues.append(Cue(start=start, end=end, lines=lines, words=words))
+        prev_end = end
+    return cues
+
+
+def layout_cues(words: Sequence[Word], options: CueOptions = CueOptions(), *,
+                end_time: Optional[float] = None) -> list[Cue]:
+    """Subtitle cues for a word timeline (words in time order).
+
+    Every word lands in exactly one cue, in order. Words without text (only whitespace) take
+    no part in layout or timing: they ride along in the cue of the word before them (the
+    first cue for leading ones), and a timeline without any text gives no cues at all.
+    ``end_time`` (the media duration), when given, is where free time after the last word ends.
+    """
+    words = list(words)
+    spoken_at = [k for k, w in enumerate(words) if _token(w)]
+    if not spoken_at:
+        return []
+    spoken = [words[k] for k in spoken_at]
+    stream = _Stream(spoken, options)
+    groups = []
+    for a, b in _group(stream, options):
+        first = spoken_at[a] if a > 0 else 0
+        end = spoken_at[b] if b < len(spoken_at) else len(words)
+        groups.append((tuple(words[first:end]), break_lines(stream.tokens[a:b], options),
+                       spoken[a:b]))
+    return _time_cues(groups, options, end_time)
+
+
+# --- word timelines -----------------------------------------------------------------------
+
+def segment_words(segment: Segment) -> tuple[Word, ...]:
+    """The segment's words; without word timestamps, pseudo-words from its text.
+
+    Pseudo-words share the segment's time in proportion to their length in characters.
+    """
+    if segment.words:
+        return segment.words
+    tokens = segment.text.split()
+    if not tokens:
+        return ()
+    total = sum(len(t) for t in tokens)
+    span = max(0.0, segment.end - segment.start)
+    probability = math.exp(min(0.0, segment.avg_logprob))
+    words, done = [], 0
+    for t in tokens:
+        start = segment.start + span * done / total
+        done += len(t)
+        end = segment.start + span * done / total
+        words.append(Word(start=start, end=end, text=" " + t, probability=probability))
+    return tuple(words)
+
+
+def transcript_words(transcript: Transcript) -> list[Word]:
+    """All words of a transcript, pseudo-words for segments without word timestamps."""
+    return [w for s in transcript.segments for w in segment_words(s)]
+
+
+def transcript_cues(transcript: Transcript, options: CueOptions = CueOptions()) -> list[Cue]:
+    end_time = transcript.duration if transcript.duration > 0 else None
+    return layout_cues(transcript_words(transcript), options, end_time=end_time)

@@ -1,0 +1,212 @@
+"""Output formats (SRT, WebVTT, JSON word timeline, plain text) and atomic file writing.
+
+Every render function is pure (transcript in, text out); ``write_outputs`` renders every
+requested format before it writes any file, and each file is written to a temporary file in
+the target directory and renamed over the target, so a reader never sees a partial output.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+from typing import Callable, Sequence
+
+import srt
+
+from transcriber.cues import CueOptions, line_words, transcript_cues
+from transcriber.errors import OutputError
+from transcriber.types import Transcript
+
+
+def _milliseconds(seconds: float) -> int:
+    """Seconds as whole milliseconds, never negative (subtitle formats have no sign)."""
+    return max(0, round(seconds * 1000))
+
+
+def write_srt(transcript: Transcript, cue_options: CueOptions = CueOptions()) -> str:
+    """SubRip text: cues numbered from 1, ``hh:mm:ss,ttt`` times; "" for no speech."""
+    subtitles = [
+        srt.Subtitle(index=i, start=timedelta(milliseconds=_milliseconds(cue.start)),
+                     end=timedelta(milliseconds=_milliseconds(cue.end)), content=cue.text)
+        for i, cue in enumerate(transcript_cues(transcript, cue_options), start=1)
+        if cue.text  # a cue of empty words only would be an empty SRT block
+    ]
+    return srt.compose(subtitles, reindex=True, start_index=1)
+
+
+def vtt_timestamp(seconds: float) -> str:
+    """``hh:mm:ss.ttt``, hours always present (as WebVTT cue timings allow)."""
+    ms = _milliseconds(seconds)
+    hours, ms = divmod(ms, 3_600_000)
+    minutes, ms = divmod(ms, 60_000)
+    secs, ms = divmod(ms, 1000)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}.{ms:03d}"
+
+
+def _vtt_escape(text: str) -> str:
+    # WebVTT cue text is HTML-like: & < > must be character references
+    return html.escape(text, quote=False)
+
+
+def _karaoke_lines(cue) -> list[str]:
+    """Cue lines with an inline ``<hh:mm:ss.ttt>`` before every word after the first.
+
+    A timestamp is kept inside the cue's own times, as WebVTT requires.
+    """
+    lines, first = [], True
+    for words in line_words(cue):
+        parts = []
+        for word in words:
+            token = " ".join(word.text.split())
+            if not token:
+                continue
+            text = _vtt_escape(token)
+            if not first:
+                at = min(max(word.start, cue.start), cue.end)
+                text = f"<{vtt_timestamp(at)}>{text}"
+            parts.append(text)
+            first = False
+        lines.append(" ".join(parts))
+    return lines
+
+
+def write_vtt(transcript: Transcript, cue_options: CueOptions = CueOptions(),
+              karaoke: bool = False) -> str:
+    """WebVTT text; with ``karaoke``, inline word timestamps. Just the header for no speech."""
+    blocks = ["WEBVTT\n"]
+    for cue in transcript_cues(transcript, cue_options):
+        if not cue.text:
+            continue
+        lines = _karaoke_lines(cue) if karaoke else [_vtt_escape(line) for line in cue.lines]
+        timing = f"{vtt_timestamp(cue.start)} --> {vtt_timestamp(cue.end)}"
+        blocks.append("\n".join([timing, *lines]) + "\n")
+    return "\n".join(blocks)
+
+
+def write_json(transcript: Transcript, include_cues: bool = False,
+               cue_options: CueOptions = CueOptions()) -> str:
+    """The word timeline: ``Transcript.to_dict()``, plus ``"cues"`` when asked."""
+    data = transcript.to_dict()
+    if include_cues:
+        data["cues"] = [cue.to_dict() for cue in transcript_cues(transcript, cue_options)]
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def write_txt(transcript: Transcript) -> str:
+    """The text, one line per segment (segments without text are left out)."""
+    lines = [" ".join(s.text.split()) for s in transcript.segments]
+    lines = [line for line in lines if line]
+    return "".join(line + "\n" for line in lines)
+
+
+Render = Callable[[Transcript, CueOptions], str]
+
+# format name -> (file extension, render function)
+FORMATS: dict[str, tuple[str, Render]] = {
+    "srt": (".srt", write_srt),
+    "vtt": (".vtt", lambda t, o: write_vtt(t, o)),
+    "json": (".json", lambda t, o: write_json(t, cue_options=o)),
+    "txt": (".txt", lambda t, o: write_txt(t)),
+}
+
+
+def _one_line(error: BaseException) -> str:
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    return " ".join((reason or type(error).__name__).split())
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; done once, at import, to keep the window
+    # in which another thread could create a file with a zero umask out of the job loop
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
+# The mode a plain open() gives a new file. NamedTemporaryFile creates 0600 files; without
+# this every output would be readable by its owner only.
+_FILE_MODE = 0o666 & ~_umask()
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename durable; best effort (not every OS/filesystem allows it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` so that ``path`` is either untouched or complete.
+
+    Raises OutputError naming the path; the temporary file never outlives a failure.
+    """
+    path = Path(path)
+    temp: Path | None = None
+    done = False
+    try:
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", newline="", dir=path.parent,
+                                         delete=False, prefix=f".{path.name}.",
+                                         suffix=".part") as f:
+            temp = Path(f.name)
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(temp, _FILE_MODE)
+        os.replace(temp, path)
+        done = True
+    except Exception as e:
+        raise OutputError(f"cannot write {path}: {_one_line(e)}") from e
+    finally:  # also on KeyboardInterrupt, which is re-raised as it is
+        if not done and temp is not None:
+            try:
+                temp.unlink()
+            except OSError:
+                pass
+    _fsync_directory(path.parent)
+
+
+def output_path(stem_path: Path, fmt: str) -> Path:
+    """``out/talk`` + ``srt`` -> ``out/talk.srt`` (a dot in the stem is kept: ``a.b.srt``)."""
+    stem_path = Path(stem_path)
+    return stem_path.with_name(stem_path.name + FORMATS[fmt][0])
+
+
+def write_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[str],
+                  cue_options: CueOptions = CueOptions()) -> list[Path]:
+    """Render every format, then write each file atomically; returns the paths written.
+
+    A render error writes nothing. A write error leaves the files already written complete
+    and the failing one untouched.
+    """
+    if isinstance(formats, str):
+        formats = [formats]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"unknown output format {unknown[0]!r}; "
+                         f"choose from {', '.join(FORMATS)}")
+    rendered = []
+    for fmt in dict.fromkeys(formats):  # each format once, in the order asked
+        path = output_path(stem_path, fmt)
+        try:
+            rendered.append((path, FORMATS[fmt][1](transcript, cue_options)))
+        except Exception as e:
+            raise OutputError(f"cannot render {path}: {_one_line(e)}") from e
+    if rendered:
+        try:
+            Path(stem_path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"cannot create {Path(stem_path).parent}: {_one_line(e)}") from e
+    for path, text in rendered:
+        write_atomic(path, text)
+    return [path for path, _ in rendered]
