@@ -17,8 +17,46 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-# One layer's self-attention cache (keys, values), each (B, T_past, D).
+# One layer's attention keys and values, each (B, H, T, D/H).
 LayerCache = tuple[mx.array, mx.array]
+
+# erf(z) ~ 1 - 1 / (1 + a1 z + ... + a6 z^6)^16 for z >= 0, |error| < 3e-7 (Abramowitz & Stegun
+# 7.1.28). Only multiplies and adds: compiled, MLX fuses them into one vectorised CPU kernel,
+# ~9x faster than its scalar erf (GELU was a fifth of the encoder's time on a 2-core CPU).
+_ERF_A = (0.0705230784, 0.0422820123, 0.0092705272, 0.0001520143, 0.0002765672, 0.0000430638)
+
+
+@mx.compile
+def gelu(x: mx.array) -> mx.array:
+    """Exact-form GELU, x * Phi(x), to ~1e-6."""
+    z = mx.abs(x) * (1 / math.sqrt(2))
+    p = 1.0 + z * (_ERF_A[0] + z * (_ERF_A[1] + z * (_ERF_A[2] + z * (_ERF_A[3] + z * (_ERF_A[4] + z * _ERF_A[5])))))
+    p = p * p
+    p = p * p
+    p = p * p
+    p = p * p
+    return 0.5 * x + 0.5 * mx.abs(x) * (1.0 - 1.0 / p)
+
+
+def cpu_attention(q: mx.array, k: mx.array, v: mx.array, n_head: int) -> mx.array:
+    """Full (non-causal) attention for the encoder on the CPU: (B, S, D) each -> (B, S, D).
+
+    MLX's CPU backend computes exp one element at a time; the softmax over 6 x 1500 x 1500
+    scores per layer was half the encoder's time. Here MLX does both matmuls (BLAS) and numpy's
+    vectorised exp does the softmax, in place, on a zero-copy view of the score array: that
+    array is a fresh, evaluated intermediate that nothing else references, so nothing can
+    observe the write, and no 54 MB copy crosses between the two libraries.
+    """
+    b, s, d = q.shape
+    dh = d // n_head
+    split = lambda x: x.reshape(b, s, n_head, dh).transpose(0, 2, 1, 3)
+    scores = (split(q) * (dh ** -0.5)) @ split(k).transpose(0, 1, 3, 2)  # (B, H, S, S)
+    mx.eval(scores)
+    w = np.asarray(scores)
+    w -= w.max(axis=-1, keepdims=True)
+    np.exp(w, out=w)
+    w /= w.sum(axis=-1, keepdims=True)
+    return (scores @ split(v)).transpose(0, 2, 1, 3).reshape(b, s, d)
 
 
 @dataclass(frozen=True)
@@ -69,19 +107,22 @@ class MultiHeadAttention(nn.Module):
         b, h, t, dh = x.shape
         return x.transpose(0, 2, 1, 3).reshape(b, t, h * dh)
 
-    def attend(self, q: mx.array, k: mx.array, v: mx.array, mask=None):
-        """Fused attention without weights. q (B,T,D), k/v (B,S,D) -> (B,T,D)."""
+    def keys_values(self, x: mx.array) -> LayerCache:
+        """Keys and values of x (B, S, D), split into heads and made contiguous once: (B, H, S, D/H)."""
+        return mx.contiguous(self.split_heads(self.key(x))), mx.contiguous(self.split_heads(self.value(x)))
+
+    def attend(self, q: mx.array, k: mx.array, v: mx.array, mask=None) -> mx.array:
+        """Fused attention without weights. q (B,T,D); k, v (B,H,S,D/H) -> (B,T,D)."""
         scale = (q.shape[-1] // self.n_head) ** -0.5
-        out = mx.fast.scaled_dot_product_attention(
-            self.split_heads(q), self.split_heads(k), self.split_heads(v), scale=scale, mask=mask)
+        out = mx.fast.scaled_dot_product_attention(self.split_heads(q), k, v, scale=scale, mask=mask)
         return self.out(self.merge_heads(out))
 
     def attend_with_weights(self, q: mx.array, k: mx.array, v: mx.array):
-        """Explicit attention. Returns output (B,T,D) and weights (B,H,T,S) after softmax."""
+        """Explicit attention. q (B,T,D); k, v (B,H,S,D/H) -> output (B,T,D) and the weights
+        (B,H,T,S) after softmax."""
         scale = (q.shape[-1] // self.n_head) ** -0.5
-        qh, kh, vh = self.split_heads(q) * scale, self.split_heads(k), self.split_heads(v)
-        weights = mx.softmax(qh @ kh.transpose(0, 1, 3, 2), axis=-1, precise=True)
-        return self.out(self.merge_heads(weights @ vh)), weights
+        weights = mx.softmax((self.split_heads(q) * scale) @ k.transpose(0, 1, 3, 2), axis=-1, precise=True)
+        return self.out(self.merge_heads(weights @ v)), weights
 
 
 class ResidualAttentionBlock(nn.Module):
@@ -97,25 +138,31 @@ class ResidualAttentionBlock(nn.Module):
         self.mlp_ln = nn.LayerNorm(n_state)
 
     def mlp(self, x: mx.array) -> mx.array:
-        return x + self.mlp2(nn.gelu(self.mlp1(self.mlp_ln(x))))
+        return x + self.mlp2(gelu(self.mlp1(self.mlp_ln(x))))
 
     def encode(self, x: mx.array) -> mx.array:
         """Encoder block: (B, S, D) -> (B, S, D)."""
         h = self.attn_ln(x)
-        x = x + self.attn.attend(self.attn.query(h), self.attn.key(h), self.attn.value(h))
-        return self.mlp(x)
+        q, k, v = self.attn.query(h), self.attn.key(h), self.attn.value(h)
+        if mx.default_device() == mx.cpu:
+            attended = self.attn.out(cpu_attention(q, k, v, self.attn.n_head))
+        else:
+            attended = self.attn.attend(q, k, v)
+        return self.mlp(x + attended)
 
     def decode(self, x, cross_kv, cache: Optional[LayerCache], mask, want_weights: bool):
-        """Decoder block. x (B,T,D); cross_kv = precomputed (K, V) of the audio, (B,S,D) each.
+        """Decoder block. x (B,T,D); cross_kv = precomputed keys and values of the audio,
+        (B,H,S,D/H) each; cache = this layer's keys and values of earlier tokens, (B,H,T',D/H).
 
         Returns x, the updated self-attention cache, and cross-attention weights (B,H,T,S) when
         ``want_weights`` (else None).
         """
         h = self.attn_ln(x)
-        q, k, v = self.attn.query(h), self.attn.key(h), self.attn.value(h)
+        q = self.attn.query(h)
+        k, v = self.attn.split_heads(self.attn.key(h)), self.attn.split_heads(self.attn.value(h))
         if cache is not None:
-            k = mx.concatenate([cache[0], k], axis=1)
-            v = mx.concatenate([cache[1], v], axis=1)
+            k = mx.concatenate([cache[0], k], axis=2)
+            v = mx.concatenate([cache[1], v], axis=2)
         x = x + self.attn.attend(q, k, v, mask=mask)
         h = self.cross_attn_ln(x)
         q = self.cross_attn.query(h)
@@ -138,8 +185,8 @@ class AudioEncoder(nn.Module):
 
     def __call__(self, mel: mx.array) -> mx.array:
         """mel (B, 2*S, n_mels) -> audio features (B, S, D). S may be shorter than n_audio_ctx."""
-        x = nn.gelu(self.conv1(mel))
-        x = nn.gelu(self.conv2(x))
+        x = gelu(self.conv1(mel))
+        x = gelu(self.conv2(x))
         x = x + self._positional_embedding[: x.shape[1]]
         for block in self.blocks:
             x = block.encode(x)
@@ -150,8 +197,8 @@ class AudioEncoder(nn.Module):
 class DecoderState:
     """What the decoder keeps between calls for one audio window.
 
-    cross_kv: per layer, the audio's keys and values (B, S, D) each: computed once per window.
-    self_kv: per layer, the tokens' keys and values so far (B, T_past, D) each.
+    cross_kv: per layer, the audio's keys and values (B, H, S, D/H) each: computed once per window.
+    self_kv: per layer, the tokens' keys and values so far (B, H, T_past, D/H) each.
     """
 
     cross_kv: list[tuple[mx.array, mx.array]]
@@ -160,7 +207,7 @@ class DecoderState:
     @property
     def offset(self) -> int:
         first = self.self_kv[0]
-        return 0 if first is None else first[0].shape[1]
+        return 0 if first is None else first[0].shape[2]
 
     def select(self, indices: mx.array) -> "DecoderState":
         """Reorder the batch (beam search): keep rows ``indices`` of the self-attention cache."""
@@ -169,7 +216,7 @@ class DecoderState:
 
     def truncate(self, length: int) -> "DecoderState":
         """Forget cached positions from ``length`` on (a rewind, or a shared prompt reused)."""
-        self_kv = [None if c is None or length == 0 else (c[0][:, :length], c[1][:, :length])
+        self_kv = [None if c is None or length == 0 else (c[0][:, :, :length], c[1][:, :, :length])
                    for c in self.self_kv]
         return DecoderState(self.cross_kv, self_kv)
 
@@ -184,12 +231,22 @@ class TextDecoder(nn.Module):
                        for _ in range(dims.n_text_layer)]
         self.ln = nn.LayerNorm(d)
 
+    def output_weight(self) -> mx.array:
+        """The tied output projection as (D, V), made once: a row-major copy of the embedding's
+        transpose runs the per-token (1, D) x (D, V) product ~2x faster on the CPU than
+        multiplying by the transposed view."""
+        if getattr(self, "_output_cache", None) is None or self._output_cache[0] is not self.token_embedding.weight:
+            weight = self.token_embedding.weight
+            transposed = mx.contiguous(weight.T)
+            mx.eval(transposed)
+            self._output_cache = (weight, transposed)
+        return self._output_cache[1]
+
     def start(self, audio_features: mx.array, batch: int | None = None) -> DecoderState:
         """Precompute the cross-attention keys/values of one window's features (B, S, D)."""
         if batch is not None and audio_features.shape[0] != batch:
             audio_features = mx.repeat(audio_features, batch // audio_features.shape[0], axis=0)
-        cross_kv = [(b.cross_attn.key(audio_features), b.cross_attn.value(audio_features))
-                    for b in self.blocks]
+        cross_kv = [b.cross_attn.keys_values(audio_features) for b in self.blocks]
         return DecoderState(cross_kv, [None] * len(self.blocks))
 
     def __call__(self, tokens: mx.array, state: DecoderState, want_weights: bool = False):
@@ -213,7 +270,7 @@ class TextDecoder(nn.Module):
             new_kv.append(kv)
             weights.append(w)
         x = self.ln(x)
-        logits = self.token_embedding.as_linear(x)
+        logits = x @ self.output_weight()
         return logits, DecoderState(state.cross_kv, new_kv), (weights if want_weights else None)
 
 
