@@ -33,13 +33,21 @@ class WordTiming:
 
 
 def median_filter(x: np.ndarray, width: int) -> np.ndarray:
-    """Median over the last axis with reflect padding, like scipy's. x (..., N)."""
+    """Median over the last axis with reflect padding, like scipy's. x (..., N).
+
+    Sorts the ``width`` shifted copies elementwise (an odd-even transposition network of
+    min/max) rather than calling np.median on (..., N, width) windows, which was ~10x slower.
+    """
     pad = width // 2
     if x.shape[-1] <= pad:
         return x
     padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode="reflect")
-    windows = np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1)
-    return np.median(windows, axis=-1)
+    n = x.shape[-1]
+    rows = [padded[..., i: i + n] for i in range(width)]
+    for phase in range(width):
+        for i in range(phase % 2, width - 1, 2):
+            rows[i], rows[i + 1] = np.minimum(rows[i], rows[i + 1]), np.maximum(rows[i], rows[i + 1])
+    return rows[pad]
 
 
 def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -93,16 +101,18 @@ def attention_matrix(weights: list[mx.array], heads: np.ndarray, n_frames: int) 
 
 
 def find_alignment(model: Whisper, tokenizer: Tokenizer, base: DecoderState, text_tokens: list[int],
-                   n_frames: int) -> list[WordTiming]:
-    """Word timings for ``text_tokens`` decoded from the window in ``base`` (n_frames mel frames)."""
+                   token_probs: list[float], n_frames: int) -> list[WordTiming]:
+    """Word timings for ``text_tokens`` decoded from the window in ``base`` (n_frames mel frames).
+
+    ``token_probs`` are the tokens' probabilities from decoding, which saves this pass the
+    vocabulary projection: it only needs the cross-attention.
+    """
     if not text_tokens:
         return []
     sot = list(tokenizer.sot_sequence) + [tokenizer.no_timestamps]
     tokens = sot + list(text_tokens) + [tokenizer.eot]
-    logits, _, weights = model.decoder(mx.array([tokens]), base, want_weights=True)
-    logprobs = logits[0, len(sot) - 1: -1, : tokenizer.eot]
-    logprobs = logprobs - mx.logsumexp(logprobs, axis=-1, keepdims=True)
-    token_probs = np.exp(np.array(logprobs[mx.arange(len(text_tokens)), mx.array(text_tokens)]))
+    _, _, weights = model.decoder(mx.array([tokens]), base, want_weights=True, want_logits=False)
+    token_probs = np.asarray(token_probs, dtype=np.float64)
 
     # rows: the no-timestamps token (where the first word's start shows), then the text tokens
     matrix = attention_matrix(weights, model.alignment_heads, n_frames)[len(sot) - 1: -1]

@@ -209,18 +209,21 @@ class Transcriber:
         consecutive = np.where(is_ts[:-1] & is_ts[1:])[0] + 1
         segments = []
 
-        def add(start_ts: float, end_ts: float, seg_tokens):
-            text_tokens = [int(t) for t in seg_tokens if t < tokenizer.eot]
+        probs = np.exp(np.asarray(result.token_logprobs, dtype=np.float64))
+
+        def add(start_ts: float, end_ts: float, first: int, stop: int):
+            text = [i for i in range(first, stop) if tokens[i] < tokenizer.eot]
+            text_tokens = [int(tokens[i]) for i in text]
             segments.append({"start": time_offset + start_ts * TIME_PRECISION,
                              "end": time_offset + end_ts * TIME_PRECISION,
-                             "tokens": text_tokens, "text": tokenizer.decode(text_tokens), "result": result})
+                             "tokens": text_tokens, "probs": [float(probs[i]) for i in text],
+                             "text": tokenizer.decode(text_tokens), "result": result})
 
         if len(consecutive):
             slices = consecutive.tolist() + ([len(tokens)] if single_ending else [])
             last = 0
             for current in slices:
-                piece = tokens[last:current]
-                add(piece[0] - ts_begin, piece[-1] - ts_begin, piece)
+                add(tokens[last] - ts_begin, tokens[current - 1] - ts_begin, last, current)
                 last = current
             next_seek = seek + n_frames if single_ending else seek + (int(tokens[last - 1]) - ts_begin) * INPUT_STRIDE
         else:
@@ -228,7 +231,7 @@ class Transcriber:
             duration = n_frames / FRAMES_PER_SECOND
             if len(stamps) and stamps[-1] != ts_begin:
                 duration = (stamps[-1] - ts_begin) * TIME_PRECISION
-            add(0, duration / TIME_PRECISION, tokens)
+            add(0, duration / TIME_PRECISION, 0, len(tokens))
             next_seek = seek + n_frames
         return segments, next_seek
 
@@ -237,7 +240,8 @@ class Transcriber:
         """Time every word of the window's segments (one DTW for the window), then turn the
         segment dicts into ``Segment``s; a window ending mid-segment resumes after its last word."""
         all_tokens = [t for s in segments for t in s["tokens"]]
-        alignment = find_alignment(self.model, tokenizer, base, all_tokens, n_frames)
+        all_probs = [p for s in segments for p in s["probs"]]
+        alignment = find_alignment(self.model, tokenizer, base, all_tokens, all_probs, n_frames)
         median, max_duration = clamp_long_words(alignment)
         merge_punctuations(alignment)
         out, index, last_speech = [], 0, state.last_speech

@@ -7,11 +7,22 @@ the host: (B, T) tokens, (B, V) filtered logits, (B,) cumulative log probabiliti
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from .filters import log_softmax
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A finished sequence: all its tokens (prompt included, ending with end of text), its
+    summed log probability, and the log probability of each sampled token."""
+
+    tokens: tuple[int, ...]
+    sum_logprob: float
+    token_logprobs: tuple[float, ...]
 
 
 class TokenDecoder:
@@ -23,8 +34,8 @@ class TokenDecoder:
         """
         raise NotImplementedError
 
-    def finalize(self, tokens: np.ndarray, sum_logprobs: np.ndarray):
-        """Candidates when decoding stops: (list of token lists, list of sum logprobs)."""
+    def finalize(self, tokens: np.ndarray, sum_logprobs: np.ndarray) -> list[Candidate]:
+        """The candidates when decoding stops."""
         raise NotImplementedError
 
 
@@ -34,6 +45,7 @@ class GreedyDecoder(TokenDecoder):
     def __init__(self, temperature: float, eot: int, rng: Optional[np.random.Generator] = None):
         self.temperature, self.eot = temperature, eot
         self.rng = rng or np.random.default_rng(0)
+        self.history: list[np.ndarray] = []  # per step, (B,) log probability of the token taken
 
     def update(self, tokens, logits, sum_logprobs):
         logprobs = log_softmax(logits)
@@ -43,14 +55,17 @@ class GreedyDecoder(TokenDecoder):
             p = np.exp(log_softmax(logits / self.temperature))
             next_tokens = np.array([self.rng.choice(len(row), p=row / row.sum()) for row in p])
         finished = tokens[:, -1] == self.eot
-        picked = logprobs[np.arange(len(next_tokens)), next_tokens]
-        sum_logprobs += np.where(finished, 0.0, picked)
+        picked = np.where(finished, 0.0, logprobs[np.arange(len(next_tokens)), next_tokens])
+        sum_logprobs += picked
+        self.history.append(picked)
         next_tokens[finished] = self.eot
         tokens = np.concatenate([tokens, next_tokens[:, None]], axis=1)
         return tokens, bool((tokens[:, -1] == self.eot).all()), None
 
     def finalize(self, tokens, sum_logprobs):
-        return [list(row) + [self.eot] for row in tokens], list(sum_logprobs)
+        history = np.stack(self.history, axis=1) if self.history else np.zeros((len(tokens), 0))
+        return [Candidate(tuple(row) + (self.eot,), float(total), tuple(h))
+                for row, total, h in zip(tokens.tolist(), sum_logprobs, history.tolist())]
 
 
 class BeamSearchDecoder(TokenDecoder):
@@ -60,45 +75,50 @@ class BeamSearchDecoder(TokenDecoder):
     def __init__(self, beam_size: int, eot: int, patience: Optional[float] = None):
         self.beam_size, self.eot = beam_size, eot
         self.max_candidates = max(1, round(beam_size * (patience or 1.0)))
-        self.finished: dict[tuple[int, ...], float] = {}
+        self.finished: dict[tuple[int, ...], Candidate] = {}
+        self.history: list[list[float]] = []  # per beam row, the log probability of each token
 
     def update(self, tokens, logits, sum_logprobs):
         logprobs = log_softmax(logits)
+        if not self.history:
+            self.history = [[] for _ in range(tokens.shape[0])]
         k = self.beam_size + 1
-        scores: dict[tuple[int, ...], float] = {}
-        sources: dict[tuple[int, ...], int] = {}
+        scores: dict[tuple[int, ...], tuple[float, int, float]] = {}  # seq -> (score, row, logprob)
         for row in range(tokens.shape[0]):
             prefix = tuple(tokens[row].tolist())
-            top = np.argpartition(-logprobs[row], k)[:k]
-            for token in top:
-                seq = prefix + (int(token),)
-                scores[seq] = float(sum_logprobs[row] + logprobs[row, token])
-                sources[seq] = row
-        next_rows, next_sources, new_finished = [], [], {}
-        for seq in sorted(scores, key=scores.get, reverse=True):
+            for token in np.argpartition(-logprobs[row], k)[:k]:
+                lp = float(logprobs[row, token])
+                scores[prefix + (int(token),)] = (float(sum_logprobs[row]) + lp, row, lp)
+        next_rows, next_history, new_finished = [], [], []
+        for seq in sorted(scores, key=lambda q: scores[q][0], reverse=True):
+            score, row, lp = scores[seq]
             if seq[-1] == self.eot:
-                new_finished[seq] = scores[seq]
+                new_finished.append(Candidate(seq, score, tuple(self.history[row] + [lp])))
             else:
-                sum_logprobs[len(next_rows)] = scores[seq]
+                sum_logprobs[len(next_rows)] = score
                 next_rows.append(seq)
-                next_sources.append(sources[seq])
+                next_history.append(self.history[row] + [lp])
                 if len(next_rows) == self.beam_size:
                     break
-        for seq in sorted(new_finished, key=new_finished.get, reverse=True):
+        sources = np.array([scores[seq][1] for seq in next_rows])
+        self.history = next_history
+        for candidate in new_finished:
             if len(self.finished) >= self.max_candidates:
                 break
-            self.finished[seq] = new_finished[seq]
+            self.finished[candidate.tokens] = candidate
         completed = len(self.finished) >= self.max_candidates
-        return np.array(next_rows, dtype=tokens.dtype), completed, np.array(next_sources)
+        return np.array(next_rows, dtype=tokens.dtype), completed, sources
 
     def finalize(self, tokens, sum_logprobs):
         finished = dict(self.finished)
         if len(finished) < self.beam_size:  # not enough ended: take the best unfinished beams
             for row in np.argsort(sum_logprobs)[::-1]:
-                finished[tuple(tokens[row].tolist()) + (self.eot,)] = float(sum_logprobs[row])
+                seq = tuple(tokens[row].tolist()) + (self.eot,)
+                history = self.history[row] if self.history else []
+                finished[seq] = Candidate(seq, float(sum_logprobs[row]), tuple(history))
                 if len(finished) >= self.beam_size:
                     break
-        return [list(seq) for seq in finished], list(finished.values())
+        return list(finished.values())
 
 
 class SequenceRanker:

@@ -39,7 +39,7 @@ class DecodingResult:
     no_speech_prob: float
     temperature: float
     compression_ratio: float
-    token_logprobs: tuple[float, ...] = field(default=(), repr=False)
+    token_logprobs: tuple[float, ...] = field(default=(), repr=False)  # one per token above
 
 
 def detect_language(model: Whisper, tokenizer: Tokenizer, state: DecoderState) -> tuple[str, dict[str, float]]:
@@ -142,16 +142,17 @@ class DecodingTask:
             logits, state, _ = self.model.decoder(mx.array(tokens[:, -1:]), state)
             last = np.array(logits[:, -1], dtype=np.float64)
 
-        candidates, cand_logprobs = decoder.finalize(tokens, sum_logprobs)
-        sampled = [self._strip(c) for c in candidates]
-        best = self.ranker.rank([len(s) for s in sampled], cand_logprobs)
+        candidates = decoder.finalize(tokens, sum_logprobs)
+        sampled = [self._strip(c.tokens) for c in candidates]
+        best = self.ranker.rank([len(s) for s in sampled], [c.sum_logprob for c in candidates])
         best_tokens = sampled[best]
         text = self.tokenizer.decode(best_tokens)
         return DecodingResult(
             tokens=tuple(best_tokens), text=text, language=language,
-            avg_logprob=cand_logprobs[best] / (len(best_tokens) + 1),
+            avg_logprob=candidates[best].sum_logprob / (len(best_tokens) + 1),
             no_speech_prob=no_speech_prob, temperature=self.options.temperature,
-            compression_ratio=compression_ratio(text))
+            compression_ratio=compression_ratio(text),
+            token_logprobs=candidates[best].token_logprobs[: len(best_tokens)])
 
     def _strip(self, sequence: list[int]) -> list[int]:
         """The sampled part of a candidate, up to (without) its first end of text."""

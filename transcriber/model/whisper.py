@@ -38,25 +38,24 @@ def gelu(x: mx.array) -> mx.array:
     return 0.5 * x + 0.5 * mx.abs(x) * (1.0 - 1.0 / p)
 
 
-def cpu_attention(q: mx.array, k: mx.array, v: mx.array, n_head: int) -> mx.array:
-    """Full (non-causal) attention for the encoder on the CPU: (B, S, D) each -> (B, S, D).
+def softmax(scores: mx.array) -> mx.array:
+    """Softmax over the last axis of attention scores (..., T, S).
 
-    MLX's CPU backend computes exp one element at a time; the softmax over 6 x 1500 x 1500
-    scores per layer was half the encoder's time. Here MLX does both matmuls (BLAS) and numpy's
-    vectorised exp does the softmax, in place, on a zero-copy view of the score array: that
-    array is a fresh, evaluated intermediate that nothing else references, so nothing can
-    observe the write, and no 54 MB copy crosses between the two libraries.
+    MLX's CPU backend computes exp one element at a time, which made the encoder's softmax over
+    6 x 1500 x 1500 scores half of its time. On the CPU, numpy's vectorised exp (~7x faster)
+    does it in place on a zero-copy view of the evaluated scores: that array is a fresh
+    intermediate that nothing else references, so no one can observe the write, and no copy
+    crosses between the two libraries. Elsewhere (Metal) MLX's own softmax is used.
     """
-    b, s, d = q.shape
-    dh = d // n_head
-    split = lambda x: x.reshape(b, s, n_head, dh).transpose(0, 2, 1, 3)
-    scores = (split(q) * (dh ** -0.5)) @ split(k).transpose(0, 1, 3, 2)  # (B, H, S, S)
+    if mx.default_device() != mx.cpu:
+        return mx.softmax(scores, axis=-1, precise=True)
+    scores = scores.astype(mx.float32)
     mx.eval(scores)
     w = np.asarray(scores)
     w -= w.max(axis=-1, keepdims=True)
     np.exp(w, out=w)
     w /= w.sum(axis=-1, keepdims=True)
-    return (scores @ split(v)).transpose(0, 2, 1, 3).reshape(b, s, d)
+    return scores
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,7 @@ class MultiHeadAttention(nn.Module):
         """Explicit attention. q (B,T,D); k, v (B,H,S,D/H) -> output (B,T,D) and the weights
         (B,H,T,S) after softmax."""
         scale = (q.shape[-1] // self.n_head) ** -0.5
-        weights = mx.softmax((self.split_heads(q) * scale) @ k.transpose(0, 1, 3, 2), axis=-1, precise=True)
+        weights = softmax((self.split_heads(q) * scale) @ k.transpose(0, 1, 3, 2))
         return self.out(self.merge_heads(weights @ v)), weights
 
 
@@ -143,12 +142,8 @@ class ResidualAttentionBlock(nn.Module):
     def encode(self, x: mx.array) -> mx.array:
         """Encoder block: (B, S, D) -> (B, S, D)."""
         h = self.attn_ln(x)
-        q, k, v = self.attn.query(h), self.attn.key(h), self.attn.value(h)
-        if mx.default_device() == mx.cpu:
-            attended = self.attn.out(cpu_attention(q, k, v, self.attn.n_head))
-        else:
-            attended = self.attn.attend(q, k, v)
-        return self.mlp(x + attended)
+        out, _ = self.attn.attend_with_weights(self.attn.query(h), *self.attn.keys_values(h))
+        return self.mlp(x + out)
 
     def decode(self, x, cross_kv, cache: Optional[LayerCache], mask, want_weights: bool):
         """Decoder block. x (B,T,D); cross_kv = precomputed keys and values of the audio,
@@ -249,11 +244,14 @@ class TextDecoder(nn.Module):
         cross_kv = [b.cross_attn.keys_values(audio_features) for b in self.blocks]
         return DecoderState(cross_kv, [None] * len(self.blocks))
 
-    def __call__(self, tokens: mx.array, state: DecoderState, want_weights: bool = False):
+    def __call__(self, tokens: mx.array, state: DecoderState, want_weights: bool = False,
+                 want_logits: bool = True):
         """tokens (B, T) -> logits (B, T, V), the new state, cross-attention per layer.
 
         Cross-attention is a list of (B, H, T, S) weights, one per layer, when ``want_weights``;
-        else None. Nothing is mutated: the caller keeps or drops the returned state.
+        else None. Logits are None unless ``want_logits`` (the vocabulary projection is the
+        costliest part of a pass over many tokens). Nothing is mutated: the caller keeps or
+        drops the returned state.
         """
         offset = state.offset
         t = tokens.shape[1]
@@ -269,8 +267,7 @@ class TextDecoder(nn.Module):
             x, kv, w = block.decode(x, cross_kv, cache, mask, want_weights)
             new_kv.append(kv)
             weights.append(w)
-        x = self.ln(x)
-        logits = x @ self.output_weight()
+        logits = self.ln(x) @ self.output_weight() if want_logits else None
         return logits, DecoderState(state.cross_kv, new_kv), (weights if want_weights else None)
 
 
