@@ -27,6 +27,7 @@ out ("In eighteen thirteen"), Whisper writes digits and punctuation. Rules, in o
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import unicodedata
@@ -240,3 +241,22 @@ def wer(refs: Union[str, Sequence[str]], hyps: Union[str, Sequence[str]]) -> flo
     if words == 0:
         return 0.0 if errors == 0 else math.inf
     return errors / words
+
+
+def word_start_errors(reference: Sequence[tuple[str, float]], hypothesis: Sequence[tuple[str, float]]) -> list[float]:
+    """|start error| in seconds for each reference word matched to a hypothesis word.
+
+    Both are (word, start) in time order. Words are normalised one by one and matched in order
+    (difflib's longest matching blocks), so a misrecognised word is left out rather than paired
+    with a neighbour. Silence markers such as ``<sil>`` are ignored.
+    """
+    ref = [(normalize(w), t) for w, t in reference if not w.startswith("<")]
+    hyp = [(normalize(w), t) for w, t in hypothesis]
+    ref = [(w, t) for w, t in ref if w]
+    hyp = [(w, t) for w, t in hyp if w]
+    matcher = difflib.SequenceMatcher(a=[w for w, _ in ref], b=[w for w, _ in hyp], autojunk=False)
+    errors = []
+    for block in matcher.get_matching_blocks():
+        for i in range(block.size):
+            errors.append(abs(ref[block.a + i][1] - hyp[block.b + i][1]))
+    return errors

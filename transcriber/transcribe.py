@@ -25,6 +25,7 @@ from .tokenizer import Tokenizer, load_tokenizer
 from .types import Segment, Transcript, Word
 
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # mel frames (10 ms)
+SILENCE_PEAK = 10 ** (-70 / 20)  # a window whose samples all stay below -70 dBFS holds no speech
 INPUT_STRIDE = 2  # mel frames per encoder position / timestamp step
 TIME_PRECISION = INPUT_STRIDE * HOP_LENGTH / SAMPLE_RATE  # 0.02 s
 
@@ -39,6 +40,10 @@ class TranscribeOptions:
     compression_ratio_threshold: Optional[float] = 2.4
     logprob_threshold: Optional[float] = -1.0
     no_speech_threshold: Optional[float] = 0.6
+    # Above this no-speech probability a window is skipped even when its text looks confident:
+    # on silence and room noise tiny.en writes a confident " you" (no-speech 0.92-0.98, while
+    # every speech window of the test recordings stays below 0.25).
+    no_speech_certain: Optional[float] = 0.9
     condition_on_previous_text: bool = True
     initial_prompt: Optional[str] = None
     word_timestamps: bool = True
@@ -141,46 +146,50 @@ class Transcriber:
                 on_progress: Optional[Callable[[float], None]] = None) -> Iterator[tuple[list[Segment], SeekState, str]]:
         """Decode ``path`` window by window from ``state``; yields (new segments, state after
         them, language) per window. Everything needed to resume lives in the yielded state."""
-        opts = self.options
         state = state or SeekState(prompt_tokens=self._initial_prompt())
-        start_sample = state.seek * HOP_LENGTH
-        buffer = AudioBuffer(audio_io.iter_audio(path, chunk_seconds=10.0, start=start_sample / SAMPLE_RATE),
-                             start_sample)
+        start = state.seek * HOP_LENGTH
+        buffer = AudioBuffer(audio_io.iter_audio(path, chunk_seconds=10.0, start=start / SAMPLE_RATE), start)
         tokenizer = self.tokenizer
         while True:
             samples = buffer.window(state.seek * HOP_LENGTH, N_SAMPLES)
-            n_frames = len(samples) // HOP_LENGTH
-            if n_frames < 1:
+            if len(samples) < HOP_LENGTH:
                 break
-            time_offset = state.seek / FRAMES_PER_SECOND
-            base, n_frames = self.encode(samples)
-            if tokenizer.language is None:
-                language, _ = detect_language(self.model, tokenizer, base)
-                tokenizer = self._tokenizer(language)
-            result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer)
-            skip = (opts.no_speech_threshold is not None and result.no_speech_prob > opts.no_speech_threshold
-                    and not (opts.logprob_threshold is not None and result.avg_logprob > opts.logprob_threshold))
-            if skip:
-                segments, next_seek = [], state.seek + n_frames
+            if np.abs(samples).max() < SILENCE_PEAK:  # digital silence: nothing to decode
+                segments, state = [], replace(state, seek=state.seek + len(samples) // HOP_LENGTH)
             else:
-                segments, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
-                if opts.word_timestamps and segments:
-                    segments, next_seek = self._add_words(segments, tokenizer, base, n_frames, time_offset,
-                                                          state, next_seek, result)
-            segments = [s for s in segments if s.text.strip()]
-            prompt = state.prompt_tokens
-            if not opts.condition_on_previous_text or result.temperature > 0.5:
-                prompt = []
-            for s in segments:
-                prompt = prompt + [t for t in tokenizer.encode(s.text)]
-            last_speech = segments[-1].end if segments else state.last_speech
-            state = SeekState(max(next_seek, state.seek + 1), prompt[-(self.model.dims.n_text_ctx // 2 - 1):],
-                              last_speech)
+                base, n_frames = self.encode(samples)
+                if tokenizer.language is None:
+                    tokenizer = self._tokenizer(detect_language(self.model, tokenizer, base)[0])
+                segments, state = self._decode_window(base, n_frames, state, tokenizer)
             if on_progress:
                 on_progress(state.seek / FRAMES_PER_SECOND)
             yield segments, state, tokenizer.language or "en"
             if buffer.eof and state.seek * HOP_LENGTH >= buffer.offset + len(buffer.samples):
                 break
+
+    def _decode_window(self, base: DecoderState, n_frames: int, state: SeekState,
+                       tokenizer: Tokenizer) -> tuple[list[Segment], SeekState]:
+        """One encoded window -> its segments (with words) and the state after it."""
+        opts = self.options
+        time_offset = state.seek / FRAMES_PER_SECOND
+        result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer)
+        if self._no_speech(result):
+            return [], replace(state, seek=state.seek + n_frames)
+        pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
+        if opts.word_timestamps and pieces:
+            segments, next_seek = self._add_words(pieces, tokenizer, base, n_frames, time_offset,
+                                                  state, next_seek, result)
+        else:
+            segments = [_segment(p, []) for p in pieces]
+        segments = [s for s in segments if s.text.strip()]
+        prompt = state.prompt_tokens
+        if not opts.condition_on_previous_text or result.temperature > 0.5:
+            prompt = []
+        for s in segments:
+            prompt = prompt + tokenizer.encode(s.text)
+        last_speech = segments[-1].end if segments else state.last_speech
+        max_prompt = self.model.dims.n_text_ctx // 2 - 1
+        return segments, SeekState(max(next_seek, state.seek + 1), prompt[-max_prompt:], last_speech)
 
     def transcribe(self, path, on_progress: Optional[Callable[[float], None]] = None) -> Transcript:
         """Transcribe one media file: every window, then times made safe for the writers."""
@@ -193,6 +202,15 @@ class Transcriber:
             duration = max([0.0] + [s.end for s in segments])
         return Transcript(language=language, duration=duration, segments=tuple(tidy(segments, duration)),
                           model=self.model.name)
+
+    def _no_speech(self, result: DecodingResult) -> bool:
+        """openai/whisper's rule (likely silence, and the text is unlikely too), or near-certain silence."""
+        opts = self.options
+        if opts.no_speech_threshold is None or result.no_speech_prob <= opts.no_speech_threshold:
+            return False
+        if opts.no_speech_certain is not None and result.no_speech_prob > opts.no_speech_certain:
+            return True
+        return opts.logprob_threshold is None or result.avg_logprob <= opts.logprob_threshold
 
     def _initial_prompt(self) -> list[int]:
         if not self.options.initial_prompt:
