@@ -126,10 +126,13 @@ class DecodingTask:
         decoder = self._token_decoder()
         sum_logprobs = np.zeros(n_group)
 
-        logits, state, _ = self.model.decoder(mx.array(tokens), state)
-        first = np.array(logits[0, self.sot_index], dtype=np.float64)
+        # the prompt in one pass; logits only where needed: at start of transcript (no-speech
+        # probability) and at the last position (the first sampled token)
+        logits, state, _ = self.model.decoder(mx.array(tokens), state,
+                                              want_logits=[self.sot_index, len(self.initial_tokens) - 1])
+        first = np.array(logits[0, 0], dtype=np.float32)
         no_speech_prob = float(np.exp(log_softmax(first[None])[0, self.tokenizer.no_speech]))
-        last = np.array(logits[:, -1], dtype=np.float64)
+        last = np.array(logits[:, -1], dtype=np.float32)
 
         for _ in range(self.sample_len):
             for f in self.filters:
@@ -140,7 +143,7 @@ class DecodingTask:
             if sources is not None and not np.array_equal(sources, np.arange(len(sources))):
                 state = state.select(mx.array(sources))
             logits, state, _ = self.model.decoder(mx.array(tokens[:, -1:]), state)
-            last = np.array(logits[:, -1], dtype=np.float64)
+            last = np.array(logits[:, -1], dtype=np.float32)
 
         candidates = decoder.finalize(tokens, sum_logprobs)
         sampled = [self._strip(c.tokens) for c in candidates]

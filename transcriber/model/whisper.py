@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -245,13 +245,14 @@ class TextDecoder(nn.Module):
         return DecoderState(cross_kv, [None] * len(self.blocks))
 
     def __call__(self, tokens: mx.array, state: DecoderState, want_weights: bool = False,
-                 want_logits: bool = True):
+                 want_logits: Union[bool, Sequence[int]] = True):
         """tokens (B, T) -> logits (B, T, V), the new state, cross-attention per layer.
 
         Cross-attention is a list of (B, H, T, S) weights, one per layer, when ``want_weights``;
-        else None. Logits are None unless ``want_logits`` (the vocabulary projection is the
-        costliest part of a pass over many tokens). Nothing is mutated: the caller keeps or
-        drops the returned state.
+        else None. ``want_logits``: True for every position, False for none (None returned), or
+        the positions wanted, giving (B, len(positions), V): the vocabulary projection is the
+        costliest part of a pass over many tokens (a 200-token prompt needs two positions).
+        Nothing is mutated: the caller keeps or drops the returned state.
         """
         offset = state.offset
         t = tokens.shape[1]
@@ -267,7 +268,12 @@ class TextDecoder(nn.Module):
             x, kv, w = block.decode(x, cross_kv, cache, mask, want_weights)
             new_kv.append(kv)
             weights.append(w)
-        logits = self.ln(x) @ self.output_weight() if want_logits else None
+        if want_logits is True:
+            logits = self.ln(x) @ self.output_weight()
+        elif want_logits is False:
+            logits = None
+        else:
+            logits = self.ln(x[:, mx.array(list(want_logits))]) @ self.output_weight()
         return logits, DecoderState(state.cross_kv, new_kv), (weights if want_weights else None)
 
 
