@@ -2,31 +2,39 @@
 
     transcribe talk.mp3                       # talk.srt next to it
     transcribe podcasts/ --format srt,vtt,json --output-dir subs/
+    transcribe status
+    transcribe watch incoming/
 
 A Click group whose default command takes the paths, so ``transcribe PATH...`` works and
-subcommands (``status``, ``retry``, ``watch``) live beside it. Commands stay thin: options are
-mapped onto the library's option dataclasses in one place (``build_options``), and the work is
-done by ``transcriber``.
+subcommands (``status``, ``retry``, ``watch``) live beside it. Commands stay thin: flags become a
+``JobSpec`` (jobs/spec.py, the one place they map onto library options), files become jobs in
+the store (jobs/store.py, all the SQL), and the runner (jobs/runner.py) does the work.
 """
 
 from __future__ import annotations
 
-import os
+import functools
+import json
 import sys
+import time
 from pathlib import Path
+from typing import Optional
 
 import click
 
-import transcriber
 from transcriber import blas
-from transcriber.cues import CueOptions
-from transcriber.decoding.options import DecodingOptions
-from transcriber.errors import TranscriberError
-from transcriber.transcribe import TranscribeOptions
-from transcriber.writers import FORMATS, write_outputs
+from transcriber.model.loader import DEFAULT_MODEL
+from transcriber.writers import FORMATS
 
-from .discover import discover, output_stem
-from .progress import FileProgress
+from .batch import Batch, enqueue_files, summary
+from .discover import discover, has_audio
+from .engines import ENGINES, EngineCache
+from .progress import Reporter
+from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, RunResult,
+                     Runner, StopFlag, owner_is_dead, with_path)
+from .spec import JobSpec
+from .store import FAILED, STATUSES, Job, JobStore, StoreError, default_path
+from .watch import watch as watch_folder
 
 EXAMPLES = """
 \b
@@ -35,6 +43,14 @@ Examples:
   transcribe podcasts/ --format srt,vtt,json   every media file in podcasts/, recursively
   transcribe a.mp4 b.wav -o subs/ -f vtt       outputs into subs/
   transcribe lecture.mkv --beam-size 5         beam search instead of greedy
+  transcribe podcasts/ --force                 redo files that are already done
+  transcribe -- -intro.mp3                     a file whose name starts with a dash
+  transcribe status                            what every job is doing (--json for scripts)
+  transcribe retry --failed                    try the failed files again
+  transcribe watch incoming/ -f srt,vtt        transcribe files as they arrive
+\b
+Every file is a job in a SQLite database (--db, else $TRANSCRIBER_DB, else the user data
+folder): a rerun skips what is done, and a killed run resumes where it stopped.
 """
 
 
@@ -57,73 +73,273 @@ def main():
 
 
 def parse_formats(ctx, param, value: str) -> tuple[str, ...]:
-    formats = tuple(f.strip().lower() for f in value.split(",") if f.strip())
+    formats = tuple(dict.fromkeys(f.strip().lower() for f in value.split(",") if f.strip()))
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
         raise click.BadParameter(f"unknown format {', '.join(unknown) or value!r}; choose from {', '.join(FORMATS)}")
     return formats
 
 
-def build_options(language, task, beam_size, word_timestamps=True) -> TranscribeOptions:
-    """The one place CLI flags become library options (ValueError on bad combinations)."""
-    decoding = DecodingOptions(task=task, language=language, beam_size=beam_size)
-    return TranscribeOptions(decoding=decoding, word_timestamps=word_timestamps)
+def db_option(f):
+    return click.option("--db", type=click.Path(dir_okay=False, path_type=Path), envvar="TRANSCRIBER_DB",
+                        show_envvar=True, help=f"Job database (default: {default_path()}).")(f)
+
+
+def quiet_option(f):
+    return click.option("-q", "--quiet", is_flag=True, help="No progress bars nor per-file lines.")(f)
+
+
+def runner_options(f):
+    """Flags for whatever runs jobs (run, retry, watch)."""
+    for decorator in reversed([
+        click.option("--max-attempts", type=click.IntRange(min=1), default=DEFAULT_MAX_ATTEMPTS,
+                     show_default=True, help="Give a file up after this many failed attempts."),
+        click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=DEFAULT_CHECKPOINT_SECONDS,
+                     show_default=True, help="Save progress every this many seconds of audio (one-shot: "
+                                             "every 30 s window)."),
+        click.option("--lease-seconds", type=click.FloatRange(min=1), default=DEFAULT_LEASE_SECONDS,
+                     hidden=True, help="How long a silent runner keeps its job."),
+        db_option, quiet_option]):
+        f = decorator(f)
+    return f
+
+
+def spec_options(f):
+    """Flags that say what to do with each file (run, watch)."""
+    for decorator in reversed([
+        click.option("-f", "--format", "formats", default="srt", show_default=True, callback=parse_formats,
+                     help=f"Comma-separated output formats: {', '.join(FORMATS)}."),
+        click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path),
+                     help="Write outputs here (mirroring subfolders) instead of next to each input."),
+        click.option("-m", "--model", default=DEFAULT_MODEL, show_default=True,
+                     help="Model name (tiny.en, base) or a model folder."),
+        click.option("-l", "--language", default=None,
+                     help="Spoken language code (default: detect; 'en' for .en models)."),
+        click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe",
+                     show_default=True),
+        click.option("--beam-size", type=click.IntRange(min=1), default=None,
+                     help="Beam search width (default: greedy)."),
+        click.option("--mode", type=click.Choice(list(ENGINES)), default="oneshot", show_default=True,
+                     help="oneshot: 30 s windows with timestamp rules."),
+        click.option("--live", is_flag=True,
+                     help="Rewrite the outputs at every checkpoint, so a growing SRT can be followed."),
+    ]):
+        f = decorator(f)
+    return f
+
+
+def make_spec(formats, model, language, task, beam_size, mode, live) -> JobSpec:
+    try:
+        return JobSpec(model=str(model), mode=mode, language=language, task=task, beam_size=beam_size,
+                       formats=formats, live=live)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from e
+
+
+def open_store(db: Optional[Path]) -> JobStore:
+    try:
+        return JobStore(db or default_path())
+    except StoreError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+
+
+def make_runner(store: JobStore, reporter: Reporter, stop: StopFlag, max_attempts: int,
+                checkpoint_seconds: float, lease_seconds: float) -> Runner:
+    return Runner(store, engines=EngineCache(), reporter=reporter, stop=stop, max_attempts=max_attempts,
+                  checkpoint_seconds=checkpoint_seconds, lease_seconds=lease_seconds)
+
+
+def stop_message(reporter_ref: list):
+    def on_request(signum):
+        name = "Ctrl-C" if signum == 2 else "SIGTERM"
+        message = f"{name}: stopping after the current checkpoint (Ctrl-C again to quit at once)"
+        (reporter_ref[0].error if reporter_ref else functools.partial(click.echo, err=True))(message)
+    return on_request
+
+
+def run_batch(store: JobStore, batch: Batch, quiet: bool, max_attempts: int, checkpoint_seconds: float,
+              lease_seconds: float) -> None:
+    """Run a batch's jobs, print the summary, exit with its status."""
+    result = RunResult()
+    if batch.to_run:
+        if not quiet and sys.platform.startswith("linux") and not blas.loaded_path:
+            click.echo(f"note: {blas.describe()}", err=True)
+        reporter = Reporter(total_files=len(batch.to_run), quiet=quiet)
+        with StopFlag(stop_message([reporter])) as stop:
+            try:
+                make_runner(store, reporter, stop, max_attempts, checkpoint_seconds,
+                            lease_seconds).run(batch.to_run, result)
+            except KeyboardInterrupt:
+                reporter.close()
+                click.echo("interrupted: unfinished files stay queued; run again to resume", err=True)
+                sys.exit(130)
+            finally:
+                reporter.close()
+    lines, code = summary(batch, result)
+    for line in lines:
+        click.echo(line, err=True)
+    sys.exit(code)
 
 
 @main.command("run", help="Transcribe media files and folders (the default command).\n" + EXAMPLES)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-f", "--format", "formats", default="srt", show_default=True, callback=parse_formats,
-              help=f"Comma-separated output formats: {', '.join(FORMATS)}.")
-@click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write outputs here instead of next to each input.")
-@click.option("-m", "--model", default=transcriber.DEFAULT_MODEL, show_default=True,
-              help="Model name (tiny.en, base) or a model folder.")
-@click.option("-l", "--language", default=None, help="Spoken language code (default: detect; 'en' for .en models).")
-@click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe", show_default=True)
-@click.option("--beam-size", type=click.IntRange(min=1), default=None, help="Beam search width (default: greedy).")
-@click.option("--mode", type=click.Choice(["oneshot"]), default="oneshot", show_default=True,
-              help="oneshot: 30 s windows with timestamp rules.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
-def run(paths, formats, output_dir, model, language, task, beam_size, mode, quiet):
-    try:
-        options = build_options(language, task, beam_size)
-    except ValueError as e:
-        raise click.UsageError(str(e)) from e
-    files, missing = discover(paths)
-    failures = [(p, "no such file or folder") for p in missing]
-    for path, reason in failures:
-        click.echo(f"error: {path}: {reason}", err=True)
-    if not files:
-        if not failures:
-            click.echo("error: no media files found", err=True)
-        sys.exit(1)
-    if not quiet and sys.platform.startswith("linux") and not blas.loaded_path:
-        click.echo(f"note: {blas.describe()}", err=True)
-    try:
-        whisper = transcriber.load_model(model)
-        runner = transcriber.Transcriber(whisper, options)
-    except (TranscriberError, ValueError) as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
-    cue_options = CueOptions()
-    done = 0
-    for source, root in files:
+@spec_options
+@click.option("--force", is_flag=True, help="Redo files that are already done.")
+@runner_options
+def run(paths, formats, output_dir, model, language, task, beam_size, mode, live, force, max_attempts,
+        checkpoint_seconds, lease_seconds, db, quiet):
+    spec = make_spec(formats, model, language, task, beam_size, mode, live)
+    store = open_store(db)
+
+    def is_media(path: Path) -> bool:
+        # an unknown extension is probed by ffmpeg once; a file that is already a job was media
         try:
-            stem = output_stem(source, root, output_dir)
-            with FileProgress(source, disable=quiet) as progress:
-                transcript = runner.transcribe(source, on_progress=progress.update)
-            written = write_outputs(transcript, stem, formats, cue_options)
-            done += 1
-            if not quiet:
-                click.echo(f"done: {source} -> {', '.join(str(p) for p in written)}", err=True)
-        except TranscriberError as e:
-            failures.append((source, str(e)))
-            click.echo(f"error: {e}", err=True)
-        except Exception as e:  # a bug must not stop the batch; TRANSCRIBER_DEBUG=1 shows it
-            if os.environ.get("TRANSCRIBER_DEBUG"):
-                raise
-            failures.append((source, f"{type(e).__name__}: {e}"))
-            click.echo(f"error: {source}: unexpected {type(e).__name__}: {e}", err=True)
-    if failures:
-        click.echo(f"{done} done, {len(failures)} failed", err=True)
+            job = store.by_path(str(path.resolve()))
+        except UnicodeEncodeError:  # not a UTF-8 name: it fails at enqueue, with a reason
+            job = None
+        return (job is not None and job.status != FAILED) or has_audio(path)
+
+    files, missing = discover(paths, check=is_media)
+    if not files and not missing:
+        click.echo("error: no media files found", err=True)
         sys.exit(1)
+    batch = Batch(failed=[(str(p), "no such file or folder") for p in missing])
+    enqueue_files(store, files, spec, output_dir, force=force, batch=batch)
+    run_batch(store, batch, quiet, max_attempts, checkpoint_seconds, lease_seconds)
+
+
+def _when(t: Optional[float]) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def _clock(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def _status_of(job: Job, now: float) -> str:
+    dead = job.status == "running" and job.lease_owner and owner_is_dead(job.lease_owner)
+    return "stalled" if dead or job.stalled(now) else job.status
+
+
+def _note(job: Job) -> str:
+    if job.status == FAILED or (job.last_error and job.status != "done"):
+        prefix = "" if job.status == FAILED else f"error {job.errors}x, retrying: "
+        return prefix + (job.last_error or "")
+    return ""
+
+
+def status_table(jobs: list[Job]) -> str:
+    now = time.time()
+    header = ("ID", "STATUS", "PROGRESS", "RUNS", "UPDATED", "FILE", "ERROR")
+    rows = [(str(j.id), _status_of(j, now), f"{_clock(j.progress)}/{_clock(j.duration)}", str(j.runs),
+             _when(j.updated_at), j.path, _note(j)) for j in jobs]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    lines = []
+    for r in [header, *rows]:
+        cells = [c.ljust(w) for c, w in zip(r[:-1], widths)] + [r[-1]]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+@main.command(help="""Show the jobs in the database: a table, or JSON with --json.
+
+\b
+Examples:
+  transcribe status
+  transcribe status --status failed
+  transcribe status --json | jq '.[] | select(.status == "failed") | .path'
+""")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of jobs.")
+@click.option("-s", "--status", "statuses", multiple=True, type=click.Choice(STATUSES),
+              help="Only jobs with this status (repeatable).")
+@db_option
+def status(as_json, statuses, db):
+    store = open_store(db)
+    jobs = store.jobs(statuses=statuses or None)
+    if as_json:
+        click.echo(json.dumps([j.to_dict() for j in jobs], indent=2, ensure_ascii=False))
+    elif not jobs:
+        click.echo("no jobs" + (f" with status {', '.join(statuses)}" if statuses else ""))
+    else:
+        click.echo(status_table(jobs))
+        counts = {s: sum(1 for j in jobs if j.status == s) for s in STATUSES}
+        click.echo(", ".join(f"{n} {s}" for s, n in counts.items() if n))
+
+
+@main.command(help="""Queue jobs again and run them: failed (or stalled) ones resume from their
+last checkpoint with a fresh count of attempts; a done one is redone from scratch.
+JOB is a job id (see `transcribe status`) or a file path.
+
+\b
+Examples:
+  transcribe retry --failed
+  transcribe retry 12 "talks/day 1.mp3"
+""")
+@click.argument("jobs", nargs=-1)
+@click.option("--failed", "all_failed", is_flag=True, help="Every failed job.")
+@runner_options
+def retry(jobs, all_failed, max_attempts, checkpoint_seconds, lease_seconds, db, quiet):
+    if not jobs and not all_failed:
+        raise click.UsageError("name a JOB (id or path) or pass --failed")
+    store = open_store(db)
+    batch = Batch()
+    ids = []
+    for ref in jobs:
+        job = store.get(int(ref)) if ref.isdigit() else None
+        job = job or store.by_path(str(Path(ref).resolve()))
+        if job is None:
+            batch.failed.append((ref, "no such job"))
+        else:
+            ids.append(job.id)
+    if all_failed:
+        ids += [j.id for j in store.jobs(statuses=[FAILED]) if j.id not in ids]
+    if not ids and not batch.failed:
+        click.echo("nothing to retry", err=True)
+        sys.exit(0)
+    store.expire_dead_leases(owner_is_dead)
+    for job, action in store.retry(ids):
+        batch.add(job, action)
+    run_batch(store, batch, quiet, max_attempts, checkpoint_seconds, lease_seconds)
+
+
+@main.command(help="""Watch a folder: transcribe media files that appear or change in it (and its
+subfolders), once their size has stopped changing for --stable-seconds. Temporary and partial
+files (.part, .crdownload, dot-files...) are ignored. Stops cleanly on Ctrl-C or SIGTERM: a file
+in progress is checkpointed and resumes at the next start.
+
+\b
+Examples:
+  transcribe watch incoming/
+  transcribe watch /srv/recordings -f srt,vtt -o /srv/subtitles
+""")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@spec_options
+@click.option("--stable-seconds", type=click.FloatRange(min=0), default=3.0, show_default=True,
+              help="Take a file once its size and mtime have not changed for this long.")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Seconds between scans of the folder.")
+@runner_options
+def watch(folder, formats, output_dir, model, language, task, beam_size, mode, live, stable_seconds, interval,
+          max_attempts, checkpoint_seconds, lease_seconds, db, quiet):
+    spec = make_spec(formats, model, language, task, beam_size, mode, live)
+    store = open_store(db)
+    reporter = Reporter(quiet=quiet)
+    reporter.info(f"watching {folder} (Ctrl-C to stop)")
+    with StopFlag(stop_message([reporter])) as stop:
+        runner = make_runner(store, reporter, stop, max_attempts, checkpoint_seconds, lease_seconds)
+        try:
+            result = watch_folder(store, folder, spec, output_dir, runner, reporter, stop,
+                                  interval=interval, stable_seconds=stable_seconds)
+        except KeyboardInterrupt:
+            reporter.close()
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        finally:
+            reporter.close()
+    click.echo(f"watch stopped: {len(result.done)} done, {len(result.failed)} failed", err=True)
+    for job, reason in result.failed:
+        click.echo(f"failed: {with_path(job.path, reason)}", err=True)

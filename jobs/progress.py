@@ -1,39 +1,96 @@
-"""tqdm progress bars, in seconds of audio."""
+"""What a run shows while it works: tqdm bars and one line per finished job, on stderr.
+
+One bar for the batch (files done of the files to run, audio time processed in its postfix) and
+one for the current file (seconds of audio). Messages go through ``tqdm.write`` so they never
+tear a bar. ``quiet`` drops the bars and the per-job ``done`` lines; errors are always shown.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import sys
+from typing import Optional
 
+import click
 from tqdm import tqdm
 
-from transcriber.audio import probe
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-class FileProgress:
-    """One bar per file, in audio seconds; ``update(seconds_done)`` moves it to a position."""
+class Reporter:
+    """The runner's view of the terminal (see ``Runner``): it calls these methods."""
 
-    def __init__(self, path: Path, disable: bool = False):
-        self.path, self.disable = path, disable
-        self.bar = None
+    def __init__(self, total_files: int = 0, quiet: bool = False):
+        self.quiet = quiet
+        self.audio_done = 0.0
+        self.batch: Optional[tqdm] = None
+        self.bar: Optional[tqdm] = None
+        self._file_start = 0.0
+        if not quiet and total_files > 1:
+            self.batch = tqdm(total=total_files, desc="files", unit="file", position=0, leave=False,
+                              dynamic_ncols=True, file=sys.stderr)
+            self._postfix()
 
-    def __enter__(self) -> "FileProgress":
-        if not self.disable:
-            try:
-                total = probe(self.path) or None
-            except Exception:  # the transcription itself reports a bad file
-                total = None
-            self.bar = tqdm(total=round(total, 1) if total else None, desc=self.path.name[:40], unit="s",
-                            unit_scale=False, leave=False, dynamic_ncols=True,
-                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total_fmt} s [{elapsed}<{remaining}]")
-        return self
+    def add_files(self, n: int) -> None:
+        """More jobs joined the batch (watch mode)."""
+        if self.batch is not None:
+            self.batch.total += n
+            self.batch.refresh()
+
+    def _postfix(self) -> None:
+        if self.batch is not None:
+            self.batch.set_postfix_str(f"audio {_duration(self.audio_done)}", refresh=True)
+
+    def start(self, name: str, total: Optional[float], initial: float) -> None:
+        """A job starts (or resumes at ``initial`` seconds)."""
+        self._file_start = initial
+        if self.quiet:
+            return
+        total = round(total, 1) if total else None
+        self.bar = tqdm(total=total, initial=round(min(initial, total or initial), 1), desc=name[:40],
+                        unit="s", leave=False, dynamic_ncols=True, file=sys.stderr,
+                        position=1 if self.batch is not None else 0,
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total_fmt} s [{elapsed}<{remaining}]")
 
     def update(self, seconds: float) -> None:
+        """The current job has done ``seconds`` of audio."""
         if self.bar is not None:
             target = min(seconds, self.bar.total) if self.bar.total else seconds
             self.bar.update(max(0.0, target - self.bar.n))
+        self._audio(seconds)
 
-    def __exit__(self, *exc) -> None:
+    def _audio(self, seconds: float) -> None:
+        if seconds > self._file_start:
+            self.audio_done += seconds - self._file_start
+            self._file_start = seconds
+            self._postfix()
+
+    def end(self, counts_as_file: bool = True) -> None:
         if self.bar is not None:
-            if exc[0] is None and self.bar.total:
-                self.update(self.bar.total)
             self.bar.close()
+            self.bar = None
+        if counts_as_file and self.batch is not None:
+            self.batch.update(1)
+
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            self.write(message)
+
+    def error(self, message: str) -> None:
+        self.write(message)
+
+    def write(self, message: str) -> None:
+        if self.batch is not None or self.bar is not None:
+            tqdm.write(message, file=sys.stderr)
+        else:
+            click.echo(message, err=True)
+
+    def close(self) -> None:
+        self.end(counts_as_file=False)
+        if self.batch is not None:
+            self.batch.close()
+            self.batch = None

@@ -1,0 +1,90 @@
+"""Engines: what turns a file into committed segments, resumable from plain-data state.
+
+The runner knows only this interface::
+
+    engine.run(path, state) -> iterator of Step(segments, state, position, language)
+
+- ``segments``: segments (with their words) committed by this step, never repeated by a later
+  step or by a run resumed from this step's state;
+- ``state``: plain JSON data; ``run(path, state)`` continues right after this step;
+- ``position``: seconds of audio done, for progress bars and checkpoint spacing.
+
+The runner checkpoints every ``checkpoint_seconds`` of audio (default 10), at a step boundary:
+any step's state is a valid resume point. Engines step at their natural unit:
+
+- one-shot: one step per 30 s window (the unit of its seek loop; a window cannot be split, so
+  one-shot checkpoints every window, whatever ``checkpoint_seconds`` says);
+- streaming (``transcriber.streaming``, to come): one step per processed chunk, with the session
+  state from ``StreamingSession.state()``, restored with ``restore(...)``; its committed words are
+  wrapped into segments. Register it in ``ENGINES`` as ``"stream"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Protocol
+
+import transcriber
+from transcriber.transcribe import FRAMES_PER_SECOND, SeekState, Transcriber
+from transcriber.types import Segment
+
+from .spec import JobSpec
+
+
+@dataclass(frozen=True)
+class Step:
+    segments: list[Segment]
+    state: dict
+    position: float
+    language: str
+
+
+class Engine(Protocol):
+    model_name: str
+
+    def run(self, path: Path, state: Optional[dict]) -> Iterator[Step]: ...
+
+
+class OneShotEngine:
+    """``Transcriber.windows``: one step per 30 s window, resumed from its ``SeekState``."""
+
+    def __init__(self, transcriber_: Transcriber):
+        self.transcriber = transcriber_
+        self.model_name = transcriber_.model.name
+
+    @classmethod
+    def create(cls, spec: JobSpec) -> "OneShotEngine":
+        return cls(Transcriber(transcriber.load_model(spec.model), spec.transcribe_options()))
+
+    def run(self, path: Path, state: Optional[dict]) -> Iterator[Step]:
+        seek = SeekState.from_dict(state) if state else None
+        for segments, after, language in self.transcriber.windows(path, seek):
+            yield Step(list(segments), after.to_dict(), after.seek / FRAMES_PER_SECOND, language)
+
+
+# mode name -> engine constructor; the CLI's --mode choices come from here.
+ENGINES: dict[str, Callable[[JobSpec], Engine]] = {"oneshot": OneShotEngine.create}
+
+
+class EngineCache:
+    """Engines built on first use and kept for the process: the model is loaded only when a job
+    really needs decoding (a rerun that only skips never loads it)."""
+
+    def __init__(self, engines: dict[str, Callable[[JobSpec], Engine]] = ENGINES):
+        self.engines = engines
+        self._built: dict[str, Engine | Exception] = {}
+
+    def get(self, spec: JobSpec) -> Engine:
+        key = spec.fingerprint()
+        if key not in self._built:
+            try:
+                if spec.mode not in self.engines:
+                    raise ValueError(f"unknown mode {spec.mode!r}; choose from {', '.join(self.engines)}")
+                self._built[key] = self.engines[spec.mode](spec)
+            except Exception as e:  # a model that cannot load fails every job: try it once
+                self._built[key] = e
+        built = self._built[key]
+        if isinstance(built, Exception):
+            raise built
+        return built

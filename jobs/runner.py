@@ -1,0 +1,319 @@
+"""The runner: claim a job, resume it from its checkpoint, checkpoint as it goes, write outputs.
+
+For each job it claims (a lease in the store, kept alive by a heartbeat thread):
+
+1. check the file: content key (a file changed since it was queued drops its old words) and
+   duration (``probe``: an unreadable file fails here, before any model is loaded);
+2. unless its words are complete, run its engine from the last checkpoint's state, committing
+   new segments + the engine state every ``checkpoint_seconds`` of audio, each checkpoint one
+   transaction; nothing is committed twice, so no word is lost or repeated across a crash;
+3. write the outputs atomically from the committed words, then mark the job done.
+
+A crash between any two steps is safe: the next runner resumes from the last checkpoint (or, if
+the words were complete, only rewrites the outputs). A failure is recorded with its error; the
+job is queued again until it has failed ``max_attempts`` times, except for an unreadable input,
+which no retry can fix (it is retried when the file changes, or by ``transcribe retry``).
+
+SIGINT/SIGTERM (``StopFlag``) stop the runner after the current job's next checkpoint; the job
+goes back to the queue and resumes from there next time. A second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from transcriber.audio import probe
+from transcriber.cues import CueOptions
+from transcriber.errors import AudioError, TranscriberError
+from transcriber.transcribe import tidy
+from transcriber.types import Segment, Transcript
+from transcriber.writers import write_outputs
+
+from .discover import content_key
+from .engines import EngineCache
+from .progress import Reporter
+from .spec import JobSpec
+from .store import FAILED, Job, JobStore, LeaseLost, owner_id
+
+DEFAULT_LEASE_SECONDS = 60.0  # a runner that stops heartbeating loses its job after this long
+DEFAULT_CHECKPOINT_SECONDS = 10.0
+DEFAULT_MAX_ATTEMPTS = 3
+
+# Test-only: make this process SIGKILL itself at a precise point, to test crash recovery
+# deterministically: "checkpoint:N" (right after committing a job's checkpoint number N) or
+# "outputs" (after writing the outputs, before marking the job done).
+KILL_HOOK_ENV = "TRANSCRIBER_TEST_KILL_AT"
+
+
+def _kill_hook(point: str) -> None:
+    if os.environ.get(KILL_HOOK_ENV) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Stopped(Exception):
+    """A stop was requested; the job was checkpointed and is given back."""
+
+
+class StopFlag:
+    """SIGINT/SIGTERM request a stop (the runner checks it at each checkpoint); a second SIGINT
+    raises KeyboardInterrupt at once. Handlers are installed only in the main thread."""
+
+    def __init__(self, on_request=None):
+        self.signum: Optional[int] = None
+        self.on_request = on_request
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def request(self, signum: int = signal.SIGTERM) -> None:
+        first = self.signum is None
+        self.signum = self.signum or signum
+        if first and self.on_request:
+            self.on_request(signum)
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.request(signum)
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, but wake up as soon as a stop is requested."""
+        deadline = time.monotonic() + seconds
+        while not self.requested and time.monotonic() < deadline:
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+    def __enter__(self) -> "StopFlag":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+def owner_is_dead(owner: str) -> bool:
+    """A lease owner (``host:pid:nonce``) that is a process of this host that no longer runs.
+    Other hosts' runners are never judged: their leases expire by time."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False  # this process (another Runner in it): alive
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:  # a killed process its parent has not reaped yet is a zombie: dead all the same
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+class Heartbeat:
+    """Keeps a job's lease alive from a thread (its own connection), so a long window or a slow
+    model load never lets the lease expire under a live runner."""
+
+    def __init__(self, store_path: Path, job_id: int, owner: str, lease_seconds: float):
+        self.args = (store_path, job_id, owner, lease_seconds)
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
+
+    def _run(self) -> None:
+        store_path, job_id, owner, lease_seconds = self.args
+        try:
+            with JobStore(store_path) as store:
+                while not self._stop.wait(lease_seconds / 4):
+                    if not store.heartbeat(job_id, owner, lease_seconds):
+                        self.lost = True
+                        return
+        except Exception:  # a busy database: the next checkpoint's own fence decides
+            pass
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@dataclass
+class RunResult:
+    done: list[Job] = field(default_factory=list)
+    failed: list[tuple[Job, str]] = field(default_factory=list)
+    lost: list[Job] = field(default_factory=list)  # taken over by another runner
+    stopped: Optional[int] = None  # the signal that stopped the run
+
+
+class Runner:
+    def __init__(self, store: JobStore, *, engines: Optional[EngineCache] = None,
+                 reporter: Optional[Reporter] = None, stop: Optional[StopFlag] = None,
+                 owner: Optional[str] = None, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS,
+                 lease_seconds: float = DEFAULT_LEASE_SECONDS, cue_options: CueOptions = CueOptions()):
+        self.store = store
+        self.engines = engines or EngineCache()
+        self.reporter = reporter or Reporter(quiet=True)
+        self.stop = stop or StopFlag()
+        self.owner = owner or owner_id()
+        self.max_attempts = max_attempts
+        self.checkpoint_seconds = checkpoint_seconds
+        self.lease_seconds = lease_seconds
+        self.cue_options = cue_options
+
+    def run(self, ids, result: Optional[RunResult] = None) -> RunResult:
+        """Run the jobs among ``ids`` that are queued (or stalled) until none is left, or a stop."""
+        ids = list(ids)
+        result = result or RunResult()
+        while not self.stop.requested:
+            self.store.expire_dead_leases(owner_is_dead)
+            job = self.store.claim(self.owner, ids, self.lease_seconds)
+            if job is None:
+                break
+            self._process(job, result)
+        if self.stop.requested:
+            result.stopped = self.stop.signum
+        return result
+
+    def _process(self, job: Job, result: RunResult) -> None:
+        outputs = None
+        try:
+            with Heartbeat(self.store.path, job.id, self.owner, self.lease_seconds):
+                outputs = self._run_job(job)
+            result.done.append(self.store.get(job.id))
+        except Stopped:
+            with contextlib.suppress(LeaseLost):
+                self.store.release(job.id, self.owner)
+        except LeaseLost:
+            result.lost.append(job)
+            self.reporter.error(f"warning: {job.path}: taken over by another runner")
+        except BaseException as e:
+            if not isinstance(e, Exception) or (self.stop.requested and isinstance(e, TranscriberError)):
+                # Ctrl-C twice, or ffmpeg killed by the same Ctrl-C (it shares our process group):
+                # an interruption, not a failure of the file
+                with contextlib.suppress(Exception):
+                    self.store.release(job.id, self.owner)
+                if isinstance(e, Exception):
+                    return
+                raise
+            if os.environ.get("TRANSCRIBER_DEBUG") and not isinstance(e, TranscriberError):
+                raise
+            self._fail(job, e, result)
+        finally:
+            self.reporter.end()
+        if outputs is not None:
+            self.reporter.info(f"done: {job.path} -> {', '.join(outputs)}")
+
+    def _fail(self, job: Job, error: Exception, result: RunResult) -> None:
+        message = _one_line(error)
+        # The input itself is bad (unreadable, no audio, a bad option for this model): retrying
+        # cannot help until the file or the options change.
+        retryable = not isinstance(error, (AudioError, _SetupError))
+        try:
+            status = self.store.fail(job.id, self.owner, message, retryable, self.max_attempts)
+        except LeaseLost:
+            result.lost.append(job)
+            return
+        if status == FAILED:
+            result.failed.append((self.store.get(job.id), message))
+            self.reporter.info(f"error: {with_path(job.path, message)}")
+        else:
+            self.reporter.info(f"error (will retry): {with_path(job.path, message)}")
+
+    def _run_job(self, job: Job) -> list[str]:
+        spec = JobSpec.from_dict(job.spec)
+        path = Path(job.path)
+        try:
+            key = content_key(path)
+        except OSError as e:
+            raise AudioError(f"cannot read audio from {job.path!r}: {e.strerror or e}") from e
+        duration = job.duration if key == job.content_key and job.duration is not None else probe(path)
+        self.store.start(job.id, self.owner, key, duration)
+        job = self.store.get(job.id)
+        resume = self.store.resume_point(job.id)
+        self.reporter.start(path.name, duration, resume.position)
+        segments, language, model = resume.segments, job.language, job.model
+        if not job.words_complete:
+            try:
+                engine = self.engines.get(spec)
+            except (TranscriberError, ValueError) as e:
+                raise _SetupError(str(e)) from e
+            segments, language = self._decode(job, spec, engine, path, resume, duration)
+            model = engine.model_name
+        written = write_outputs(self._transcript(segments, language, duration, model),
+                                Path(job.output_stem), spec.formats, self.cue_options)
+        _kill_hook("outputs")
+        self.store.finish(job.id, self.owner, [str(p) for p in written])
+        return [str(p) for p in written]
+
+    def _decode(self, job: Job, spec: JobSpec, engine, path: Path, resume, duration: float
+                ) -> tuple[list[Segment], Optional[str]]:
+        """Run the engine from the checkpoint, committing every ``checkpoint_seconds``."""
+        committed = list(resume.segments)
+        pending: list[Segment] = []
+        state, position, language = None, resume.position, job.language
+        last_checkpoint = resume.position
+        if self.stop.requested:  # asked while the model was loading: nothing new to commit
+            raise Stopped
+        with contextlib.closing(engine.run(path, resume.state)) as steps:  # closing kills ffmpeg
+            for step in steps:
+                pending.extend(step.segments)
+                state, language = step.state, step.language
+                position = min(step.position, duration) if duration else step.position
+                self.reporter.update(position)
+                if position - last_checkpoint >= self.checkpoint_seconds or self.stop.requested:
+                    seq = self.store.checkpoint(job.id, self.owner, pending, state, position, language,
+                                                engine.model_name, self.lease_seconds)
+                    committed += pending
+                    pending, state, last_checkpoint = [], None, position
+                    _kill_hook(f"checkpoint:{seq}")
+                    if spec.live:
+                        write_outputs(self._transcript(committed, language, duration, engine.model_name),
+                                      Path(job.output_stem), spec.formats, self.cue_options)
+                    if self.stop.requested:
+                        raise Stopped
+        self.store.checkpoint(job.id, self.owner, pending, state, position, language, engine.model_name,
+                              self.lease_seconds, complete=True)
+        return committed + pending, language
+
+    @staticmethod
+    def _transcript(segments: list[Segment], language: Optional[str], duration: Optional[float],
+                    model: Optional[str]) -> Transcript:
+        if not duration:  # unknown from the container: the audio's own end
+            duration = max([0.0] + [s.end for s in segments])
+        return Transcript(language=language or "en", duration=duration,
+                          segments=tuple(tidy(list(segments), duration)), model=model or "")
+
+
+class _SetupError(TranscriberError):
+    """The engine cannot be built for this job's options (model missing, bad language...)."""
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error) if isinstance(error, TranscriberError) else f"unexpected {type(error).__name__}: {error}"
+    return " ".join(text.split()) or type(error).__name__
+
+
+def with_path(path: str, message: str) -> str:
+    """Library errors name the file already; others get it in front."""
+    return message if path in message or repr(path) in message else f"{path}: {message}"

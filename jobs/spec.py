@@ -1,0 +1,70 @@
+"""What a job is asked to do: the one place CLI flags become library options.
+
+A ``JobSpec`` is stored with every job (as JSON), so any runner (a second ``transcribe``, ``retry``,
+``watch``) runs a job with the options it was enqueued with, not with its own flags.
+
+Two hashes of it matter:
+- ``fingerprint``: everything that changes the *words* (model, mode, the resolved library
+  options). A done job whose fingerprint differs is redone from scratch.
+- the output settings (formats, live outputs) are not in it: changing only those rewrites the
+  outputs from the stored words, without the model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+from transcriber.decoding.options import DecodingOptions
+from transcriber.model.loader import DEFAULT_MODEL
+from transcriber.transcribe import TranscribeOptions
+
+# Bump when the meaning of stored words changes for the same options (a decoding fix that
+# should redo finished files): every fingerprint changes with it.
+FINGERPRINT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The user's choices for one job (CLI flags, stored as plain data)."""
+
+    model: str = DEFAULT_MODEL
+    mode: str = "oneshot"
+    language: Optional[str] = None
+    task: str = "transcribe"
+    beam_size: Optional[int] = None
+    formats: tuple[str, ...] = ("srt",)
+    live: bool = False  # rewrite the outputs at every checkpoint (a growing SRT can be followed)
+
+    def __post_init__(self):
+        object.__setattr__(self, "formats", tuple(self.formats))
+        self.transcribe_options()  # ValueError now, at the command line, not in the runner
+
+    def transcribe_options(self) -> TranscribeOptions:
+        """The library options for this spec (ValueError on bad combinations)."""
+        decoding = DecodingOptions(task=self.task, language=self.language, beam_size=self.beam_size)
+        return TranscribeOptions(decoding=decoding, word_timestamps=True)
+
+    def fingerprint(self) -> str:
+        """A short hash of everything that changes the words.
+
+        Taken over the *resolved* library options, so a changed library default redoes jobs as
+        surely as a changed flag does.
+        """
+        words = {"version": FINGERPRINT_VERSION, "model": self.model, "mode": self.mode,
+                 "options": dataclasses.asdict(self.transcribe_options())}
+        text = json.dumps(words, sort_keys=True, default=list)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["formats"] = list(self.formats)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "JobSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: (tuple(v) if k == "formats" else v) for k, v in d.items() if k in known})

@@ -1,0 +1,466 @@
+"""The job store: every file is a job in SQLite (through sqlite-utils). All SQL lives here.
+
+Tables (see the migrations below):
+
+- ``jobs``: one row per input file (its resolved path is unique): content key, options
+  fingerprint and spec, status (queued/running/done/failed), progress and duration in seconds,
+  runs (times claimed), errors (runs that ended in an error), the last error, output paths, the
+  lease (owner + expiry) and times (unix seconds).
+- ``checkpoints``: what a job has committed so far, appended in order: the segments (with their
+  words) new since the previous checkpoint, the audio position, and the engine state to resume
+  from (only the latest row keeps its state; older ones are cleared to save space). Appending
+  the new words, not rewriting all of them, keeps a checkpoint O(new words) on a long file.
+
+Concurrency: several processes share one database file (WAL, a busy timeout). Every write
+transaction starts with a write statement (or is a single statement), so it takes SQLite's write
+lock at once and waits for it, instead of failing with SQLITE_BUSY when it would have to upgrade
+a stale read snapshot. A runner owns a job through a lease: ``claim`` is one UPDATE, so two
+runners never take the same job; every write a runner makes for a job is fenced on
+``lease_owner``, so a runner whose lease was taken over (it stalled, or it was thought dead) can
+no longer write anything for that job (``LeaseLost``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+from transcriber.types import Segment, Word
+
+QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+STATUSES = (QUEUED, RUNNING, DONE, FAILED)
+
+# What ``enqueue``/``retry`` did with a path or job.
+NEW = "new"  # first time seen: queued
+REDO = "redo"  # content, options changed or --force: queued from scratch, old words dropped
+RESUME = "resume"  # queued again with its checkpoint (interrupted, stalled or a transient failure)
+OUTPUTS = "outputs"  # done, only the output settings changed or outputs are missing: rewrite them
+SKIP = "skip"  # done with the same content and options, outputs present
+FAILED_BEFORE = "failed"  # failed on its input (unreadable media); retried when the file changes
+BUSY = "busy"  # running under another runner's live lease
+
+migrations = Migrations("transcriber.jobs")
+
+
+@migrations()
+def m001_jobs(db: Database) -> None:
+    db["jobs"].create({
+        "id": int, "path": str, "content_key": str, "fingerprint": str, "spec": str,
+        "output_stem": str, "status": str, "progress": float, "duration": float,
+        "words_complete": int, "language": str, "model": str,
+        "runs": int, "errors": int, "last_error": str, "retryable": int, "outputs": str,
+        "lease_owner": str, "lease_expires": float,
+        "created_at": float, "queued_at": float, "started_at": float, "updated_at": float,
+        "finished_at": float,
+    }, pk="id", not_null={"path", "content_key", "fingerprint", "spec", "output_stem", "status"},
+        defaults={"status": QUEUED, "progress": 0.0, "words_complete": 0, "runs": 0, "errors": 0,
+                  "retryable": 1, "outputs": "[]"})
+    db["jobs"].create_index(["path"], unique=True)
+    db["jobs"].create_index(["status"])
+
+
+@migrations()
+def m002_checkpoints(db: Database) -> None:
+    db["checkpoints"].create({
+        "job_id": int, "seq": int, "position": float, "segments": str, "state": str,
+        "owner": str, "created_at": float,
+    }, pk=("job_id", "seq"), foreign_keys=[("job_id", "jobs", "id")], not_null={"segments"})
+
+
+class StoreError(Exception):
+    """The database cannot be opened or used (one line, for the CLI)."""
+
+
+class LeaseLost(Exception):
+    """This runner no longer owns the job: another runner took it over."""
+
+
+def default_path() -> Path:
+    """``$TRANSCRIBER_DB`` is handled by the CLI; this is the user data directory's file."""
+    if sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    elif os.name == "nt":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "transcriber" / "jobs.db"
+
+
+def segments_to_json(segments: Sequence[Segment]) -> str:
+    # Full precision (not Segment.to_dict, which rounds for the JSON timeline): a resumed job's
+    # words must be bit-for-bit those of an uninterrupted run.
+    return json.dumps([asdict(s) for s in segments], ensure_ascii=False)
+
+
+def segments_from_json(text: str) -> list[Segment]:
+    return [Segment(**{**d, "words": tuple(Word(**w) for w in d["words"])}) for d in json.loads(text)]
+
+
+_FLOAT_COLUMNS = ("progress", "duration", "lease_expires", "created_at", "queued_at", "started_at",
+                  "updated_at", "finished_at")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A row of ``jobs``, typed."""
+
+    id: int
+    path: str
+    content_key: str
+    fingerprint: str
+    spec: dict
+    output_stem: str
+    status: str
+    progress: float = 0.0
+    duration: Optional[float] = None
+    words_complete: bool = False
+    language: Optional[str] = None
+    model: Optional[str] = None
+    runs: int = 0
+    errors: int = 0
+    last_error: Optional[str] = None
+    retryable: bool = True
+    outputs: tuple[str, ...] = ()
+    lease_owner: Optional[str] = None
+    lease_expires: Optional[float] = None
+    created_at: Optional[float] = None
+    queued_at: Optional[float] = None
+    started_at: Optional[float] = None
+    updated_at: Optional[float] = None
+    finished_at: Optional[float] = None
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Job":
+        d = dict(row)
+        d["spec"] = json.loads(d["spec"])
+        d["outputs"] = tuple(json.loads(d["outputs"] or "[]"))
+        d["words_complete"] = bool(d["words_complete"])
+        d["retryable"] = bool(d["retryable"])
+        for name in _FLOAT_COLUMNS:  # UPDATE ... RETURNING can hand back a whole REAL as an int
+            if d[name] is not None:
+                d[name] = float(d[name])
+        return cls(**d)
+
+    def stalled(self, now: Optional[float] = None) -> bool:
+        """Running, but its runner's lease has expired (the runner died or hung)."""
+        return self.status == RUNNING and (self.lease_expires or 0) < (now or time.time())
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["outputs"] = list(self.outputs)
+        d["stalled"] = self.stalled()
+        return d
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What a job has committed: where its engine continues from."""
+
+    segments: list[Segment] = field(default_factory=list)
+    state: Optional[dict] = None  # the engine's state after the last committed segment
+    position: float = 0.0  # seconds of audio done
+    checkpoints: int = 0
+
+
+@dataclass(frozen=True)
+class Request:
+    """Asking for one file to be transcribed."""
+
+    path: str  # resolved absolute path: the job's identity
+    content_key: str
+    fingerprint: str
+    spec: dict
+    output_stem: str
+
+
+def _all_exist(paths: Iterable[str]) -> bool:
+    paths = list(paths)
+    return bool(paths) and all(os.path.exists(p) for p in paths)
+
+
+def owner_id() -> str:
+    """``host:pid:nonce``: names a runner, and lets one on the same host see that it died."""
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+
+
+class JobStore:
+    """Jobs and checkpoints in one SQLite file; safe to share between processes."""
+
+    def __init__(self, path, timeout: float = 30.0):
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(self.path), timeout=timeout)
+            self.db = Database(conn, execute_plugins=False)
+            self.db.enable_wal()  # readers never block the runner's checkpoints, nor it them
+            self._migrate()
+        except (sqlite3.Error, OSError) as e:
+            raise StoreError(f"cannot open job database {self.path}: {e}") from e
+
+    def _migrate(self) -> None:
+        if not migrations.pending(self.db):
+            return
+        # Two runners started together on a new database: the first one creates the tables, the
+        # second waits for the write lock and then finds nothing pending. (Migrations.apply's
+        # own transactions nest inside this one as savepoints.)
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            migrations.apply(self.db)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.rollback()
+            raise
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "JobStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- reading -------------------------------------------------------------------------
+
+    def get(self, job_id: int) -> Optional[Job]:
+        rows = list(self.db.query("SELECT * FROM jobs WHERE id = ?", [job_id]))
+        return Job.from_row(rows[0]) if rows else None
+
+    def by_path(self, path: str) -> Optional[Job]:
+        rows = list(self.db.query("SELECT * FROM jobs WHERE path = ?", [path]))
+        return Job.from_row(rows[0]) if rows else None
+
+    def jobs(self, statuses: Optional[Iterable[str]] = None, ids: Optional[Iterable[int]] = None) -> list[Job]:
+        where, params = [], []
+        if statuses:
+            where.append("status IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps(list(statuses)))
+        if ids is not None:
+            where.append("id IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps(list(ids)))
+        sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
+        return [Job.from_row(r) for r in self.db.query(sql, params)]
+
+    def checkpoints(self, job_id: int) -> list[dict]:
+        """The checkpoint rows of a job, in order, without their (large) payloads."""
+        return list(self.db.query(
+            "SELECT job_id, seq, position, owner, created_at, state IS NOT NULL AS has_state, "
+            "json_array_length(segments) AS n_segments FROM checkpoints WHERE job_id = ? ORDER BY seq",
+            [job_id]))
+
+    def resume_point(self, job_id: int) -> Resume:
+        rows = list(self.db.query(
+            "SELECT position, segments, state FROM checkpoints WHERE job_id = ? ORDER BY seq", [job_id]))
+        if not rows:
+            return Resume()
+        segments = [s for r in rows for s in segments_from_json(r["segments"])]
+        last = rows[-1]
+        state = json.loads(last["state"]) if last["state"] is not None else None
+        return Resume(segments, state, last["position"], len(rows))
+
+    # --- enqueueing ----------------------------------------------------------------------
+
+    def enqueue(self, request: Request, force: bool = False,
+                outputs_present: Callable[[Iterable[str]], bool] = _all_exist) -> tuple[Job, str]:
+        """Queue a file unless it is done with the same content and options; what was done.
+
+        One transaction: two processes enqueueing the same folder agree on every job.
+        """
+        now = time.time()
+        spec = json.dumps(request.spec, sort_keys=True)
+        with self.db.atomic():
+            # A write first: this transaction holds the write lock from here on.
+            cursor = self.db.execute(
+                "INSERT INTO jobs (path, content_key, fingerprint, spec, output_stem, status, "
+                "created_at, queued_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(path) DO NOTHING",
+                [request.path, request.content_key, request.fingerprint, spec, request.output_stem,
+                 QUEUED, now, now, now])
+            if cursor.rowcount == 1:
+                return self.get(cursor.lastrowid), NEW
+            job = self.by_path(request.path)
+            action = self._decide(job, request, spec, force, outputs_present, now)
+            if action == REDO:
+                self._reset(job.id, request.content_key, request.fingerprint, spec, request.output_stem, now)
+            elif action in (RESUME, OUTPUTS):
+                self.db.execute(
+                    "UPDATE jobs SET status = ?, spec = ?, output_stem = ?, errors = CASE WHEN status = ? "
+                    "THEN 0 ELSE errors END, lease_owner = NULL, lease_expires = NULL, queued_at = ?, "
+                    "updated_at = ? WHERE id = ?",
+                    [QUEUED, spec, request.output_stem, FAILED, now, now, job.id])
+        return self.get(job.id), action
+
+    @staticmethod
+    def _decide(job: Job, request: Request, spec: str, force: bool,
+                outputs_present: Callable[[Iterable[str]], bool], now: float) -> str:
+        if job.status == RUNNING and not job.stalled(now):
+            return BUSY
+        if force or job.content_key != request.content_key or job.fingerprint != request.fingerprint:
+            return REDO
+        same_outputs = json.dumps(job.spec, sort_keys=True) == spec and job.output_stem == request.output_stem
+        if job.status == DONE:
+            return SKIP if same_outputs and outputs_present(job.outputs) else OUTPUTS
+        if job.status == FAILED and not job.retryable:
+            return FAILED_BEFORE
+        return RESUME  # queued, stalled, or failed for a reason that may have gone away
+
+    def _reset(self, job_id: int, content_key: str, fingerprint: str, spec: str, output_stem: str,
+               now: float) -> None:
+        self.db.execute(
+            "UPDATE jobs SET status = ?, content_key = ?, fingerprint = ?, spec = ?, output_stem = ?, "
+            "progress = 0, duration = NULL, words_complete = 0, language = NULL, model = NULL, "
+            "errors = 0, last_error = NULL, retryable = 1, outputs = '[]', lease_owner = NULL, "
+            "lease_expires = NULL, queued_at = ?, updated_at = ?, finished_at = NULL WHERE id = ?",
+            [QUEUED, content_key, fingerprint, spec, output_stem, now, now, job_id])
+        self.db.execute("DELETE FROM checkpoints WHERE job_id = ?", [job_id])
+
+    def retry(self, job_ids: Iterable[int]) -> list[tuple[Job, str]]:
+        """Queue jobs again by hand: failed or stalled ones resume from their checkpoint with a
+        fresh count of attempts, done ones are redone from scratch."""
+        out = []
+        now = time.time()
+        for job_id in job_ids:
+            with self.db.atomic():
+                self.db.execute("UPDATE jobs SET updated_at = updated_at WHERE id = ?", [job_id])  # lock
+                job = self.get(job_id)
+                if job is None:
+                    continue
+                if job.status == RUNNING and not job.stalled(now):
+                    action = BUSY
+                elif job.status == DONE:
+                    action = REDO
+                    self._reset(job.id, job.content_key, job.fingerprint, json.dumps(job.spec, sort_keys=True),
+                                job.output_stem, now)
+                else:
+                    action = RESUME
+                    self.db.execute(
+                        "UPDATE jobs SET status = ?, errors = 0, retryable = 1, lease_owner = NULL, "
+                        "lease_expires = NULL, queued_at = ?, updated_at = ? WHERE id = ?",
+                        [QUEUED, now, now, job.id])
+            out.append((self.get(job_id), action))
+        return out
+
+    # --- running: leases ------------------------------------------------------------------
+
+    def claim(self, owner: str, ids: Iterable[int], lease_seconds: float) -> Optional[Job]:
+        """Take the next queued (or stalled) job among ``ids`` for ``owner``, atomically.
+
+        One statement: SQLite runs it under its write lock, so two runners never get the same
+        job. Jobs that failed less often go first, so a job being retried waits behind fresh ones.
+        """
+        now = time.time()
+        with self.db.atomic():
+            rows = list(self.db.query(
+                "UPDATE jobs SET status = :running, lease_owner = :owner, lease_expires = :expires, "
+                "runs = runs + 1, started_at = :now, updated_at = :now "
+                "WHERE id = (SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(:ids)) "
+                "AND (status = :queued OR (status = :running AND coalesce(lease_expires, 0) < :now)) "
+                "ORDER BY errors, id LIMIT 1) RETURNING *",
+                {"running": RUNNING, "queued": QUEUED, "owner": owner, "expires": now + lease_seconds,
+                 "now": now, "ids": json.dumps(list(ids))}))
+        return Job.from_row(rows[0]) if rows else None
+
+    def heartbeat(self, job_id: int, owner: str, lease_seconds: float) -> bool:
+        """Extend the lease; False if this owner has lost it."""
+        now = time.time()
+        cursor = self.db.execute(
+            "UPDATE jobs SET lease_expires = ? WHERE id = ? AND lease_owner = ? AND status = ?",
+            [now + lease_seconds, job_id, owner, RUNNING])
+        return cursor.rowcount == 1
+
+    def expire_dead_leases(self, is_dead: Callable[[str], bool]) -> list[int]:
+        """Expire at once the leases whose owner ``is_dead`` says is gone (a runner on this
+        host that was killed), instead of waiting for them to time out."""
+        expired = []
+        for row in list(self.db.query("SELECT id, lease_owner FROM jobs WHERE status = ? AND "
+                                      "coalesce(lease_expires, 0) >= ?", [RUNNING, time.time()])):
+            if row["lease_owner"] and is_dead(row["lease_owner"]):
+                cursor = self.db.execute(
+                    "UPDATE jobs SET lease_expires = 0 WHERE id = ? AND lease_owner = ? AND status = ?",
+                    [row["id"], row["lease_owner"], RUNNING])
+                if cursor.rowcount:
+                    expired.append(row["id"])
+        return expired
+
+    def _fenced(self, job_id: int, owner: str, sets: str, params: Sequence[Any]) -> None:
+        """``UPDATE jobs SET <sets>`` for a job this owner holds; LeaseLost otherwise."""
+        cursor = self.db.execute(f"UPDATE jobs SET {sets} WHERE id = ? AND lease_owner = ? AND status = ?",
+                                 [*params, job_id, owner, RUNNING])
+        if cursor.rowcount != 1:
+            raise LeaseLost(f"job {job_id} is no longer held by {owner}")
+
+    # --- running: progress ----------------------------------------------------------------
+
+    def start(self, job_id: int, owner: str, content_key: str, duration: Optional[float]) -> None:
+        """Record what the runner found at the start: the duration, and if the file changed
+        since it was queued, a new content key (its old words are dropped)."""
+        now = time.time()
+        with self.db.atomic():
+            self._fenced(job_id, owner, "duration = ?, updated_at = ?", [duration, now])
+            cursor = self.db.execute(
+                "UPDATE jobs SET content_key = ?, progress = 0, words_complete = 0 "
+                "WHERE id = ? AND content_key != ?", [content_key, job_id, content_key])
+            if cursor.rowcount:
+                self.db.execute("DELETE FROM checkpoints WHERE job_id = ?", [job_id])
+
+    def checkpoint(self, job_id: int, owner: str, segments: Sequence[Segment], state: Optional[dict],
+                   position: float, language: Optional[str], model: Optional[str], lease_seconds: float,
+                   complete: bool = False) -> int:
+        """Commit new segments and the engine state after them, in one transaction; the
+        checkpoint's number. ``state=None`` with ``complete`` only marks the words complete."""
+        now = time.time()
+        with self.db.atomic():
+            self._fenced(job_id, owner, "progress = max(progress, ?), language = coalesce(?, language), "
+                         "model = coalesce(?, model), words_complete = ?, lease_expires = ?, updated_at = ?",
+                         [position, language, model, int(complete), now + lease_seconds, now])
+            seq = self.db.execute("SELECT coalesce(max(seq), 0) FROM checkpoints WHERE job_id = ?",
+                                  [job_id]).fetchone()[0]
+            if state is None and not segments:
+                return seq
+            seq += 1
+            self.db["checkpoints"].insert({
+                "job_id": job_id, "seq": seq, "position": position, "segments": segments_to_json(segments),
+                "state": json.dumps(state) if state is not None else None, "owner": owner, "created_at": now})
+            self.db.execute("UPDATE checkpoints SET state = NULL WHERE job_id = ? AND seq < ? "
+                            "AND state IS NOT NULL", [job_id, seq])
+        return seq
+
+    def finish(self, job_id: int, owner: str, outputs: Sequence[str]) -> None:
+        now = time.time()
+        with self.db.atomic():
+            self._fenced(job_id, owner, "status = ?, outputs = ?, progress = coalesce(nullif(duration, 0), "
+                         "progress), last_error = NULL, lease_owner = NULL, "
+                         "lease_expires = NULL, updated_at = ?, finished_at = ?",
+                         [DONE, json.dumps([str(p) for p in outputs]), now, now])
+
+    def release(self, job_id: int, owner: str) -> None:
+        """Give a job back to the queue (stopped by a signal); its checkpoint stays."""
+        now = time.time()
+        with self.db.atomic():
+            self._fenced(job_id, owner, "status = ?, lease_owner = NULL, lease_expires = NULL, updated_at = ?",
+                         [QUEUED, now])
+
+    def fail(self, job_id: int, owner: str, error: str, retryable: bool, max_attempts: int) -> str:
+        """Record a failed attempt; the job is queued again while it has attempts left and the
+        error may go away, else failed. Returns the new status."""
+        now = time.time()
+        with self.db.atomic():
+            self._fenced(
+                job_id, owner,
+                "errors = errors + 1, last_error = ?, retryable = ?, "
+                "status = CASE WHEN ? AND errors + 1 < ? THEN ? ELSE ? END, "
+                "lease_owner = NULL, lease_expires = NULL, updated_at = ?, "
+                "finished_at = CASE WHEN ? AND errors + 1 < ? THEN finished_at ELSE ? END",
+                [error, int(retryable), int(retryable), max_attempts, QUEUED, FAILED, now,
+                 int(retryable), max_attempts, now])
+        return self.get(job_id).status

@@ -1,0 +1,96 @@
+"""Watch mode: enqueue media that appears (or changes) in a folder once it stops growing.
+
+Polling, not inotify: it works the same on network mounts and every OS, and a scan of a folder
+is cheap next to transcribing. A file is taken when its size and mtime have not changed for
+``stable_seconds`` (a file still being copied or recorded is left alone), it is not empty, and
+its name is not a temporary one (``.part``, ``.crdownload``, dot-files...).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from .batch import request_for
+from .discover import has_audio, is_temporary, looks_like_media
+from .progress import Reporter
+from .runner import RunResult, Runner, StopFlag
+from .spec import JobSpec
+from .store import BUSY, FAILED_BEFORE, SKIP, JobStore
+
+Signature = tuple[int, int]  # (size, mtime_ns)
+
+
+class StableFiles:
+    """Tracks the files under ``root``; ``scan`` returns those that became ready to take."""
+
+    def __init__(self, root: Path, stable_seconds: float, check: Callable[[Path], bool] = has_audio):
+        self.root, self.stable_seconds, self.check = root, stable_seconds, check
+        self.seen: dict[Path, tuple[Signature, float]] = {}  # signature, when first seen with it
+        self.taken: dict[Path, Signature] = {}  # signature when last enqueued
+        self._media: dict[tuple[Path, Signature], bool] = {}  # probe results for unknown extensions
+
+    def _walk(self):
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = sorted(d for d in dirnames if not is_temporary(Path(d)))
+            for name in sorted(filenames):
+                if not is_temporary(Path(name)):
+                    yield Path(dirpath) / name
+
+    def scan(self, now: Optional[float] = None) -> list[Path]:
+        now = time.monotonic() if now is None else now
+        current: dict[Path, tuple[Signature, float]] = {}
+        ready = []
+        for path in self._walk():
+            try:
+                st = path.stat()
+            except OSError:  # vanished between listing and stat
+                continue
+            signature = (st.st_size, st.st_mtime_ns)
+            previous = self.seen.get(path)
+            since = previous[1] if previous and previous[0] == signature else now
+            current[path] = (signature, since)
+            if (st.st_size > 0 and now - since >= self.stable_seconds
+                    and self.taken.get(path) != signature and self._is_media(path, signature)):
+                ready.append(path)
+        self.seen = current
+        return ready
+
+    def _is_media(self, path: Path, signature: Signature) -> bool:
+        key = (path, signature)
+        if key not in self._media:
+            self._media[key] = looks_like_media(path, self.check)
+        return self._media[key]
+
+    def mark_taken(self, path: Path) -> None:
+        if path in self.seen:
+            self.taken[path] = self.seen[path][0]
+
+
+def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path], runner: Runner,
+          reporter: Reporter, stop: StopFlag, interval: float = 1.0, stable_seconds: float = 3.0) -> RunResult:
+    """Scan, enqueue what is ready, run it; until ``stop`` is requested. Returns every job run."""
+    tracker = StableFiles(root, stable_seconds)
+    result = RunResult()
+    while not stop.requested:
+        to_run = []
+        for path in tracker.scan():
+            try:
+                request = request_for(path, root, output_dir, spec)
+            except OSError:
+                continue  # vanished or unreadable now: looked at again at the next scan
+            job, action = store.enqueue(request)
+            if action == BUSY:
+                continue  # another runner has it: look again later (it may have changed since)
+            tracker.mark_taken(path)
+            if action not in (SKIP, FAILED_BEFORE):
+                to_run.append(job.id)
+                reporter.info(f"queued: {path}")
+        if to_run:
+            reporter.add_files(len(to_run))
+            runner.run(to_run, result)
+        stop.sleep(interval)
+    result.stopped = stop.signum
+    return result

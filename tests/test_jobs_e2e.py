@@ -1,0 +1,306 @@
+"""The job runner end to end: real `transcribe` processes, real SQLite files, the real model.
+
+Economical on purpose (2 CPU cores): short recordings, one ~70 s file for the crash tests, and
+few processes, since each one that decodes loads the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import srt
+import webvtt
+
+from jobs.discover import content_key
+from jobs.store import JobStore
+from transcriber.audio import ffmpeg_binary
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "audio"
+if not DATA.is_dir():  # the checkout may sit elsewhere; the data's home is fixed
+    DATA = Path("/work/shared/data/audio")
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not DATA.is_dir(), reason="evaluation audio not available")]
+SHORT = DATA / "short_en"
+LONG_SOURCE = DATA / "long_en" / "ljspeech_LJ001-0001_0032_concat.flac"
+TRANSCRIBE = Path(sys.executable).parent / "transcribe"
+COMMAND = [str(TRANSCRIBE)] if TRANSCRIBE.exists() else [sys.executable, "-m", "jobs"]
+
+
+def ffmpeg(*args: str) -> None:
+    subprocess.run([ffmpeg_binary(), "-nostdin", "-hide_banner", "-v", "error", "-y", *args], check=True)
+
+
+def env(db: Path, **extra: str) -> dict:
+    e = {k: v for k, v in os.environ.items() if k not in ("TRANSCRIBER_DB", "TRANSCRIBER_TEST_KILL_AT")}
+    return {**e, "TRANSCRIBER_DB": str(db), **extra}
+
+
+def transcribe(*args, db: Path, timeout: float = 300, **extra) -> subprocess.CompletedProcess:
+    return subprocess.run([*COMMAND, *map(str, args)], env=env(db, **extra), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def start(*args, db: Path, **extra) -> subprocess.Popen:
+    return subprocess.Popen([*COMMAND, *map(str, args)], env=env(db, **extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
+
+def wait_for(predicate, timeout: float = 120, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def claimed_by(db: Path, proc: subprocess.Popen) -> bool:
+    if not db.exists():
+        return False
+    with JobStore(db) as store:
+        return any(j.lease_owner and f":{proc.pid}:" in j.lease_owner for j in store.jobs(statuses=["running"]))
+
+
+def words(json_path: Path) -> list[tuple[str, float, float]]:
+    data = json.loads(json_path.read_text(encoding="utf-8"))
+    return [(w["word"], w["start"], w["end"]) for s in data["segments"] for w in s["words"]]
+
+
+def assert_outputs_parse(stem: Path) -> None:
+    subs = list(srt.parse(stem.with_name(stem.name + ".srt").read_text(encoding="utf-8")))
+    assert subs and all(s.content.strip() for s in subs)
+    cues = webvtt.read(str(stem.with_name(stem.name + ".vtt")))
+    assert len(cues) == len(subs)
+    assert json.loads(stem.with_name(stem.name + ".json").read_text(encoding="utf-8"))["segments"]
+
+
+def no_leftovers(folder: Path) -> list[str]:
+    """Temporary files of the atomic writer, which must never outlive a run."""
+    return [p.name for p in folder.rglob("*") if p.name.endswith(".part")]
+
+
+@pytest.fixture(scope="module")
+def long_file(tmp_path_factory) -> Path:
+    """~70 s of speech: three one-shot windows, so three checkpoints."""
+    path = tmp_path_factory.mktemp("long") / "long talk.flac"
+    ffmpeg("-i", str(LONG_SOURCE), "-t", "70", str(path))
+    return path
+
+
+def test_kill_at_three_points_then_resume(long_file, tmp_path):
+    """kill -9 after the first checkpoint, kill -9 at a moment in the middle of the work, SIGTERM
+    (stops after its checkpoint), kill -9 after the outputs were written but before the job was
+    marked done; then a clean run. The file is done once, its words are those of an uninterrupted
+    run (none lost, none repeated), and its outputs are complete."""
+    formats = ("-f", "srt,vtt,json", "-q")
+    reference = tmp_path / "ref" / long_file.name
+    reference.parent.mkdir()
+    shutil.copy(long_file, reference)
+    r = transcribe(reference, *formats, db=tmp_path / "ref.db")
+    assert r.returncode == 0, r.stderr
+    expected = words(reference.with_suffix(".json"))
+    assert len(expected) > 100
+
+    media = tmp_path / "work" / long_file.name
+    media.parent.mkdir()
+    shutil.copy(long_file, media)
+    stem, db = media.with_suffix(""), tmp_path / "jobs.db"
+    outputs = [stem.with_name(stem.name + ext) for ext in (".srt", ".vtt", ".json")]
+
+    def job():
+        with JobStore(db) as store:
+            (j,) = store.jobs()
+            return j, store.checkpoints(j.id)
+
+    # 1. kill -9 right after the first checkpoint was committed
+    r = transcribe(media, *formats, db=db, TRANSCRIBER_TEST_KILL_AT="checkpoint:1")
+    assert r.returncode == -signal.SIGKILL
+    j, checkpoints = job()
+    assert j.status == "running" and len(checkpoints) == 1 and not any(p.exists() for p in outputs)
+
+    # 2. kill -9 from outside, a moment after it took the job over (loading the model or decoding)
+    proc = start(media, *formats, db=db)
+    wait_for(lambda: claimed_by(db, proc), what="the job to be claimed")
+    time.sleep(2.5)
+    proc.kill()
+    proc.communicate()
+    assert not any(p.exists() for p in outputs)
+
+    # 3. SIGTERM: it stops after its current checkpoint and gives the job back
+    before = len(job()[1])
+    proc = start(media, *formats, db=db)
+    wait_for(lambda: claimed_by(db, proc), what="the job to be claimed")
+    time.sleep(3.0)  # past the model load, most likely: in the middle of a window
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "Traceback" not in stderr and "stopping after the current checkpoint" in stderr
+    j, checkpoints = job()
+    assert j.status == "queued" and len(checkpoints) >= before and not any(p.exists() for p in outputs)
+
+    # 4. kill -9 after the outputs are written, before the job is marked done
+    r = transcribe(media, *formats, db=db, TRANSCRIBER_TEST_KILL_AT="outputs")
+    assert r.returncode == -signal.SIGKILL
+    j, _ = job()
+    assert j.status == "running" and j.words_complete
+    assert words(stem.with_suffix(".json")) == expected
+
+    # 5. the rerun only finishes the job: done once, words equal, outputs complete
+    t0 = time.monotonic()
+    r = transcribe(media, *formats, db=db)
+    assert r.returncode == 0, r.stderr
+    assert "1 done, 0 skipped, 0 failed" in r.stderr
+    j, checkpoints = job()
+    assert j.status == "done" and j.runs == 5 and j.errors == 0
+    assert [c["seq"] for c in checkpoints] == list(range(1, len(checkpoints) + 1))
+    positions = [c["position"] for c in checkpoints]
+    assert positions == sorted(set(positions)) and len(checkpoints) >= 3
+    assert words(stem.with_suffix(".json")) == expected
+    assert_outputs_parse(stem)
+    assert (stem.with_suffix(".srt")).read_text() == (reference.with_suffix(".srt")).read_text()
+    assert no_leftovers(media.parent) == []
+    assert time.monotonic() - t0 < 10  # words were complete: no decoding (nor model load) needed
+
+    r = transcribe(media, *formats, db=db)  # and nothing is left to do
+    assert r.returncode == 0 and "0 done, 1 skipped" in r.stderr
+
+
+def test_two_runners_share_one_folder(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    names = ["ls_1089-134691-0000", "sr_one_two_three", "ljspeech_LJ002-0020", "librivox_sas01_0880"]
+    for name in names:
+        shutil.copy(SHORT / f"{name}.flac", folder / f"{name}.flac")
+    db = tmp_path / "shared.db"  # does not exist yet: both create it at once
+    procs = [start(folder, "-f", "srt", db=db) for _ in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    done_lines = [line for _, err in results for line in err.splitlines() if line.startswith("done: ")]
+    assert sorted(line.split(" -> ")[0][6:] for line in done_lines) == sorted(str(folder / f"{n}.flac") for n in names)
+    with JobStore(db) as store:
+        jobs = store.jobs()
+        assert len(jobs) == len(names)
+        for j in jobs:
+            assert (j.status, j.runs) == ("done", 1)
+            assert len({c["owner"] for c in store.checkpoints(j.id)}) == 1
+    assert all((folder / f"{n}.srt").exists() for n in names)
+
+
+def test_folder_with_bad_files_then_reruns(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    good = {"with space.flac": "sr_one_two_three", "ünïcødé 日本.flac": "ls_1089-134691-0000",
+            "-dash.flac": "ljspeech_LJ002-0020"}
+    for name, source in good.items():
+        shutil.copy(SHORT / f"{source}.flac", folder / name)
+    (folder / "empty.wav").write_bytes(b"")
+    (folder / "corrupt.flac").write_bytes((SHORT / "jfk.flac").read_bytes()[:40_000])  # cut off
+    (folder / "notes.mp3").write_text("these are my notes, not an mp3\n" * 50)
+    ffmpeg("-f", "lavfi", "-i", "color=c=black:s=64x64:r=5:d=2", str(folder / "no audio.mp4"))
+    (folder / "readme.txt").write_text("not taken at all")
+    bad = ["empty.wav", "corrupt.flac", "notes.mp3", "no audio.mp4"]
+    db = tmp_path / "jobs.db"
+    fmt = ("-f", "srt,json")
+
+    r = transcribe(folder, *fmt, db=db)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert "3 done, 0 skipped, 4 failed" in r.stderr
+    for name in good:
+        stem = (folder / name).with_suffix("")
+        assert json.loads(stem.with_name(stem.name + ".json").read_text(encoding="utf-8"))["segments"]
+    outputs = {p.name for p in folder.iterdir()} - set(good) - set(bad) - {"readme.txt"}
+    assert outputs == {Path(n).stem + ext for n in good for ext in (".srt", ".json")}  # none for bad files
+    assert no_leftovers(folder) == []
+
+    status = transcribe("status", db=db)
+    assert status.returncode == 0
+    rows = {line.split("  ")[0]: line for line in status.stdout.splitlines()}
+    reasons = {}
+    for line in status.stdout.splitlines()[1:]:
+        for name in bad:
+            if str(folder / name) in line:
+                assert " failed " in line
+                reasons[name] = line.split(str(folder / name), 1)[1].strip()
+    assert set(reasons) == set(bad), rows
+    assert "file is empty" in reasons["empty.wav"] and "no audio stream" in reasons["no audio.mp4"]
+    assert "truncated" in reasons["corrupt.flac"] and reasons["notes.mp3"]
+    jobs = json.loads(transcribe("status", "--json", db=db).stdout)
+    assert all("\n" not in (j["last_error"] or "") for j in jobs)
+
+    # nothing changed: everything skipped, fast (the model is not even loaded)
+    mtimes = {p: p.stat().st_mtime_ns for p in folder.iterdir()}
+    t0 = time.monotonic()
+    r = transcribe(folder, *fmt, db=db)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 2.0, elapsed
+    assert r.returncode == 1 and "0 done, 3 skipped, 4 failed" in r.stderr
+    assert {p: p.stat().st_mtime_ns for p in folder.iterdir()} == mtimes
+
+    # a new output format: outputs rewritten from the stored words, still without the model
+    t0 = time.monotonic()
+    r = transcribe(folder, "-f", "srt,json,txt", "-q", db=db)
+    assert time.monotonic() - t0 < 3.0
+    assert "3 done, 0 skipped, 4 failed" in r.stderr
+    assert (folder / "with space.txt").read_text().strip() == (
+        " ".join(s["text"].strip() for s in json.loads((folder / "with space.json").read_text())["segments"]))
+
+    # a changed option redoes every file
+    r = transcribe(folder, *fmt, "--beam-size", "2", "-q", db=db)
+    assert "3 done, 0 skipped, 4 failed" in r.stderr
+    with JobStore(db) as store:
+        assert {j.runs for j in store.jobs() if j.status == "done"} == {3}  # run, outputs, redo
+
+    # a changed file is redone, the others skipped
+    before = (folder / "with space.srt").read_text()
+    shutil.copy(SHORT / "jfk.flac", folder / "with space.flac")
+    r = transcribe(folder, *fmt, "--beam-size", "2", "-q", db=db)
+    assert "1 done, 2 skipped, 4 failed" in r.stderr
+    after = (folder / "with space.srt").read_text()
+    assert after != before and "country" in after
+
+
+def test_watch_takes_a_slowly_written_file_once(tmp_path):
+    source = tmp_path / "jfk.wav"
+    ffmpeg("-i", str(SHORT / "jfk.flac"), str(source))
+    data = source.read_bytes()
+    folder, db = tmp_path / "incoming", tmp_path / "jobs.db"
+    folder.mkdir()
+    proc = start("watch", folder, "-f", "srt,json", "--stable-seconds", "2", "--interval", "0.3", "-q", db=db)
+    try:
+        (folder / "ignored.wav.part").write_bytes(data[:1000])  # a download in progress
+        target = folder / "talk.wav"
+        pieces = 6
+        for i in range(pieces):  # ~5 s of writing, a piece every 0.9 s
+            with open(target, "ab") as f:
+                f.write(data[i * len(data) // pieces:(i + 1) * len(data) // pieces])
+            time.sleep(0.9 if i < pieces - 1 else 0)
+        last_write = time.time()
+
+        def done():
+            with JobStore(db) as store:
+                return [j for j in store.jobs() if j.status == "done"]
+
+        wait_for(done, timeout=180, what="the watched file to be transcribed")
+        time.sleep(1.0)  # a few more scans: nothing is taken twice
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "watch stopped: 1 done, 0 failed" in stderr and "Traceback" not in stderr
+    with JobStore(db) as store:
+        (job,) = store.jobs()
+    assert job.path == str(target.resolve()) and job.runs == 1
+    assert job.queued_at >= last_write  # taken only once it stopped growing
+    assert job.content_key == content_key(target)
+    text = "".join(w for w, _, _ in words(target.with_suffix(".json"))).lower()
+    assert "ask not what your country can do for you" in text
