@@ -196,7 +196,10 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
     node = stream["a:0"].output("pipe:", **out_args).global_args(
         "-nostdin", "-hide_banner", "-v", "error")
     try:
-        proc = node.run_async(cmd=ffmpeg_binary(), pipe_stdout=True, pipe_stderr=True)
+        # Its own session: a terminal's Ctrl-C goes to the job runner, which stops at its next
+        # checkpoint; ffmpeg must keep feeding it until then rather than die mid-window.
+        proc = subprocess.Popen(node.compile(cmd=ffmpeg_binary()), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     except OSError as e:
         raise AudioError(_message(name, f"cannot run ffmpeg: {e}")) from e
     # stderr is drained by a thread: a chatty ffmpeg blocked on a full stderr pipe would
@@ -285,7 +288,7 @@ def _drain(pipe, tail: collections.deque) -> None:
 def _run(cmd: list[str], name: str) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(cmd, capture_output=True, text=True, errors="replace",
-                              stdin=subprocess.DEVNULL, timeout=_PROBE_TIMEOUT_S)
+                              stdin=subprocess.DEVNULL, timeout=_PROBE_TIMEOUT_S, start_new_session=True)
     except subprocess.TimeoutExpired as e:
         raise AudioError(_message(name, f"probing timed out after {_PROBE_TIMEOUT_S} s")) from e
     except OSError as e:
