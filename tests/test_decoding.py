@@ -1,0 +1,163 @@
+"""Decoding parts without the model: logit filters, search strategies, ranker, DTW, options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from transcriber.decoding.filters import ApplyTimestampRules, SuppressBlank, SuppressTokens, log_softmax
+from transcriber.decoding.options import DecodingOptions
+from transcriber.decoding.search import BeamSearchDecoder, GreedyDecoder, MaximumLikelihoodRanker
+from transcriber.decoding.task import compression_ratio
+from transcriber.model import loader
+from transcriber.timing import dtw, median_filter
+from transcriber.tokenizer import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    _, folder = loader._package_folder("tiny.en")
+    return load_tokenizer(folder, multilingual=False)
+
+
+def _logits(tok, favourite: int) -> np.ndarray:
+    logits = np.zeros((1, tok.timestamp_begin + 1501), dtype=np.float32)
+    logits[0, favourite] = 10.0
+    return logits
+
+
+def test_first_token_is_a_timestamp_not_after_max_initial(tok):
+    begin = 3
+    rules = ApplyTimestampRules(tok, sample_begin=begin, max_initial_timestamp_index=50)
+    logits = _logits(tok, tok.encode(" Hello")[0])
+    rules.apply(logits, np.zeros((1, begin), dtype=np.int64))
+    allowed = np.flatnonzero(np.isfinite(logits[0]))
+    assert allowed.min() == tok.timestamp_begin and allowed.max() == tok.timestamp_begin + 50
+
+
+def test_timestamps_pair_up_and_never_go_back(tok):
+    ts = tok.timestamp_begin
+    text = tok.encode(" Hello")[0]
+    rules = ApplyTimestampRules(tok, sample_begin=1, max_initial_timestamp_index=None)
+    # after "<|0.40|> Hello <|1.00|>" (an open pair): text may not follow; the closing
+    # timestamp may repeat 1.00 or go later, but not earlier
+    logits = _logits(tok, tok.eot)
+    rules.apply(logits, np.array([[tok.sot, ts + 20, text, ts + 50]]))
+    allowed = np.flatnonzero(np.isfinite(logits[0]))
+    assert tok.eot in allowed and text not in allowed
+    assert allowed[allowed >= ts].min() == ts + 50
+    # after a closed pair "<|1.00|><|1.00|>": text must come, no timestamp
+    logits = _logits(tok, text)
+    rules.apply(logits, np.array([[tok.sot, ts + 20, text, ts + 50, ts + 50]]))
+    assert np.isfinite(logits[0, text]) and not np.isfinite(logits[0, ts:]).any()
+    # after text, the next timestamp must be later than the last one
+    logits = _logits(tok, text)
+    rules.apply(logits, np.array([[tok.sot, ts + 20, text]]))
+    finite_ts = np.flatnonzero(np.isfinite(logits[0, ts:]))
+    assert finite_ts.min() == 21
+    assert not np.isfinite(logits[0, tok.no_timestamps])
+
+
+def test_timestamp_forced_when_timestamps_are_likelier_than_any_text(tok):
+    ts = tok.timestamp_begin
+    rules = ApplyTimestampRules(tok, sample_begin=1, max_initial_timestamp_index=None)
+    logits = np.full((1, ts + 1501), -5.0, dtype=np.float32)
+    logits[0, ts + 100: ts + 200] = 2.0  # no single timestamp wins, their sum does
+    logits[0, tok.encode(" a")[0]] = 3.0
+    rules.apply(logits, np.array([[tok.sot, ts + 20, tok.encode(" b")[0]]]))
+    assert not np.isfinite(logits[0, :ts]).any()
+
+
+def test_suppress_blank_and_tokens(tok):
+    logits = np.zeros((2, 51864), dtype=np.float32)
+    SuppressBlank(tok, sample_begin=2).apply(logits, np.zeros((2, 2), dtype=np.int64))
+    assert np.isneginf(logits[:, tok.encode(" ")[0]]).all() and np.isneginf(logits[:, tok.eot]).all()
+    SuppressTokens([5, 7]).apply(logits, np.zeros((2, 3), dtype=np.int64))
+    assert np.isneginf(logits[:, [5, 7]]).all() and np.isfinite(logits[:, 6]).all()
+
+
+def test_greedy_takes_argmax_and_stays_at_eot():
+    eot = 9
+    decoder = GreedyDecoder(0.0, eot)
+    sums = np.zeros(2)
+    logits = np.log(np.array([[0.1] * 9 + [0.1], [0.0] * 3 + [0.9] + [0.1 / 6] * 6]) + 1e-12)
+    logits[0, 4] = 5.0
+    tokens, done, sources = decoder.update(np.array([[1], [eot]]), logits.astype(np.float32), sums)
+    assert tokens[:, -1].tolist() == [4, eot] and not done and sources is None
+    assert sums[1] == 0.0 and sums[0] == pytest.approx(log_softmax(logits)[0, 4], rel=1e-5)
+
+
+def test_beam_search_finds_the_better_path_greedy_misses():
+    # step 1: "a" (0.6) beats "b" (0.4); step 2: after "a" everything is flat, after "b" the
+    # end is certain, so "b <eot>" (0.4) beats any "a x <eot>" (0.6 * 0.1 * ...)
+    eot, a, b = 3, 1, 2
+    vocab = 4
+
+    def step(tokens):
+        rows = []
+        for row in tokens:
+            last = row[-1]
+            if last == 0:
+                p = [1e-9, 0.6, 0.4, 1e-9]
+            elif last == a:
+                p = [0.3, 0.3, 0.3, 0.1]
+            elif last == b:
+                p = [1e-9, 1e-9, 1e-9, 1.0]
+            else:
+                p = [0.25] * vocab
+            rows.append(np.log(np.array(p)))
+        return np.array(rows, dtype=np.float32)
+
+    decoder = BeamSearchDecoder(beam_size=2, eot=eot)
+    tokens, sums = np.array([[0], [0]]), np.zeros(2)  # the prompt, once per beam
+    for _ in range(5):
+        tokens, done, sources = decoder.update(tokens, step(tokens), sums)
+        assert len(sources) == 2
+        if done:
+            break
+    candidates = decoder.finalize(tokens, sums)
+    best = MaximumLikelihoodRanker(None).rank([len(c.tokens) for c in candidates],
+                                              [c.sum_logprob for c in candidates])
+    assert candidates[best].tokens[:3] == (0, b, eot)
+    assert len(candidates[best].token_logprobs) == 2
+
+
+def test_ranker_length_penalty():
+    # a longer sequence with a slightly lower total wins under length normalisation
+    assert MaximumLikelihoodRanker(None).rank([2, 10], [-2.0, -3.0]) == 1
+    assert MaximumLikelihoodRanker(1.0).rank([2, 10], [-2.0, -6.0]) == 0
+
+
+def test_dtw_follows_a_monotonic_path():
+    cost = np.ones((4, 12))
+    for i, j in enumerate([1, 4, 7, 10]):
+        cost[i, j] = 0.0
+    rows, cols = dtw(cost)
+    assert rows[0] == 0 and cols[0] == 0 and rows[-1] == 3 and cols[-1] == 11
+    assert (np.diff(rows) >= 0).all() and (np.diff(cols) >= 0).all()
+    firsts = {r: cols[np.argmax(rows == r)] for r in range(4)}
+    assert firsts[1] <= 4 and firsts[2] <= 7 and firsts[3] <= 10
+
+
+def test_median_filter_matches_numpy_median():
+    x = np.random.default_rng(0).normal(size=(3, 5, 40))
+    padded = np.pad(x, [(0, 0), (0, 0), (3, 3)], mode="reflect")
+    expected = np.median(np.lib.stride_tricks.sliding_window_view(padded, 7, axis=-1), axis=-1)
+    np.testing.assert_array_equal(median_filter(x, 7), expected)
+
+
+def test_compression_ratio_flags_repetition():
+    assert compression_ratio("the cat " * 40) > 2.4 > compression_ratio("A gold ring will please most any girl.")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"task": "summarise"}, "task"),
+    ({"beam_size": 0}, "beam_size"),
+    ({"temperature": -1}, "temperature"),
+    ({"best_of": 3}, "best_of"),
+    ({"patience": 2.0}, "patience"),
+    ({"length_penalty": 3}, "length_penalty"),
+])
+def test_decoding_options_are_checked(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DecodingOptions(**kwargs)
