@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -32,7 +33,7 @@ from .engines import ENGINES, EngineCache
 from .progress import Reporter
 from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, RunResult,
                      Runner, StopFlag, owner_is_dead, with_path)
-from .spec import JobSpec
+from .spec import CUE_FIELDS, JobSpec
 from .store import FAILED, STATUSES, Job, JobStore, StoreError, default_path
 from .watch import watch as watch_folder
 
@@ -43,6 +44,8 @@ Examples:
   transcribe podcasts/ --format srt,vtt,json   every media file in podcasts/, recursively
   transcribe a.mp4 b.wav -o subs/ -f vtt       outputs into subs/
   transcribe lecture.mkv --beam-size 5         beam search instead of greedy
+  transcribe talk.mp4 -f srt,vtt --max-line-chars 32 --vtt-karaoke
+                                               narrower lines; word timestamps in the VTT
   transcribe podcasts/ --force                 redo files that are already done
   transcribe -- -intro.mp3                     a file whose name starts with a dash
   transcribe status                            what every job is doing (--json for scripts)
@@ -104,8 +107,18 @@ def runner_options(f):
     return f
 
 
+_DEFAULTS = JobSpec()
+
+
 def spec_options(f):
-    """Flags that say what to do with each file (run, watch)."""
+    """Flags that say what to do with each file (run, watch), handed to the command as one
+    ``spec`` (a JobSpec): the command never sees them one by one."""
+
+    @functools.wraps(f)
+    def command(**kwargs):
+        fields = {name: kwargs.pop(name) for name in SPEC_FLAGS}
+        return f(spec=make_spec(**fields), **kwargs)
+
     for decorator in reversed([
         click.option("-f", "--format", "formats", default="srt", show_default=True, callback=parse_formats,
                      help=f"Comma-separated output formats: {', '.join(FORMATS)}."),
@@ -123,17 +136,42 @@ def spec_options(f):
                      help="oneshot: 30 s windows with timestamp rules."),
         click.option("--live", is_flag=True,
                      help="Rewrite the outputs at every checkpoint, so a growing SRT can be followed."),
+        # Cue layout and output details: they change the files, never the words, so changing
+        # them rewrites a done file's outputs from its stored words, without the model.
+        # Values are checked by CueOptions (one clear usage error), not by Click types.
+        click.option("--max-line-chars", type=int, default=_DEFAULTS.max_line_chars, show_default=True,
+                     help="Subtitles: characters per line."),
+        click.option("--max-lines", type=int, default=_DEFAULTS.max_lines, show_default=True,
+                     help="Subtitles: lines per cue."),
+        click.option("--max-cps", type=float, default=_DEFAULTS.max_cps, show_default=True,
+                     help="Subtitles: reading speed, characters per second."),
+        click.option("--min-duration", type=float, default=_DEFAULTS.min_duration,
+                     help="Subtitles: seconds a cue stays up at least, where the next cue leaves "
+                          "room.  [default: 5/6]"),
+        click.option("--max-duration", type=float, default=_DEFAULTS.max_duration, show_default=True,
+                     help="Subtitles: seconds a cue stays up at most."),
+        click.option("--vtt-karaoke", is_flag=True,
+                     help="WebVTT: an inline <hh:mm:ss.ttt> timestamp before every word."),
+        click.option("--json-cues", is_flag=True,
+                     help="JSON: the subtitle cues too, next to the word timeline."),
     ]):
-        f = decorator(f)
-    return f
+        command = decorator(command)
+    return command
 
 
-def make_spec(formats, model, language, task, beam_size, mode, live) -> JobSpec:
+# the flags spec_options takes from the command line: JobSpec fields of the same name
+SPEC_FLAGS = ("formats", "model", "language", "task", "beam_size", "mode", "live", *CUE_FIELDS,
+              "vtt_karaoke", "json_cues")
+_FLAG_NAMES = re.compile(rf"\b(?:CueOptions\.)?({'|'.join(CUE_FIELDS)})\b")
+
+
+def make_spec(**fields) -> JobSpec:
+    """The JobSpec for these flags; a bad value is a usage error naming the flag."""
     try:
-        return JobSpec(model=str(model), mode=mode, language=language, task=task, beam_size=beam_size,
-                       formats=formats, live=live)
+        return JobSpec(**{**fields, "model": str(fields["model"])})
     except ValueError as e:
-        raise click.UsageError(str(e)) from e
+        message = _FLAG_NAMES.sub(lambda m: "--" + m.group(1).replace("_", "-"), str(e))
+        raise click.UsageError(message) from e
 
 
 def open_store(db: Optional[Path]) -> JobStore:
@@ -187,9 +225,7 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, max_attempts: int, che
 @spec_options
 @click.option("--force", is_flag=True, help="Redo files that are already done.")
 @runner_options
-def run(paths, formats, output_dir, model, language, task, beam_size, mode, live, force, max_attempts,
-        checkpoint_seconds, lease_seconds, db, quiet):
-    spec = make_spec(formats, model, language, task, beam_size, mode, live)
+def run(paths, spec, output_dir, force, max_attempts, checkpoint_seconds, lease_seconds, db, quiet):
     store = open_store(db)
 
     def is_media(path: Path) -> bool:
@@ -323,9 +359,8 @@ Examples:
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
               help="Seconds between scans of the folder.")
 @runner_options
-def watch(folder, formats, output_dir, model, language, task, beam_size, mode, live, stable_seconds, interval,
-          max_attempts, checkpoint_seconds, lease_seconds, db, quiet):
-    spec = make_spec(formats, model, language, task, beam_size, mode, live)
+def watch(folder, spec, output_dir, stable_seconds, interval, max_attempts, checkpoint_seconds, lease_seconds,
+          db, quiet):
     store = open_store(db)
     reporter = Reporter(quiet=quiet)
     reporter.info(f"watching {folder} (Ctrl-C to stop)")

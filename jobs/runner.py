@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Optional
 
 from transcriber.audio import probe
-from transcriber.cues import CueOptions
 from transcriber.errors import AudioError, TranscriberError
 from transcriber.transcribe import tidy
 from transcriber.types import Segment, Transcript
@@ -170,7 +169,7 @@ class Runner:
                  reporter: Optional[Reporter] = None, stop: Optional[StopFlag] = None,
                  owner: Optional[str] = None, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS,
-                 lease_seconds: float = DEFAULT_LEASE_SECONDS, cue_options: CueOptions = CueOptions()):
+                 lease_seconds: float = DEFAULT_LEASE_SECONDS):
         self.store = store
         self.engines = engines or EngineCache()
         self.reporter = reporter or Reporter(quiet=True)
@@ -179,7 +178,6 @@ class Runner:
         self.max_attempts = max_attempts
         self.checkpoint_seconds = checkpoint_seconds
         self.lease_seconds = lease_seconds
-        self.cue_options = cue_options
 
     def run(self, ids, result: Optional[RunResult] = None) -> RunResult:
         """Run the jobs among ``ids`` that are queued (or stalled) until none is left, or a stop."""
@@ -261,7 +259,7 @@ class Runner:
             segments, language = self._decode(job, spec, engine, path, resume, duration)
             model = engine.model_name
         written = write_outputs(self._transcript(segments, language, duration, model),
-                                Path(job.output_stem), spec.formats, self.cue_options)
+                                Path(job.output_stem), spec.formats, spec.output_options())
         _kill_hook("outputs")
         self.store.finish(job.id, self.owner, [str(p) for p in written])
         return [str(p) for p in written]
@@ -289,7 +287,7 @@ class Runner:
                     _kill_hook(f"checkpoint:{seq}")
                     if spec.live:
                         write_outputs(self._transcript(committed, language, duration, engine.model_name),
-                                      Path(job.output_stem), spec.formats, self.cue_options)
+                                      Path(job.output_stem), spec.formats, spec.output_options())
                     if self.stop.requested:
                         raise Stopped
         self.store.checkpoint(job.id, self.owner, pending, state, position, language, engine.model_name,

@@ -6,8 +6,9 @@ A ``JobSpec`` is stored with every job (as JSON), so any runner (a second ``tran
 Two hashes of it matter:
 - ``fingerprint``: everything that changes the *words* (model, mode, the resolved library
   options). A done job whose fingerprint differs is redone from scratch.
-- the output settings (formats, live outputs) are not in it: changing only those rewrites the
-  outputs from the stored words, without the model.
+- the output settings (formats, live outputs, cue layout, karaoke, JSON cues) are not in it:
+  changing only those rewrites the outputs from the stored words, without the model (the store
+  sees the same fingerprint with a different spec).
 """
 
 from __future__ import annotations
@@ -18,13 +19,19 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
+from transcriber.cues import CueOptions
 from transcriber.decoding.options import DecodingOptions
 from transcriber.model.loader import DEFAULT_MODEL
 from transcriber.transcribe import TranscribeOptions
+from transcriber.writers import OutputOptions
 
 # Bump when the meaning of stored words changes for the same options (a decoding fix that
 # should redo finished files): every fingerprint changes with it.
 FINGERPRINT_VERSION = 1
+
+_CUES = CueOptions()
+# the JobSpec fields that are CueOptions fields of the same name (and CLI flags: --max-line-chars)
+CUE_FIELDS = ("max_line_chars", "max_lines", "max_cps", "min_duration", "max_duration")
 
 
 @dataclass(frozen=True)
@@ -38,15 +45,30 @@ class JobSpec:
     beam_size: Optional[int] = None
     formats: tuple[str, ...] = ("srt",)
     live: bool = False  # rewrite the outputs at every checkpoint (a growing SRT can be followed)
+    # outputs only: the cue layout (CueOptions) and per-format choices (OutputOptions)
+    max_line_chars: int = _CUES.max_line_chars
+    max_lines: int = _CUES.max_lines
+    max_cps: float = _CUES.max_cps
+    min_duration: float = _CUES.min_duration
+    max_duration: float = _CUES.max_duration
+    vtt_karaoke: bool = False
+    json_cues: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "formats", tuple(self.formats))
-        self.transcribe_options()  # ValueError now, at the command line, not in the runner
+        # ValueError now, at the command line, not in the runner
+        self.transcribe_options()
+        self.output_options()
 
     def transcribe_options(self) -> TranscribeOptions:
         """The library options for this spec (ValueError on bad combinations)."""
         decoding = DecodingOptions(task=self.task, language=self.language, beam_size=self.beam_size)
         return TranscribeOptions(decoding=decoding, word_timestamps=True)
+
+    def output_options(self) -> OutputOptions:
+        """How the words become files (ValueError from CueOptions on bad values)."""
+        cues = CueOptions(**{name: getattr(self, name) for name in CUE_FIELDS})
+        return OutputOptions(cues=cues, vtt_karaoke=self.vtt_karaoke, json_cues=self.json_cues)
 
     def fingerprint(self) -> str:
         """A short hash of everything that changes the words.

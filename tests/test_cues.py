@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transcriber.cues import (Cue, CueOptions, break_lines, layout_cues, line_words,
-                              segment_words, transcript_cues)
+from transcriber.cues import (TIME_RESOLUTION, Cue, CueOptions, break_lines, layout_cues,
+                              line_words, segment_words, transcript_cues)
 from transcriber.types import Segment, Transcript, Word
 
 EPS = 1e-6
@@ -60,7 +60,8 @@ def cue_options(draw):
                       max_cps=draw(st.floats(5, 30)), min_duration=min_duration,
                       max_duration=draw(st.floats(max(min_duration, 0.5), 10)),
                       min_gap=draw(st.floats(0, 0.3)), close_gap=draw(st.floats(0, 1)),
-                      linger=draw(st.floats(0, 1.5)), pause_split=draw(st.floats(0.3, 3)))
+                      linger=draw(st.floats(0, 1.5)), pause_split=draw(st.floats(0.3, 3)),
+                      max_delay=draw(st.one_of(st.just(0.0), st.floats(0, 3))))
 
 
 def token(word: Word) -> str:
@@ -103,7 +104,14 @@ def check_cues(words: list[Word], cues: list[Cue], o: CueOptions) -> None:
             assert c.end - c.start >= o.min_duration - EPS
             assert c.end >= min(last, c.start + o.max_duration) - EPS
         need = max(o.min_duration, len(" ".join(c.lines)) / o.max_cps, o.min_visible)
-        assert c.end <= max(last + o.linger, c.start + need) + o.close_gap + EPS
+        assert c.end <= max(last + o.linger, c.start + need) + o.close_gap + TIME_RESOLUTION + EPS
+        # later than its first word only because the cue before needed the time, and by at
+        # most max_delay unless that cue was already squeezed to its shortest
+        if c.start > first + EPS:
+            prev = cues[i - 1]
+            assert i > 0 and c.start == pytest.approx(prev.end + o.min_gap)
+            assert c.start <= first + o.max_delay + EPS \
+                or prev.end - prev.start == pytest.approx(o.min_visible)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -221,6 +229,34 @@ def test_linger_after_last_word():
     assert cue.end == pytest.approx(words[-1].end + 0.5)
 
 
+def test_fast_speech_borrows_time_from_the_next_cue():
+    # 15 words in 1.5 s, and the next sentence at 2 s: the first cue needs 77 / 17 = 4.5 s,
+    # so the second one starts late, but by no more than max_delay
+    first = words_of("These words are spoken far too quickly for anyone to read them at "
+                     "that speed.", step=0.1)
+    second = words_of("Then a pause.", start=2.0)
+    cues = layout_cues(first + second)
+    assert [c.text.replace("\n", " ") for c in cues] == [
+        "These words are spoken far too quickly for anyone to read them at that speed.",
+        "Then a pause."]
+    a, b = cues
+    assert a.start == first[0].start
+    assert b.start == pytest.approx(second[0].start + 2.0)  # max_delay
+    assert b.start - a.end == pytest.approx(2 / 24)
+    undelayed = layout_cues(first + second, CueOptions(max_delay=0))
+    assert undelayed[1].start == second[0].start
+    assert undelayed[0].end == pytest.approx(second[0].start - 2 / 24)
+
+
+def test_lingering_never_delays_the_next_cue():
+    # each cue has time enough to be read before the next first word; the 0.5 s linger would
+    # run into the next cue, so it is cut there instead of pushing the next cue back
+    words = words_of("Short one here.", step=0.5) + words_of("And another.", start=1.6, step=0.5)
+    a, b = layout_cues(words, CueOptions(min_duration=0.5))
+    assert b.start == words[3].start
+    assert a.end == pytest.approx(b.start - 2 / 24)
+
+
 def test_max_duration_splits_slow_speech():
     cues = layout_cues(words_of("so very slow speech goes on and on", step=1.5))
     assert len(cues) > 1
@@ -260,6 +296,7 @@ def test_cue_to_dict():
     {"max_line_chars": 0}, {"max_lines": 0}, {"max_lines": 1.5}, {"max_cps": 0},
     {"min_duration": -1}, {"max_duration": 0}, {"min_duration": 8.0, "max_duration": 7.0},
     {"min_gap": -0.1}, {"close_gap": math.nan}, {"linger": -1}, {"pause_split": 0},
+    {"max_delay": -0.5},
     {"max_line_chars": True},
 ])
 def test_options_are_checked(kwargs):

@@ -17,7 +17,7 @@ from transcriber import writers
 from transcriber.cues import CueOptions, transcript_cues
 from transcriber.errors import OutputError
 from transcriber.types import Segment, Transcript, Word
-from transcriber.writers import (FORMATS, vtt_timestamp, write_atomic, write_json,
+from transcriber.writers import (FORMATS, OutputOptions, vtt_timestamp, write_atomic, write_json,
                                  write_outputs, write_srt, write_txt, write_vtt)
 
 TIMING = re.compile(r"^(\d{2,}):(\d{2}):(\d{2})\.(\d{3}) --> (\d{2,}):(\d{2}):(\d{2})\.(\d{3})$")
@@ -180,7 +180,7 @@ def test_formats_registry(transcript):
     assert set(FORMATS) == {"srt", "vtt", "json", "txt"}
     for name, (ext, render) in FORMATS.items():
         assert ext == "." + name
-        assert isinstance(render(transcript, CueOptions()), str)
+        assert isinstance(render(transcript, OutputOptions()), str)
 
 
 # --- atomic writes ------------------------------------------------------------------------
@@ -251,6 +251,24 @@ def test_write_outputs(transcript, tmp_path):
                                        "talk.v2.txt"]
     assert paths[0].read_text(encoding="utf-8") == write_srt(transcript)
     assert leftovers(tmp_path / "sub") == []
+
+
+def test_write_outputs_options(transcript, tmp_path):
+    """OutputOptions reach every format; a bare CueOptions is the layout alone."""
+    cues = CueOptions(max_line_chars=20, max_lines=1)
+    options = OutputOptions(cues=cues, vtt_karaoke=True, json_cues=True)
+    srt_path, vtt_path, json_path = write_outputs(transcript, tmp_path / "a", ["srt", "vtt", "json"],
+                                                  options)
+    assert srt_path.read_text(encoding="utf-8") == write_srt(transcript, cues)
+    assert vtt_path.read_text(encoding="utf-8") == write_vtt(transcript, cues, karaoke=True)
+    assert INLINE.search(vtt_path.read_text(encoding="utf-8"))
+    data = json.loads(json_path.read_text(encoding="utf-8"))
+    assert [c["text"] for c in data["cues"]] == [c.text for c in transcript_cues(transcript, cues)]
+    plain = write_outputs(transcript, tmp_path / "b", ["vtt", "json"], cues)
+    assert not INLINE.search(plain[0].read_text(encoding="utf-8"))
+    assert "cues" not in json.loads(plain[1].read_text(encoding="utf-8"))
+    with pytest.raises(ValueError, match="vtt_karaoke"):
+        OutputOptions(vtt_karaoke="yes")
 
 
 def test_write_outputs_render_error_writes_nothing(transcript, tmp_path, monkeypatch):

@@ -14,6 +14,10 @@ Three passes:
 3. timing: a cue starts with its first word (later only if the previous cue needs the room),
    stays ``linger`` after its last word or longer if reading speed / ``min_duration`` need it,
    small gaps are closed up to ``min_gap`` and never less than ``min_gap`` separates two cues.
+   Lingering never delays the next cue; reading time may, by up to ``max_delay``. Word times
+   leave no room otherwise: speech faster than ``max_cps`` (read-aloud text often runs at 18-20
+   characters per second for several cues in a row) can only be read if its cues run a little
+   behind the voice, catching up at the next pause.
 
 Times are seconds of the source file. Word text keeps Whisper's leading space; it is stripped
 (and inner whitespace collapsed) for layout.
@@ -40,6 +44,7 @@ class CueOptions:
     close_gap: float = 0.5        # gaps up to this are closed to min_gap (avoids flicker)
     linger: float = 0.5           # a cue stays this long after its last word ends
     pause_split: float = 1.0      # silence of at least this long between words is a split point
+    max_delay: float = 2.0        # a cue may start this much after its first word, for reading time
 
     def __post_init__(self) -> None:
         for name in ("max_line_chars", "max_lines"):
@@ -47,7 +52,7 @@ class CueOptions:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"CueOptions.{name} must be an integer >= 1, got {value!r}")
         for name in ("max_cps", "max_duration", "pause_split", "min_duration", "min_gap",
-                     "close_gap", "linger"):
+                     "close_gap", "linger", "max_delay"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not math.isfinite(value):
@@ -55,7 +60,7 @@ class CueOptions:
         for name in ("max_cps", "max_duration", "pause_split"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"CueOptions.{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("min_duration", "min_gap", "close_gap", "linger"):
+        for name in ("min_duration", "min_gap", "close_gap", "linger", "max_delay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"CueOptions.{name} must be >= 0, got {getattr(self, name)!r}")
         if self.min_duration > self.max_duration:
@@ -314,25 +319,42 @@ def line_words(cue: Cue) -> list[tuple[Word, ...]]:
 
 # --- pass 3: timing -----------------------------------------------------------------------
 
+# Subtitle files keep whole milliseconds: rounding the start and the end can shorten a cue by up
+# to 1 ms, so reading time gets 1 ms more, and a cue at exactly max_cps stays at or under
+# max_cps once written.
+TIME_RESOLUTION = 0.001
+
+
 def _time_cues(groups: list[tuple[tuple[Word, ...], tuple[str, ...], list[Word]]],
                options: CueOptions, end_time: Optional[float]) -> list[Cue]:
-    """Cue times for groups of (all words, lines, the words with text)."""
+    """Cue times for groups of (all words, lines, the words with text).
+
+    One pass, in order. A cue ends ``linger`` after its last word, but never later than the
+    next cue's first word (less ``min_gap``) for that alone; it stays longer where reading
+    speed or ``min_duration`` need it, pushing the next cue back by up to ``max_delay``. Fast
+    speech thus borrows time from the pauses that follow it instead of flashing by: the lag
+    builds up over a run of dense cues and is absorbed at the next pause.
+    """
     cues: list[Cue] = []
     prev_end = -math.inf
     for index, (words, lines, spoken) in enumerate(groups):
         first = spoken[0].start
         last = max(first, max(w.end for w in spoken))
         start = max(first, prev_end + options.min_gap)
-        need = max(options.min_duration, len(" ".join(lines)) / options.max_cps)
-        end = max(last + options.linger, start + need)
+        need = max(options.min_duration, len(" ".join(lines)) / options.max_cps + TIME_RESOLUTION)
+        linger_end, read_end = last + options.linger, start + need
         limit = start + options.max_duration
         if index + 1 < len(groups):
-            room = groups[index + 1][2][0].start - options.min_gap  # the next cue's start
-            limit = min(limit, room)
-            if end < limit and room - end <= options.close_gap:
-                end = limit  # close the small gap
-        elif end_time is not None:
-            limit = min(limit, max(end_time, last))
+            room = groups[index + 1][2][0].start - options.min_gap  # the next cue on time
+            late = room + options.max_delay                          # the next cue pushed back
+            end = max(min(linger_end, room), min(read_end, late))
+            limit = min(limit, late)
+            if end < room and room - end <= options.close_gap:
+                end = room  # close the small gap
+        else:
+            end = max(linger_end, read_end)
+            if end_time is not None:
+                limit = min(limit, max(end_time, last))
         end = max(min(end, limit), start + options.min_visible)
         cues.append(Cue(start=start, end=end, lines=lines, words=words))
         prev_end = end

@@ -11,15 +11,37 @@ import html
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Union
 
 import srt
 
 from transcriber.cues import CueOptions, line_words, transcript_cues
 from transcriber.errors import OutputError
 from transcriber.types import Transcript
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """How a transcript becomes files: the cue layout, plus choices that belong to one format.
+
+    None of it changes the words, so outputs can be rewritten with other options without
+    transcribing again.
+    """
+
+    cues: CueOptions = CueOptions()
+    vtt_karaoke: bool = False  # WebVTT: an inline <hh:mm:ss.ttt> before every word after the first
+    json_cues: bool = False    # JSON: the cues too, next to the word timeline
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cues, CueOptions):
+            raise ValueError(f"OutputOptions.cues must be CueOptions, got {self.cues!r}")
+        for name in ("vtt_karaoke", "json_cues"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"OutputOptions.{name} must be true or false, "
+                                 f"got {getattr(self, name)!r}")
 
 
 def _milliseconds(seconds: float) -> int:
@@ -103,13 +125,13 @@ def write_txt(transcript: Transcript) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-Render = Callable[[Transcript, CueOptions], str]
+Render = Callable[[Transcript, OutputOptions], str]
 
 # format name -> (file extension, render function)
 FORMATS: dict[str, tuple[str, Render]] = {
-    "srt": (".srt", write_srt),
-    "vtt": (".vtt", lambda t, o: write_vtt(t, o)),
-    "json": (".json", lambda t, o: write_json(t, cue_options=o)),
+    "srt": (".srt", lambda t, o: write_srt(t, o.cues)),
+    "vtt": (".vtt", lambda t, o: write_vtt(t, o.cues, karaoke=o.vtt_karaoke)),
+    "json": (".json", lambda t, o: write_json(t, include_cues=o.json_cues, cue_options=o.cues)),
     "txt": (".txt", lambda t, o: write_txt(t)),
 }
 
@@ -183,12 +205,15 @@ def output_path(stem_path: Path, fmt: str) -> Path:
 
 
 def write_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[str],
-                  cue_options: CueOptions = CueOptions()) -> list[Path]:
+                  options: Union[OutputOptions, CueOptions] = OutputOptions()) -> list[Path]:
     """Render every format, then write each file atomically; returns the paths written.
 
-    A render error writes nothing. A write error leaves the files already written complete
-    and the failing one untouched.
+    ``options``: OutputOptions, or just the cue layout (CueOptions). A render error writes
+    nothing. A write error leaves the files already written complete and the failing one
+    untouched.
     """
+    if isinstance(options, CueOptions):
+        options = OutputOptions(cues=options)
     if isinstance(formats, str):
         formats = [formats]
     unknown = [f for f in formats if f not in FORMATS]
@@ -199,7 +224,7 @@ def write_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[str
     for fmt in dict.fromkeys(formats):  # each format once, in the order asked
         path = output_path(stem_path, fmt)
         try:
-            rendered.append((path, FORMATS[fmt][1](transcript, cue_options)))
+            rendered.append((path, FORMATS[fmt][1](transcript, options)))
         except Exception as e:
             raise OutputError(f"cannot render {path}: {_one_line(e)}") from e
     if rendered:
