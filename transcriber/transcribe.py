@@ -9,7 +9,6 @@ the last word) ended.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import mlx.core as mx

@@ -6,7 +6,7 @@ space (" hello"), so joining the words of a segment gives its text exactly.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 
