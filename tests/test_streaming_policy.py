@@ -1,0 +1,200 @@
+"""The AlignAtt policy and the streaming buffer's pieces on synthetic data: no model."""
+
+import numpy as np
+import pytest
+
+from transcriber.mel import log_mel_spectrogram
+from transcriber.streaming.melbuffer import MelBuffer, normalize, raw_log_mel
+from transcriber.streaming.options import StreamingOptions
+from transcriber.streaming.policy import (
+    LAST_CHUNK_THRESHOLD, AttentionTracker, Decision, decide, most_attended_frame, token_scores)
+from transcriber.streaming.words import MAX_TAIL, SHIFT, CommittedWord, cut_frame, word_frames
+
+
+TOL = 6  # a standardised peak saturates over the frames where the newest token dominates
+
+
+def near(frame, expected):
+    return abs(frame - expected) <= TOL
+
+
+def diagonal_attention(frames, n_frames=100, heads=3, width=2.0, sink=0.0, rng=None):
+    """(heads, len(frames), n_frames) softmax-like rows peaking at ``frames``, with an optional
+    'sink' every row also attends to (frame 0), as Whisper's heads do."""
+    x = np.arange(n_frames)
+    rows = np.exp(-0.5 * ((x[None, :] - np.asarray(frames)[:, None]) / width) ** 2)
+    rows[:, 0] += sink
+    if rng is not None:
+        rows = rows + 0.05 * rng.random(rows.shape)
+    rows = rows / rows.sum(axis=-1, keepdims=True)
+    return np.repeat(rows[None], heads, axis=0)
+
+
+def test_most_attended_frame_follows_the_newest_row():
+    att = diagonal_attention([5, 20, 40, 61])
+    assert near(most_attended_frame(att), 61)
+    assert near(most_attended_frame(att[:, :3]), 40)
+
+
+def test_normalising_across_tokens_removes_a_shared_sink():
+    # every row puts most weight on frame 0; the newest token's own peak must still win
+    att = diagonal_attention([10, 30, 50, 70], sink=5.0)
+    assert att[0, -1].argmax() == 0  # raw argmax is the sink
+    assert near(most_attended_frame(att), 70)
+
+
+def test_median_filter_ignores_a_one_frame_spike():
+    att = diagonal_attention([10, 30, 50], width=3.0)
+    att[:, -1, 90] += 0.5  # a single-frame spike in every head
+    att = att / att.sum(axis=-1, keepdims=True)
+    assert near(most_attended_frame(att), 50)
+
+
+def test_mean_over_heads_outvotes_one_stray_head():
+    att = diagonal_attention([10, 30, 50], heads=5)
+    att[0, -1] = diagonal_attention([10, 30, 90], heads=1)[0, -1]
+    assert near(most_attended_frame(att), 50)
+
+
+def test_restricting_to_real_frames_renormalises():
+    att = diagonal_attention([10, 30, 95], n_frames=100)
+    assert near(most_attended_frame(att), 95)
+    assert most_attended_frame(att, n_frames=60) < 60
+    assert token_scores(att, n_frames=60).shape == (60,)
+
+
+def test_a_single_row_scores_zero():
+    assert np.all(token_scores(diagonal_attention([7])) == 0)
+
+
+def test_tracker_matches_the_full_computation():
+    rng = np.random.default_rng(0)
+    frames = [3, 9, 15, 22, 30, 41, 47, 58]
+    att = diagonal_attention(frames, rng=rng)  # (H, T, S)
+    tracker = AttentionTracker(att[None, :, :2])
+    for t in range(2, len(frames)):
+        tracker.push(att[None, :, t])
+        assert tracker.frame(0) == most_attended_frame(att[:, : t + 1])
+
+
+def test_tracker_select_reorders_beams():
+    a = diagonal_attention([5, 10, 15])
+    b = diagonal_attention([5, 10, 80])
+    tracker = AttentionTracker(np.stack([a, b]))
+    assert near(tracker.frame(0), 15) and near(tracker.frame(1), 80)
+    tracker.select(np.array([1, 1]))
+    assert near(tracker.frame(0), 80)
+
+
+@pytest.mark.parametrize("frame,expected", [(60, Decision.ACCEPT), (74, Decision.ACCEPT),
+                                            (75, Decision.STOP), (99, Decision.STOP)])
+def test_threshold(frame, expected):
+    # 100 frames of audio, threshold 25: a token looking at frame >= 75 may be cut off
+    assert decide(frame, 100, 50, frame_threshold=25, rewind_threshold=200) is expected
+
+
+def test_last_chunk_uses_the_small_threshold():
+    assert decide(90, 100, 50, frame_threshold=25, rewind_threshold=200) is Decision.STOP
+    assert decide(90, 100, 50, frame_threshold=25, rewind_threshold=200, is_last=True) is Decision.ACCEPT
+    edge = 100 - LAST_CHUNK_THRESHOLD
+    assert decide(edge, 100, 50, frame_threshold=25, rewind_threshold=200, is_last=True) is Decision.STOP
+
+
+def test_rewind_on_a_jump_back():
+    kw = dict(frame_threshold=25, rewind_threshold=30)
+    assert decide(60, 200, 100, **kw) is Decision.REWIND  # 40 frames back
+    assert decide(75, 200, 100, **kw) is Decision.ACCEPT  # 25 back: within tolerance
+    assert decide(60, 200, None, **kw) is Decision.ACCEPT  # nothing kept yet
+    assert decide(60, 200, 100, after_special=True, **kw) is Decision.ACCEPT
+    assert decide(60, 200, 100, is_last=True, **kw) is Decision.ACCEPT
+
+
+def test_synthetic_pass_stops_before_the_token_at_the_end():
+    """Replay a whole decoding pass the way the session does: tokens attending ever later."""
+    token_frames = [4, 12, 20, 31, 44, 52, 63, 71, 80, 92]
+    n_frames = 100
+    att = diagonal_attention([0] + token_frames, n_frames=n_frames)
+    tracker = AttentionTracker(att[None, :, :2])  # prompt rows: sot, then the first token's row
+    kept, last = [], None
+    for t, expected in enumerate(token_frames):
+        frame = tracker.frame(0)
+        assert near(frame, expected)
+        d = decide(frame, n_frames, last, frame_threshold=25, rewind_threshold=200)
+        if d is not Decision.ACCEPT:
+            break
+        kept.append(frame)
+        last = frame
+        if t + 2 < att.shape[1]:
+            tracker.push(att[None, :, t + 2])
+    assert len(kept) == 8  # the tokens at 80 and 92 lie within 25 frames of the end
+    assert kept == sorted(kept)
+
+
+def test_word_frames():
+    # frames are shifted back to onsets; a word ends where the next token starts ...
+    assert word_frames([30, 32], 40, 100) == (30 + SHIFT, 40 + SHIFT)
+    # ... but not long after its own last token (a pause follows)
+    assert word_frames([30, 32], 90, 100) == (30 + SHIFT, 32 + SHIFT + MAX_TAIL)
+    start, end = word_frames([30], None, 100)
+    assert end > start
+    assert word_frames([2], 3, 100)[0] == 0  # inside the buffer
+    assert word_frames([120], None, 100) == (99, 100)
+
+
+def test_cut_frame_keeps_the_buffer_under_its_limit():
+    words = [CommittedWord([1], 100, 140, " One."), CommittedWord([2], 300, 340, " Two"),
+             CommittedWord([3], 600, 640, " three.")]
+    # 3000 frames max, buffer 0..3050: cut before the first word that lets it fit
+    assert cut_frame(words, 0, 3050, 3000, None) == (90, 0)
+    assert cut_frame(words, 60, 3100, 3000, None) == (290, 1)
+    assert cut_frame(words, 0, 2000, 3000, None) == (None, 0)
+    # past the trim length: cut before the word after the last sentence end
+    assert cut_frame(words, 0, 2000, 3000, 1500) == (290, 1)
+    # no sentence end: as late as keeps half the trim length
+    assert cut_frame(words[1:], 0, 2000, 3000, 1500) == (590, 1)
+    assert cut_frame(words[1:], 0, 1000, 3000, 900) == (290, 0)
+    # nothing committed late enough: cut at the limit, every committed word leaves
+    assert cut_frame(words, 0, 3700, 3000, None) == (700, 3)
+
+
+def test_mel_buffer_equals_the_whole_stream_at_once():
+    rng = np.random.default_rng(1)
+    t = np.arange(16000 * 3) / 16000
+    audio = (0.3 * np.sin(2 * np.pi * 440 * t) * (1 + np.sin(t * 3)) + 0.01 * rng.standard_normal(len(t))).astype(np.float32)
+    buf = MelBuffer(80)
+    i = 0
+    while i < len(audio):
+        n = int(rng.integers(1, 7000))
+        buf.append(audio[i:i + n])
+        i += n
+        assert buf.raw().shape == (len(audio[:i]) // 160 if i > 200 else 0, 80)
+    assert np.array_equal(buf.raw(), raw_log_mel(audio, 80))
+    # and Whisper's own log-mel (MLX, zero padding after the audio) agrees
+    whisper = np.array(log_mel_spectrogram(audio, 80, padding=16000))[: len(audio) // 160]
+    assert np.abs(normalize(buf.raw()) - whisper).max() < 1e-3
+
+
+def test_mel_buffer_drop_and_state():
+    audio = np.random.default_rng(2).standard_normal(16000 * 2).astype(np.float32) * 0.1
+    buf = MelBuffer(80, origin_sample=16000)
+    buf.append(audio[:20000])
+    assert buf.drop_until(50) == 50
+    copy = MelBuffer.from_state(buf.state())
+    buf.append(audio[20000:])
+    copy.append(audio[20000:])
+    assert np.array_equal(buf.raw(), copy.raw())
+    assert np.array_equal(buf.raw(), raw_log_mel(audio, 80)[50:])
+    assert buf.seconds(buf.start) == pytest.approx(1.5)
+    assert buf.end_time == pytest.approx(3.0)
+
+
+def test_options_are_checked():
+    with pytest.raises(ValueError, match="chunk_seconds"):
+        StreamingOptions(chunk_seconds=0)
+    with pytest.raises(ValueError, match="audio_max_len"):
+        StreamingOptions(audio_max_len=40)
+    with pytest.raises(ValueError, match="beam_size"):
+        StreamingOptions(beam_size=0)
+    with pytest.raises(ValueError, match="task"):
+        StreamingOptions(task="summarise")
+    assert StreamingOptions.from_dict(StreamingOptions(beam_size=3).to_dict()).beam_size == 3

@@ -1,0 +1,174 @@
+"""The streaming audio buffer, kept as log-mel frames: only new audio is transformed.
+
+A stream's frame ``t`` is the STFT window centred on sample ``t * HOP_LENGTH`` of the stream,
+reflect-padded at the stream's start (as torch.stft does) and zero-padded after the audio
+received so far (as Whisper pads a file's last window). A frame whose window lies wholly inside
+the audio received is *final* and computed once; the few frames whose window reaches past the
+end (at most two) are recomputed when they are needed. The result equals the log-mel of the
+whole stream computed at once (``transcriber.mel.log_mel_spectrogram`` with zero padding), up to
+float rounding; see ``raw_log_mel``.
+
+Values are kept as raw log10 power. Whisper's normalisation (floor 8 decades under the loudest
+frame, then (x + 4) / 4) depends on the loudest frame of the window, so it is applied to the
+buffer when it is encoded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..mel import HOP_LENGTH, N_FFT, SAMPLE_RATE, hann_window, mel_filters
+
+PAD = N_FFT // 2  # samples each side of a frame's centre
+SILENCE = -10.0  # raw log10 mel of digital silence (the 1e-10 floor)
+
+
+def _filters(n_mels: int) -> np.ndarray:
+    return np.array(mel_filters(n_mels), dtype=np.float64)
+
+
+def frames_from_padded(padded: np.ndarray, n_frames: int, n_mels: int) -> np.ndarray:
+    """Raw log10 mel of ``n_frames`` frames whose windows start every HOP_LENGTH samples of
+    ``padded`` (float, already padded), float32 (n_frames, n_mels)."""
+    if n_frames <= 0:
+        return np.zeros((0, n_mels), dtype=np.float32)
+    windows = np.lib.stride_tricks.sliding_window_view(padded[: (n_frames - 1) * HOP_LENGTH + N_FFT], N_FFT)
+    windows = windows[::HOP_LENGTH][:n_frames] * np.array(hann_window(), dtype=np.float64)
+    power = np.square(np.abs(np.fft.rfft(windows, axis=-1)))
+    mel = power @ _filters(n_mels).T
+    return np.log10(np.maximum(mel, 1e-10)).astype(np.float32)
+
+
+def raw_log_mel(audio: np.ndarray, n_mels: int) -> np.ndarray:
+    """Raw log10 mel of a whole stream at once, (len(audio) // HOP_LENGTH, n_mels).
+
+    The reference ``MelBuffer`` must match: reflect padding at the start, zeros after the end.
+    """
+    audio = np.asarray(audio, dtype=np.float64)
+    if len(audio) <= PAD:
+        return np.zeros((0, n_mels), dtype=np.float32)
+    padded = np.concatenate([audio[1: PAD + 1][::-1], audio, np.zeros(PAD)])
+    return frames_from_padded(padded, len(audio) // HOP_LENGTH, n_mels)
+
+
+def normalize(raw: np.ndarray) -> np.ndarray:
+    """Whisper's normalisation of raw log10 mel frames (the floor depends on the loudest)."""
+    if raw.size == 0:
+        return raw.astype(np.float32)
+    return ((np.maximum(raw, raw.max() - 8.0) + 4.0) / 4.0).astype(np.float32)
+
+
+class MelBuffer:
+    """Log-mel frames of the recent audio of a stream.
+
+    ``start`` (frames) is where the buffer begins in the stream; frames before it were dropped.
+    Times: stream frame ``t`` is at ``origin + t * HOP_LENGTH / SAMPLE_RATE`` seconds of the
+    source, ``origin`` being where the stream started in the source file.
+    """
+
+    def __init__(self, n_mels: int, origin_sample: int = 0):
+        self.n_mels = n_mels
+        self.origin_sample = origin_sample  # source sample of the stream's first sample
+        self.received = 0  # samples of the stream so far
+        self.start = 0  # stream frame of the buffer's first frame
+        self.final = np.zeros((0, n_mels), dtype=np.float32)  # final frames from `start` on
+        # The padded stream from padded index `tail_start` on (padded index = sample + PAD):
+        # what frames not yet final will need. Before PAD + 1 samples arrive, the raw samples.
+        self.tail = np.zeros(0, dtype=np.float32)
+        self.tail_start = 0
+
+    # -- sizes ------------------------------------------------------------------------------------
+
+    @property
+    def n_final(self) -> int:
+        """Stream frames computed for good (from 0, dropped ones included)."""
+        return self.start + len(self.final)
+
+    @property
+    def end(self) -> int:
+        """Stream frames available (final or not): one per HOP_LENGTH samples received."""
+        return self.received // HOP_LENGTH if self.received > PAD else 0
+
+    @property
+    def n_frames(self) -> int:
+        """Frames in the buffer."""
+        return max(0, self.end - self.start)
+
+    def seconds(self, frame: float) -> float:
+        """Source time of a stream frame."""
+        return self.origin_sample / SAMPLE_RATE + frame * HOP_LENGTH / SAMPLE_RATE
+
+    @property
+    def end_time(self) -> float:
+        """Source time of the end of the audio received."""
+        return (self.origin_sample + self.received) / SAMPLE_RATE
+
+    # -- audio in ---------------------------------------------------------------------------------
+
+    def append(self, samples: np.ndarray) -> None:
+        """Add samples: the frames they complete are computed now, once."""
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if samples.size == 0:
+            return
+        started = self.received > PAD
+        self.received += samples.size
+        if not started:
+            self.tail = np.concatenate([self.tail, samples])
+            if self.received <= PAD:
+                return
+            # the stream's start is known: reflect-pad it once
+            self.tail = np.concatenate([self.tail[1: PAD + 1][::-1], self.tail])
+            self.tail_start = 0
+        else:
+            self.tail = np.concatenate([self.tail, samples])
+        # frame t is final when its window [t*HOP, t*HOP + N_FFT) lies inside PAD + received
+        n_final_now = max(0, (PAD + self.received - N_FFT) // HOP_LENGTH + 1)
+        n_final_now = min(n_final_now, self.end)
+        new = n_final_now - self.n_final
+        if new > 0:
+            offset = self.n_final * HOP_LENGTH - self.tail_start
+            frames = frames_from_padded(self.tail[offset:].astype(np.float64), new, self.n_mels)
+            self.final = np.concatenate([self.final, frames])
+            keep_from = n_final_now * HOP_LENGTH  # padded index the next frame starts at
+            self.tail = self.tail[keep_from - self.tail_start:]
+            self.tail_start = keep_from
+
+    # -- frames out -------------------------------------------------------------------------------
+
+    def raw(self) -> np.ndarray:
+        """Raw log10 mel of the buffer, (n_frames, n_mels): final frames + the edge frames."""
+        pending = self.end - self.n_final
+        if pending <= 0:
+            return self.final[: self.n_frames]
+        offset = self.n_final * HOP_LENGTH - self.tail_start
+        padded = np.concatenate([self.tail[offset:].astype(np.float64), np.zeros(N_FFT)])
+        return np.concatenate([self.final, frames_from_padded(padded, pending, self.n_mels)])
+
+    def mel(self, n_frames: int | None = None) -> np.ndarray:
+        """The encoder's input: the first ``n_frames`` buffer frames (all by default), normalised."""
+        raw = self.raw()
+        return normalize(raw if n_frames is None else raw[:n_frames])
+
+    def drop_until(self, frame: int) -> int:
+        """Forget frames before stream frame ``frame`` (not past the final ones). Returns the
+        number of frames dropped."""
+        frame = min(max(frame, self.start), self.n_final)
+        dropped = frame - self.start
+        self.final = self.final[dropped:]
+        self.start = frame
+        return dropped
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def state(self) -> dict:
+        return {"n_mels": self.n_mels, "origin_sample": self.origin_sample, "received": self.received,
+                "start": self.start, "tail_start": self.tail_start,
+                "final": self.final.copy(), "tail": self.tail.copy()}
+
+    @classmethod
+    def from_state(cls, d: dict) -> "MelBuffer":
+        buf = cls(int(d["n_mels"]), int(d["origin_sample"]))
+        buf.received, buf.start, buf.tail_start = int(d["received"]), int(d["start"]), int(d["tail_start"])
+        buf.final = np.asarray(d["final"], dtype=np.float32).reshape(-1, buf.n_mels)
+        buf.tail = np.asarray(d["tail"], dtype=np.float32).reshape(-1)
+        return buf

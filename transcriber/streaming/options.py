@@ -1,0 +1,72 @@
+"""Streaming options: frozen, checked once (ValueError with a clear message)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from ..decoding.options import TASKS
+
+MAX_WINDOW_SECONDS = 30.0  # the encoder's 1500 positions
+
+
+@dataclass(frozen=True)
+class StreamingOptions:
+    """How audio is replayed through the AlignAtt streaming decoder.
+
+    Frames are encoder positions (20 ms). Defaults follow SimulStreaming where it has one.
+    """
+
+    chunk_seconds: float = 1.0  # audio handed to the session per step when replaying a file
+    frame_threshold: int = 25  # stop a token attending within this many frames of the audio end
+    # Attention jumping back further than this discards the pass. SimulStreaming uses 200 (4 s);
+    # on short windows tiny.en re-reads committed audio (a loop) with jumps of 1-2 s, while the
+    # normal backward jitter measured on short_en/long_en stays under ~0.35 s.
+    rewind_threshold: int = 50
+    audio_max_len: float = 30.0  # the audio buffer never grows past this (seconds)
+    # Past this many seconds (if under audio_max_len) the buffer drops the audio of committed
+    # text, preferably whole sentences, down to half this length; the text goes into the prompt.
+    # Shorter encoder windows: the encoder is the main cost. None: keep audio to audio_max_len.
+    audio_trim_len: Optional[float] = 15.0
+    max_context_tokens: int = 96  # committed text kept as prompt (<|startofprev|> ...)
+    init_prompt: Optional[str] = None  # prompt text at the start; scrolls out as text comes
+    static_init_prompt: Optional[str] = None  # prompt text always kept (names, terms)
+    beam_size: int = 1  # 1: greedy
+    language: Optional[str] = None  # None: English for .en models, detected for multilingual
+    task: str = "transcribe"
+    max_tokens_per_second: float = 12.0  # token budget per second of undecoded audio (loops)
+    no_speech_threshold: Optional[float] = 0.6  # <|nospeech|> probability that skips a pass
+    language_detect_seconds: float = 2.0  # audio needed before detecting the language
+
+    def __post_init__(self):
+        def check(ok: bool, message: str):
+            if not ok:
+                raise ValueError(message)
+
+        check(self.chunk_seconds > 0, f"chunk_seconds must be > 0, not {self.chunk_seconds}")
+        check(self.frame_threshold >= 0, f"frame_threshold must be >= 0, not {self.frame_threshold}")
+        check(self.rewind_threshold >= 0, f"rewind_threshold must be >= 0, not {self.rewind_threshold}")
+        check(0 < self.audio_max_len <= MAX_WINDOW_SECONDS,
+              f"audio_max_len must be in (0, {MAX_WINDOW_SECONDS:g}] seconds, not {self.audio_max_len}")
+        check(self.chunk_seconds <= self.audio_max_len,
+              f"chunk_seconds ({self.chunk_seconds}) must not exceed audio_max_len ({self.audio_max_len})")
+        check(self.frame_threshold * 0.02 < self.audio_max_len,
+              f"frame_threshold ({self.frame_threshold} frames) must be shorter than audio_max_len")
+        check(self.audio_trim_len is None or self.audio_trim_len > 0,
+              f"audio_trim_len must be None or > 0, not {self.audio_trim_len}")
+        check(self.max_context_tokens >= 0, f"max_context_tokens must be >= 0, not {self.max_context_tokens}")
+        check(self.beam_size >= 1, f"beam_size must be >= 1, not {self.beam_size}")
+        check(self.task in TASKS, f"task must be one of {TASKS}, not {self.task!r}")
+        check(self.max_tokens_per_second > 0,
+              f"max_tokens_per_second must be > 0, not {self.max_tokens_per_second}")
+        check(self.no_speech_threshold is None or 0 <= self.no_speech_threshold <= 1,
+              f"no_speech_threshold must be None or in [0, 1], not {self.no_speech_threshold}")
+        check(self.language_detect_seconds >= 0,
+              f"language_detect_seconds must be >= 0, not {self.language_detect_seconds}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StreamingOptions":
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})

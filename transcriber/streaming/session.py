@@ -1,0 +1,296 @@
+"""A streaming session: audio in, committed words out, state as plain data.
+
+    session = StreamingSession(model, StreamingOptions())
+    for chunk in chunks:
+        session.insert_audio(chunk)
+        words = session.process()     # newly committed words
+    words = session.finish()          # the rest
+
+Each ``process()`` encodes the buffer (only its real length: no padding to 30 s; ``finish()``
+pads to a full window), runs one AlignAtt pass after the buffer's committed tokens (fed as a
+prompt, never re-decoded), and commits the new words whose audio is complete: a word is held
+back while the token after it could still continue it, or while it ends inside a UTF-8
+character. The committed text of audio that leaves the buffer becomes the prompt of later
+passes. A pass that finds no speech, rewinds, or overruns its token budget commits nothing.
+
+Frames: ``MelBuffer`` frames (10 ms) count from the stream's start; encoder positions (20 ms)
+count from the buffer's start: position p is stream frame ``buffer.start + 2 * p``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import mlx.core as mx
+import numpy as np
+
+from ..decoding.filters import log_softmax
+from ..mel import N_FRAMES
+from ..model.whisper import Whisper
+from ..tokenizer import Tokenizer, load_tokenizer
+from ..types import Word
+from .alignatt import BUDGET, EOT, NO_SPEECH, REWIND, AlignAttPass, PassResult
+from .melbuffer import SILENCE, MelBuffer, normalize
+from .options import StreamingOptions
+from .words import CommittedWord, commit_count, context_tail, cut_frame, word_frames
+
+_log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+FRAMES_PER_SECOND = 100  # mel frames
+NO_SPEECH_KEEP = 200  # mel frames of audio kept after a pass found no speech
+MIN_PASS_FRAMES = 10  # a pass needs at least 0.1 s of audio
+BUDGET_SLACK = 8  # tokens allowed on top of the per-second budget
+
+
+@dataclass
+class _State:
+    """Everything a session knows besides its model and options (see ``StreamingSession.state``)."""
+
+    buffer: MelBuffer
+    language: Optional[str]
+    context: list[int] = field(default_factory=list)  # prompt text tokens (static prompt apart)
+    words: list[CommittedWord] = field(default_factory=list)  # committed words still in the buffer
+    last_frame: Optional[int] = None  # stream frame the last committed token attended
+    last_end: float = 0.0  # end of the last emitted word, seconds of the source
+    finished: bool = False
+
+
+class StreamingSession:
+    """One stream's AlignAtt decoder. Not thread-safe; one session per stream."""
+
+    def __init__(self, model: Whisper, options: StreamingOptions = StreamingOptions(), *,
+                 start_sample: int = 0):
+        """A session whose first sample is ``start_sample`` of the source (times are source time)."""
+        self.model, self.options = model, options
+        language = options.language
+        if not model.is_multilingual:
+            if language not in (None, "en"):
+                raise ValueError(f"model {model.name} is English-only; language {language!r} "
+                                 "needs a multilingual model")
+            language = "en"
+        self._s = _State(MelBuffer(model.dims.n_mels, start_sample), language)
+        self._tokenizer = self._make_tokenizer(language)
+        self._static = self._encode(options.static_init_prompt)
+        self._s.context = self._encode(options.init_prompt)
+        self._pass = self._make_pass()
+
+    # -- setup ------------------------------------------------------------------------------------
+
+    def _make_tokenizer(self, language: Optional[str]) -> Tokenizer:
+        return load_tokenizer(self.model.info.folder, multilingual=self.model.is_multilingual,
+                              num_languages=self.model.num_languages, language=language,
+                              task=self.options.task)
+
+    def _make_pass(self) -> AlignAttPass:
+        o = self.options
+        return AlignAttPass(self.model, self._tokenizer, o.beam_size, o.frame_threshold,
+                            o.rewind_threshold, o.no_speech_threshold)
+
+    def _encode(self, text: Optional[str]) -> list[int]:
+        return self._tokenizer.encode(" " + text.strip()) if text and text.strip() else []
+
+    # -- public API -------------------------------------------------------------------------------
+
+    @property
+    def language(self) -> Optional[str]:
+        """The language being transcribed (None until detected)."""
+        return self._s.language
+
+    @property
+    def finished(self) -> bool:
+        return self._s.finished
+
+    @property
+    def audio_offset(self) -> int:
+        """Source sample just after the audio inserted so far: where a resumed replay starts."""
+        return self._s.buffer.origin_sample + self._s.buffer.received
+
+    @property
+    def time(self) -> float:
+        """Source time (seconds) of the end of the audio inserted so far."""
+        return self._s.buffer.end_time
+
+    def insert_audio(self, samples: np.ndarray) -> None:
+        """Append 16 kHz mono float32 samples. Past ``audio_max_len`` the oldest audio leaves the
+        buffer (its committed text goes to the prompt). Insert at most a few seconds between
+        ``process()`` calls: audio that leaves the buffer undecoded is not transcribed."""
+        if self._s.finished:
+            raise RuntimeError("insert_audio() after finish()")
+        self._s.buffer.append(samples)
+        self._slide(hard_only=True)
+
+    def process(self) -> list[Word]:
+        """Decode the buffer; the words committed by this call."""
+        if self._s.finished:
+            raise RuntimeError("process() after finish()")
+        return self._step(is_last=False)
+
+    def finish(self) -> list[Word]:
+        """The end of the audio: decode what is left and commit everything."""
+        if self._s.finished:
+            return []
+        words = self._step(is_last=True)
+        self._s.finished = True
+        return words
+
+    # -- one step ---------------------------------------------------------------------------------
+
+    def _step(self, is_last: bool) -> list[Word]:
+        s, buf = self._s, self._s.buffer
+        n_mel = buf.n_frames - buf.n_frames % 2  # whole encoder positions
+        if n_mel < MIN_PASS_FRAMES:
+            return []
+        base = self.model.decoder.start(self.model.encoder(mx.array(self._mel(n_mel, is_last))[None]))
+        n_frames = n_mel // 2
+        if s.language is None and not self._detect_language(base, n_mel, is_last):
+            return []
+        result = self._run_pass(base, n_frames, is_last)
+        _log.debug("pass at %.2f s over %.2f s: %s, %r (+%r), no-speech %.2f", buf.end_time, n_mel / 100,
+                   result.reason, self._tokenizer.decode(result.tokens), result.next_token,
+                   result.no_speech_prob)
+        if result.reason == NO_SPEECH:
+            if not s.words:  # only silence or noise in the buffer: keep just its end
+                buf.drop_until(buf.end - NO_SPEECH_KEEP)
+            return []
+        if result.reason in (REWIND, BUDGET):
+            return []
+        words = self._commit(result, n_frames, is_last)
+        self._slide(hard_only=False)
+        return words
+
+    def _mel(self, n_mel: int, is_last: bool) -> np.ndarray:
+        """The encoder's input: the buffer's real frames only (cheaper, and Whisper copes), but
+        on the last pass padded with silence to a full window as Whisper was trained: seeing
+        the speech end, it ends the text instead of running on over a cut-off."""
+        raw = self._s.buffer.raw()[:n_mel]
+        if is_last and n_mel < N_FRAMES:
+            raw = np.concatenate([raw, np.full((N_FRAMES - n_mel, raw.shape[1]), SILENCE, np.float32)])
+        return normalize(raw)
+
+    def _detect_language(self, base, n_mel: int, is_last: bool) -> bool:
+        """Multilingual model, language not given: once enough audio is buffered (or at the
+        end), detect it from the <|startoftranscript|> logits, unless they say no speech."""
+        if not is_last and n_mel < self.options.language_detect_seconds * FRAMES_PER_SECOND:
+            return False
+        tok = self._tokenizer
+        logits, _, _ = self.model.decoder(mx.array([[tok.sot]]), base)
+        logprobs = log_softmax(np.array(logits[0, -1], dtype=np.float64)[None])[0]
+        threshold = self.options.no_speech_threshold
+        if threshold is not None and np.exp(logprobs[tok.no_speech]) > threshold:
+            self._s.buffer.drop_until(self._s.buffer.end - NO_SPEECH_KEEP)
+            return False
+        ids = list(tok.all_language_tokens)
+        language = tok.all_language_codes[int(np.argmax(logprobs[ids]))]
+        _log.debug("language %s", language)
+        self._s.language = language
+        self._tokenizer = self._make_tokenizer(language)
+        self._static = self._encode(self.options.static_init_prompt)
+        self._pass = self._make_pass()
+        return True
+
+    def _prompt(self) -> tuple[list[int], int, int]:
+        """Decoder prompt, the index of <|startoftranscript|>, and where committed text starts."""
+        tok = self._tokenizer
+        committed = [t for w in self._s.words for t in w.tokens]
+        room = self.model.dims.n_text_ctx // 2 - len(committed)
+        context = context_tail(tok, self._s.context, max(0, min(self.options.max_context_tokens, room)
+                                                         - len(self._static)))
+        prompt = ([tok.sot_prev] + self._static + context) if (self._static or context) else []
+        sot_index = len(prompt)
+        prompt += list(tok.sot_sequence_including_notimestamps)
+        sample_begin = len(prompt)
+        return prompt + committed, sot_index, sample_begin
+
+    def _run_pass(self, base, n_frames: int, is_last: bool) -> PassResult:
+        s, buf = self._s, self._s.buffer
+        prompt, sot_index, sample_begin = self._prompt()
+        covered = s.words[-1].end if s.words else buf.start  # stream frame
+        undecoded = max(0.0, (buf.end - covered) / FRAMES_PER_SECOND)
+        max_new = math.ceil(self.options.max_tokens_per_second * undecoded) + BUDGET_SLACK
+        last = None if s.last_frame is None else (s.last_frame - buf.start) // 2
+        return self._pass.run(base, prompt, sot_index, sample_begin, n_frames, last, max_new, is_last)
+
+    def _commit(self, result: PassResult, n_frames: int, is_last: bool) -> list[Word]:
+        """Turn the pass's complete words into committed words and ``Word``s."""
+        s, buf, tok = self._s, self._s.buffer, self._tokenizer
+        texts, groups = tok.split_to_word_tokens(result.tokens) if result.tokens else ([], [])
+        count = commit_count(tok, texts, groups, result.next_token, is_last or result.reason == EOT)
+        out: list[Word] = []
+        index = 0
+        now = buf.end_time
+        for text, tokens in zip(texts[:count], groups[:count]):
+            frames = result.frames[index: index + len(tokens)]
+            probs = np.exp(result.logprobs[index: index + len(tokens)])
+            index += len(tokens)
+            following = result.frames[index] if index < len(result.frames) else result.next_frame
+            start, end = word_frames(frames, following, n_frames)
+            committed = CommittedWord(tokens, buf.start + 2 * start, buf.start + 2 * end, text)
+            s.words.append(committed)
+            s.last_frame = buf.start + 2 * frames[-1]
+            if "\ufffd" in text or not text.strip():
+                continue  # invalid bytes or bare space at the very end: kept as tokens, not shown
+            begin = min(max(buf.seconds(committed.start), s.last_end), now)
+            finish = min(max(buf.seconds(committed.end), begin), now)
+            out.append(Word(begin, finish, text, float(np.mean(probs)), emitted_at=now))
+            s.last_end = finish
+        return out
+
+    # -- buffer -----------------------------------------------------------------------------------
+
+    def _slide(self, hard_only: bool) -> None:
+        """Keep the buffer under ``audio_max_len``; past ``audio_trim_len`` drop committed
+        sentences. Committed words before the cut go to the prompt context."""
+        s, buf, o = self._s, self._s.buffer, self.options
+        cut, keep = cut_frame(s.words, buf.start, buf.end, o.audio_max_len * FRAMES_PER_SECOND,
+                              None if hard_only or o.audio_trim_len is None
+                              else o.audio_trim_len * FRAMES_PER_SECOND)
+        if cut is None:
+            return
+        gone, s.words = s.words[:keep], s.words[keep:]
+        for w in gone:
+            s.context.extend(w.tokens)
+        s.context = context_tail(self._tokenizer, s.context, self.model.dims.n_text_ctx // 2)
+        buf.drop_until(cut)
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def state(self) -> dict:
+        """Everything needed to resume: JSON-able values and numpy arrays (``buffer.final``,
+        ``buffer.tail``). ``audio_offset`` is the source sample where the replay resumes."""
+        s = self._s
+        return {
+            "version": STATE_VERSION,
+            "model": self.model.name,
+            "options": self.options.to_dict(),
+            "audio_offset": self.audio_offset,
+            "language": s.language,
+            "context": list(s.context),
+            "words": [w.to_dict() for w in s.words],
+            "last_frame": s.last_frame,
+            "last_end": s.last_end,
+            "finished": s.finished,
+            "buffer": s.buffer.state(),
+        }
+
+    @classmethod
+    def restore(cls, model: Whisper, options: StreamingOptions, state: dict) -> "StreamingSession":
+        """A session that continues exactly where the one that saved ``state`` stood."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported streaming state version {state.get('version')!r}")
+        if state.get("model") and state["model"] != model.name:
+            raise ValueError(f"state was saved with model {state['model']!r}, not {model.name!r}")
+        session = cls(model, replace(options, language=state["language"] or options.language))
+        session.options = options
+        s = session._s
+        s.buffer = MelBuffer.from_state(state["buffer"])
+        s.language = state["language"]
+        s.context = [int(t) for t in state["context"]]
+        s.words = [CommittedWord.from_dict(w) for w in state["words"]]
+        s.last_frame = None if state["last_frame"] is None else int(state["last_frame"])
+        s.last_end = float(state["last_end"])
+        s.finished = bool(state["finished"])
+        return session
