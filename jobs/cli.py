@@ -33,7 +33,7 @@ from .engines import ENGINES, EngineCache
 from .progress import Reporter
 from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, RunResult,
                      Runner, StopFlag, owner_is_dead, with_path)
-from .spec import CUE_FIELDS, JobSpec
+from .spec import CUE_FIELDS, DEFAULT_MODE, JobSpec
 from .store import FAILED, STATUSES, Job, JobStore, StoreError, default_path
 from .watch import watch as watch_folder
 
@@ -132,8 +132,16 @@ def spec_options(f):
                      show_default=True),
         click.option("--beam-size", type=click.IntRange(min=1), default=None,
                      help="Beam search width (default: greedy)."),
-        click.option("--mode", type=click.Choice(list(ENGINES)), default="oneshot", show_default=True,
-                     help="oneshot: 30 s windows with timestamp rules."),
+        click.option("--mode", type=click.Choice(list(ENGINES)), default=DEFAULT_MODE, show_default=True,
+                     help="stream: AlignAtt over the audio replayed chunk by chunk; "
+                          "oneshot: 30 s windows with timestamp rules."),
+        click.option("--chunk-seconds", type=float, default=1.0, show_default=True,
+                     help="Streaming: seconds of audio fed to the decoder per step."),
+        click.option("--frame-threshold", type=int, default=25, show_default=True,
+                     help="Streaming: stop a step when attention comes this many 20 ms frames "
+                          "near the end of the audio."),
+        click.option("--audio-max-len", type=float, default=30.0, show_default=True,
+                     help="Streaming: seconds of audio the decoder sees at most."),
         click.option("--live", is_flag=True,
                      help="Rewrite the outputs at every checkpoint, so a growing SRT can be followed."),
         # Cue layout and output details: they change the files, never the words, so changing
@@ -160,9 +168,9 @@ def spec_options(f):
 
 
 # the flags spec_options takes from the command line: JobSpec fields of the same name
-SPEC_FLAGS = ("formats", "model", "language", "task", "beam_size", "mode", "live", *CUE_FIELDS,
-              "vtt_karaoke", "json_cues")
-_FLAG_NAMES = re.compile(rf"\b(?:CueOptions\.)?({'|'.join(CUE_FIELDS)})\b")
+SPEC_FLAGS = ("formats", "model", "language", "task", "beam_size", "mode", "chunk_seconds",
+              "frame_threshold", "audio_max_len", "live", *CUE_FIELDS, "vtt_karaoke", "json_cues")
+_FLAG_NAMES = re.compile(rf"\b(?:CueOptions\.)?({'|'.join(CUE_FIELDS + ('chunk_seconds', 'frame_threshold', 'audio_max_len'))})\b")
 
 
 def make_spec(**fields) -> JobSpec:

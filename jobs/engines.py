@@ -14,20 +14,24 @@ any step's state is a valid resume point. Engines step at their natural unit:
 
 - one-shot: one step per 30 s window (the unit of its seek loop; a window cannot be split, so
   one-shot checkpoints every window, whatever ``checkpoint_seconds`` says);
-- streaming (``transcriber.streaming``, to come): one step per processed chunk, with the session
-  state from ``StreamingSession.state()``, restored with ``restore(...)``; its committed words are
-  wrapped into segments. Register it in ``ENGINES`` as ``"stream"``.
+- streaming: one step per replayed chunk (``--chunk-seconds``), with the session state from
+  ``StreamingSession.state()`` (packed to bytes, base64 in the JSON), restored with
+  ``StreamingSession.restore``; the words committed by a chunk become one segment, and the
+  runner's final transcript regroups all words into sentences (``words_to_transcript``).
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Protocol
 
 import transcriber
+from transcriber import audio as audio_io
+from transcriber.streaming import StreamingSession, pack_state, unpack_state
 from transcriber.transcribe import FRAMES_PER_SECOND, SeekState, Transcriber
-from transcriber.types import Segment
+from transcriber.types import Segment, Word
 
 from .spec import JobSpec
 
@@ -63,8 +67,39 @@ class OneShotEngine:
             yield Step(list(segments), after.to_dict(), after.seek / FRAMES_PER_SECOND, language)
 
 
+class StreamingEngine:
+    """``StreamingSession`` fed chunk by chunk: one step per chunk, resumable mid-file."""
+
+    def __init__(self, model, options):
+        self.model, self.options = model, options
+        self.model_name = model.name
+
+    @classmethod
+    def create(cls, spec: JobSpec) -> "StreamingEngine":
+        return cls(transcriber.load_model(spec.model), spec.streaming_options())
+
+    def run(self, path: Path, state: Optional[dict]) -> Iterator[Step]:
+        if state:
+            session = StreamingSession.restore(self.model, self.options,
+                                               unpack_state(base64.b64decode(state["session"])))
+        else:
+            session = StreamingSession(self.model, self.options)
+        if session.finished:
+            return
+        start = session.audio_offset / audio_io.SAMPLE_RATE
+        for _, samples in audio_io.iter_audio(path, chunk_seconds=self.options.chunk_seconds, start=start):
+            session.insert_audio(samples)
+            yield self._step(session, session.process())
+        yield self._step(session, session.finish())
+
+    def _step(self, session: StreamingSession, words: list[Word]) -> Step:
+        segments = [Segment(words[0].start, words[-1].end, "".join(w.text for w in words), tuple(words))] if words else []
+        state = {"session": base64.b64encode(pack_state(session.state())).decode("ascii")}
+        return Step(segments, state, session.time, session.language or "en")
+
+
 # mode name -> engine constructor; the CLI's --mode choices come from here.
-ENGINES: dict[str, Callable[[JobSpec], Engine]] = {"oneshot": OneShotEngine.create}
+ENGINES: dict[str, Callable[[JobSpec], Engine]] = {"oneshot": OneShotEngine.create, "stream": StreamingEngine.create}
 
 
 class EngineCache:

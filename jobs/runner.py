@@ -32,6 +32,7 @@ from typing import Optional
 
 from transcriber.audio import probe
 from transcriber.errors import AudioError, TranscriberError
+from transcriber.streaming import words_to_transcript
 from transcriber.transcribe import tidy
 from transcriber.types import Segment, Transcript
 from transcriber.writers import write_outputs
@@ -258,7 +259,7 @@ class Runner:
                 raise _SetupError(str(e)) from e
             segments, language = self._decode(job, spec, engine, path, resume, duration)
             model = engine.model_name
-        written = write_outputs(self._transcript(segments, language, duration, model),
+        written = write_outputs(self._transcript(segments, language, duration, model, spec.mode),
                                 Path(job.output_stem), spec.formats, spec.output_options())
         _kill_hook("outputs")
         self.store.finish(job.id, self.owner, [str(p) for p in written])
@@ -286,7 +287,7 @@ class Runner:
                     pending, state, last_checkpoint = [], None, position
                     _kill_hook(f"checkpoint:{seq}")
                     if spec.live:
-                        write_outputs(self._transcript(committed, language, duration, engine.model_name),
+                        write_outputs(self._transcript(committed, language, duration, engine.model_name, spec.mode),
                                       Path(job.output_stem), spec.formats, spec.output_options())
                     if self.stop.requested:
                         raise Stopped
@@ -296,9 +297,12 @@ class Runner:
 
     @staticmethod
     def _transcript(segments: list[Segment], language: Optional[str], duration: Optional[float],
-                    model: Optional[str]) -> Transcript:
+                    model: Optional[str], mode: str = "oneshot") -> Transcript:
         if not duration:  # unknown from the container: the audio's own end
             duration = max([0.0] + [s.end for s in segments])
+        if mode == "stream":  # chunk-sized segments: regroup the words into sentences
+            return words_to_transcript([w for s in segments for w in s.words], language=language or "en",
+                                       duration=duration, model=model or "")
         return Transcript(language=language or "en", duration=duration,
                           segments=tuple(tidy(list(segments), duration)), model=model or "")
 

@@ -22,12 +22,15 @@ from typing import Optional
 from transcriber.cues import CueOptions
 from transcriber.decoding.options import DecodingOptions
 from transcriber.model.loader import DEFAULT_MODEL
+from transcriber.streaming import StreamingOptions
 from transcriber.transcribe import TranscribeOptions
 from transcriber.writers import OutputOptions
 
 # Bump when the meaning of stored words changes for the same options (a decoding fix that
 # should redo finished files): every fingerprint changes with it.
 FINGERPRINT_VERSION = 1
+# The default decoding mode: see the README for why.
+DEFAULT_MODE = "oneshot"
 
 _CUES = CueOptions()
 # the JobSpec fields that are CueOptions fields of the same name (and CLI flags: --max-line-chars)
@@ -39,10 +42,14 @@ class JobSpec:
     """The user's choices for one job (CLI flags, stored as plain data)."""
 
     model: str = DEFAULT_MODEL
-    mode: str = "oneshot"
+    mode: str = DEFAULT_MODE
     language: Optional[str] = None
     task: str = "transcribe"
     beam_size: Optional[int] = None
+    # streaming mode (StreamingOptions)
+    chunk_seconds: float = 1.0
+    frame_threshold: int = 25
+    audio_max_len: float = 30.0
     formats: tuple[str, ...] = ("srt",)
     live: bool = False  # rewrite the outputs at every checkpoint (a growing SRT can be followed)
     # outputs only: the cue layout (CueOptions) and per-format choices (OutputOptions)
@@ -58,12 +65,19 @@ class JobSpec:
         object.__setattr__(self, "formats", tuple(self.formats))
         # ValueError now, at the command line, not in the runner
         self.transcribe_options()
+        self.streaming_options()
         self.output_options()
 
     def transcribe_options(self) -> TranscribeOptions:
         """The library options for this spec (ValueError on bad combinations)."""
         decoding = DecodingOptions(task=self.task, language=self.language, beam_size=self.beam_size)
         return TranscribeOptions(decoding=decoding, word_timestamps=True)
+
+    def streaming_options(self) -> StreamingOptions:
+        """The streaming session's options (ValueError on bad values)."""
+        return StreamingOptions(chunk_seconds=self.chunk_seconds, frame_threshold=self.frame_threshold,
+                                audio_max_len=self.audio_max_len, beam_size=self.beam_size or 1,
+                                language=self.language, task=self.task)
 
     def output_options(self) -> OutputOptions:
         """How the words become files (ValueError from CueOptions on bad values)."""
@@ -76,8 +90,9 @@ class JobSpec:
         Taken over the *resolved* library options, so a changed library default redoes jobs as
         surely as a changed flag does.
         """
+        options = self.streaming_options() if self.mode == "stream" else self.transcribe_options()
         words = {"version": FINGERPRINT_VERSION, "model": self.model, "mode": self.mode,
-                 "options": dataclasses.asdict(self.transcribe_options())}
+                 "options": dataclasses.asdict(options)}
         text = json.dumps(words, sort_keys=True, default=list)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -174,6 +174,38 @@ def test_kill_at_three_points_then_resume(long_file, tmp_path):
     assert r.returncode == 0 and "0 done, 1 skipped" in r.stderr
 
 
+def test_streaming_job_killed_mid_file_resumes_exactly(long_file, tmp_path):
+    """Streaming mode checkpoints the session state every ~10 s of audio: kill -9 after the first
+    and after the second checkpoint, then a clean run gives the words of an uninterrupted run."""
+    media = tmp_path / "work" / "stream talk.flac"
+    media.parent.mkdir()
+    ffmpeg("-i", str(long_file), "-t", "35", str(media))
+    reference = tmp_path / "ref" / media.name
+    reference.parent.mkdir()
+    shutil.copy(media, reference)
+    args = ("--mode", "stream", "-f", "json,srt", "-q")
+    r = transcribe(reference, *args, db=tmp_path / "ref.db")
+    assert r.returncode == 0, r.stderr
+    expected = words(reference.with_suffix(".json"))
+    assert len(expected) > 50
+
+    db = tmp_path / "jobs.db"
+    for point in ("checkpoint:1", "checkpoint:2"):
+        r = transcribe(media, *args, db=db, TRANSCRIBER_TEST_KILL_AT=point)
+        assert r.returncode == -signal.SIGKILL
+        assert not media.with_suffix(".json").exists()
+    r = transcribe(media, *args, db=db)
+    assert r.returncode == 0, r.stderr
+    with JobStore(db) as store:
+        (j,) = store.jobs()
+        assert j.status == "done" and len(store.checkpoints(j.id)) >= 3
+    assert words(media.with_suffix(".json")) == expected
+    assert media.with_suffix(".srt").read_text() == reference.with_suffix(".srt").read_text()
+    emitted = [w["emitted_at"] for s in json.loads(media.with_suffix(".json").read_text())["segments"]
+               for w in s["words"]]
+    assert emitted == sorted(emitted)
+
+
 def test_two_runners_share_one_folder(tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
