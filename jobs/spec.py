@@ -30,7 +30,7 @@ from transcriber.writers import OutputOptions
 # should redo finished files): every fingerprint changes with it.
 FINGERPRINT_VERSION = 1
 # The default decoding mode: see the README for why.
-DEFAULT_MODE = "oneshot"
+DEFAULT_MODE = "stream"
 
 _CUES = CueOptions()
 # the JobSpec fields that are CueOptions fields of the same name (and CLI flags: --max-line-chars)

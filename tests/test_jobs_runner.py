@@ -61,7 +61,7 @@ def setup(tmp_path, monkeypatch):
 
 
 def runner_for(store, engine, **kw) -> Runner:
-    return Runner(store, engines=EngineCache({"oneshot": lambda spec: engine}), checkpoint_seconds=1.0, **kw)
+    return Runner(store, engines=EngineCache({mode: (lambda spec: engine) for mode in ("oneshot", "stream")}), checkpoint_seconds=1.0, **kw)
 
 
 def words_of(media: Path) -> list[str]:
