@@ -2,8 +2,10 @@
 
     import transcriber
     model = transcriber.load_model("tiny.en")
-    t = transcriber.transcribe("talk.mp3", model=model)
+    t = transcriber.transcribe("talk.mp3", model=model)      # one-shot -> Transcript
     print(t.text)
+    for word in transcriber.stream("talk.mp3", model):       # streaming -> Words as committed
+        print(word.start, word.text, word.emitted_at)
 """
 
 from . import blas as _blas
@@ -16,6 +18,8 @@ from .types import Segment, Transcript, Word  # noqa: E402
 from .decoding.options import DecodingOptions  # noqa: E402
 from .transcribe import TranscribeOptions, Transcriber  # noqa: E402
 from .transcribe import transcribe as _transcribe  # noqa: E402
+from .streaming import StreamingOptions, StreamingSession  # noqa: E402
+from .streaming import stream as _stream  # noqa: E402
 
 _models: dict = {}
 
@@ -41,5 +45,13 @@ def transcribe(path, model=DEFAULT_MODEL, *, language=None, task="transcribe", b
     return _transcribe(path, model, options, on_progress=on_progress)
 
 
-__all__ = ["transcribe", "load_model", "Transcript", "Segment", "Word", "TranscribeOptions",
+def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None, **kwargs):
+    """Replay one media file through the AlignAtt streaming decoder; yields each ``Word`` as it
+    is committed (with ``emitted_at``). See ``transcriber.streaming.stream`` for the keywords."""
+    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+        model = load_model(model)
+    return _stream(path, model, options or StreamingOptions(), **kwargs)
+
+
+__all__ = ["transcribe", "stream", "StreamingOptions", "StreamingSession", "load_model", "Transcript", "Segment", "Word", "TranscribeOptions",
            "DecodingOptions", "Transcriber", "TranscriberError", "AudioError", "ModelError", "OutputError"]
