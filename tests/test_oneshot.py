@@ -28,6 +28,8 @@ def test_pooled_wer_within_target(oneshot_transcripts):
 
 
 def test_word_starts_match_forced_alignments(oneshot_transcripts):
+    """Median word start error against the forced alignments: <= 0.12 s (the subtitle issue's
+    bound, inside the foundation's 0.15; faster-whisper on the same weights: 0.105 s)."""
     errors = []
     for e in scored_entries():
         if not e.get("word_alignment"):
@@ -36,10 +38,10 @@ def test_word_starts_match_forced_alignments(oneshot_transcripts):
         words = oneshot_transcripts[e["file"]].words
         errors += word_start_errors([(w["word"], w["start"]) for w in reference], [(w.text, w.start) for w in words])
     errors.sort()
-    median = errors[len(errors) // 2]
-    print(f"word start error over {len(errors)} words: median {median:.3f} s")
+    upper_median = errors[len(errors) // 2]
+    print(f"word start error over {len(errors)} words: upper median {upper_median:.3f} s")
     assert len(errors) >= 20
-    assert median <= 0.15
+    assert upper_median <= 0.12
 
 
 def test_word_times_ordered_and_inside_audio(oneshot_transcripts):
