@@ -13,6 +13,7 @@ the store (jobs/store.py, all the SQL), and the runner (jobs/runner.py) does the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -204,6 +205,20 @@ def stop_message(reporter_ref: list):
     return on_request
 
 
+@contextlib.contextmanager
+def closing_on_interrupt(reporter, message: str):
+    """Close the progress bars however the block ends; a KeyboardInterrupt (a second Ctrl-C,
+    after the first asked for a stop at the next checkpoint) prints ``message`` and exits 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        reporter.close()
+        click.echo(message, err=True)
+        sys.exit(130)
+    finally:
+        reporter.close()
+
+
 def run_batch(store: JobStore, batch: Batch, quiet: bool, max_attempts: int, checkpoint_seconds: float,
               lease_seconds: float) -> None:
     """Run a batch's jobs, print the summary, exit with its status."""
@@ -213,15 +228,9 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, max_attempts: int, che
             click.echo(f"note: {blas.describe()}", err=True)
         reporter = Reporter(total_files=len(batch.to_run), quiet=quiet)
         with StopFlag(stop_message([reporter])) as stop:
-            try:
+            with closing_on_interrupt(reporter, "interrupted: unfinished files stay queued; run again to resume"):
                 make_runner(store, reporter, stop, max_attempts, checkpoint_seconds,
                             lease_seconds).run(batch.to_run, result)
-            except KeyboardInterrupt:
-                reporter.close()
-                click.echo("interrupted: unfinished files stay queued; run again to resume", err=True)
-                sys.exit(130)
-            finally:
-                reporter.close()
     lines, code = summary(batch, result)
     for line in lines:
         click.echo(line, err=True)
@@ -374,15 +383,9 @@ def watch(folder, spec, output_dir, stable_seconds, interval, max_attempts, chec
     reporter.info(f"watching {folder} (Ctrl-C to stop)")
     with StopFlag(stop_message([reporter])) as stop:
         runner = make_runner(store, reporter, stop, max_attempts, checkpoint_seconds, lease_seconds)
-        try:
+        with closing_on_interrupt(reporter, "interrupted"):
             result = watch_folder(store, folder, spec, output_dir, runner, reporter, stop,
                                   interval=interval, stable_seconds=stable_seconds)
-        except KeyboardInterrupt:
-            reporter.close()
-            click.echo("interrupted", err=True)
-            sys.exit(130)
-        finally:
-            reporter.close()
     click.echo(f"watch stopped: {len(result.done)} done, {len(result.failed)} failed", err=True)
     for job, reason in result.failed:
         click.echo(f"failed: {with_path(job.path, reason)}", err=True)

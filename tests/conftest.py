@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
+# ../shared/data from the repository root (CI clones main next to shared/), unless set
 DATA = Path(os.environ.get("TRANSCRIBER_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-if not DATA.is_dir():  # CI clones main next to shared/: ../shared/data from the repo root
-    DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def manifest() -> list[dict]:

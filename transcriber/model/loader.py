@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -48,7 +48,6 @@ class ModelInfo:
     folder: Path  # holds the tokenizer files
     suppress_ids: tuple[int, ...] = ()
     suppress_ids_begin: tuple[int, ...] = ()
-    extra: dict = field(default_factory=dict)
 
 
 def cache_root() -> Path:
