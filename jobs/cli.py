@@ -389,3 +389,12 @@ def watch(folder, spec, output_dir, stable_seconds, interval, max_attempts, chec
     click.echo(f"watch stopped: {len(result.done)} done, {len(result.failed)} failed", err=True)
     for job, reason in result.failed:
         click.echo(f"failed: {with_path(job.path, reason)}", err=True)
+
+
+@main.command(help="""Show what this installation runs on: versions, the ffmpeg in use, which BLAS
+serves MLX's matmuls (and how fast it measures now), the cache folder and the models found.""")
+@click.option("--probe", is_flag=True, help="Measure the BLAS candidates again (refreshes the cached choice).")
+def doctor(probe):
+    from .doctor import report
+
+    click.echo(report(probe=probe))

