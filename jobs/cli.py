@@ -24,17 +24,15 @@ from typing import Optional
 
 import click
 
-from transcriber import blas
-from transcriber.model.loader import DEFAULT_MODEL
-from transcriber.writers import FORMATS
+from transcriber import DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, StreamingOptions, blas
 
 from .batch import Batch, enqueue_files, summary
 from .discover import discover, has_audio
-from .engines import ENGINES, EngineCache
+from .engines import EngineCache
 from .progress import Reporter
 from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, RunResult,
                      Runner, StopFlag, owner_is_dead, with_path)
-from .spec import CUE_FIELDS, DEFAULT_MODE, JobSpec
+from .spec import CUE_FIELDS, JobSpec
 from .store import FAILED, STATUSES, Job, JobStore, StoreError, default_path
 from .watch import watch as watch_folder
 
@@ -109,6 +107,7 @@ def runner_options(f):
 
 
 _DEFAULTS = JobSpec()
+_STREAMING = StreamingOptions()
 
 
 def spec_options(f):
@@ -133,16 +132,19 @@ def spec_options(f):
                      show_default=True),
         click.option("--beam-size", type=click.IntRange(min=1), default=None,
                      help="Beam search width (default: greedy)."),
-        click.option("--mode", type=click.Choice(list(ENGINES)), default=DEFAULT_MODE, show_default=True,
+        click.option("--mode", type=click.Choice(list(MODES)), default=DEFAULT_MODE, show_default=True,
                      help="stream: AlignAtt over the audio replayed chunk by chunk; "
                           "oneshot: 30 s windows with timestamp rules."),
-        click.option("--chunk-seconds", type=float, default=1.0, show_default=True,
-                     help="Streaming: seconds of audio fed to the decoder per step."),
-        click.option("--frame-threshold", type=int, default=25, show_default=True,
+        # streaming defaults live in StreamingOptions: None here means "its default"
+        click.option("--chunk-seconds", type=float, default=None,
+                     help="Streaming: seconds of audio fed to the decoder per step.  "
+                          f"[default: {_STREAMING.chunk_seconds:g}]"),
+        click.option("--frame-threshold", type=int, default=None,
                      help="Streaming: stop a step when attention comes this many 20 ms frames "
-                          "near the end of the audio."),
-        click.option("--audio-max-len", type=float, default=30.0, show_default=True,
-                     help="Streaming: seconds of audio the decoder sees at most."),
+                          f"near the end of the audio.  [default: {_STREAMING.frame_threshold}]"),
+        click.option("--audio-max-len", type=float, default=None,
+                     help="Streaming: seconds of audio the decoder sees at most.  "
+                          f"[default: {_STREAMING.audio_max_len:g}]"),
         click.option("--live", is_flag=True,
                      help="Rewrite the outputs at every checkpoint, so a growing SRT can be followed."),
         # Cue layout and output details: they change the files, never the words, so changing

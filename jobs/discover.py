@@ -7,8 +7,7 @@ import os
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from transcriber.audio import probe
-from transcriber.errors import TranscriberError
+from transcriber import TranscriberError, probe
 
 # What a folder walk takes without asking ffmpeg. A file named explicitly is always tried.
 MEDIA_EXTENSIONS = frozenset("""

@@ -30,12 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from transcriber.audio import probe
-from transcriber.errors import AudioError, TranscriberError
-from transcriber.streaming import words_to_transcript
-from transcriber.transcribe import tidy
-from transcriber.types import Segment, Transcript
-from transcriber.writers import write_outputs
+from transcriber import AudioError, Segment, TranscriberError, assemble, probe, write_outputs
 
 from .discover import content_key
 from .engines import EngineCache
@@ -48,14 +43,21 @@ DEFAULT_CHECKPOINT_SECONDS = 10.0
 DEFAULT_MAX_ATTEMPTS = 3
 
 # Test-only: make this process SIGKILL itself at a precise point, to test crash recovery
-# deterministically: "checkpoint:N" (right after committing a job's checkpoint number N) or
-# "outputs" (after writing the outputs, before marking the job done).
+# deterministically: "checkpoint:N" (right after committing a job's checkpoint number N),
+# "step:N" (the engine has yielded its Nth step in this process, decoded but not yet
+# checkpointed) or "outputs" (after writing the outputs, before marking the job done).
 KILL_HOOK_ENV = "TRANSCRIBER_TEST_KILL_AT"
+# Test-only, likewise: "SIGNAL@POINT" (e.g. "SIGTERM@step:1", "SIGSTOP@step:1") sends this
+# process that signal at such a point: a stop or an outside kill mid-work, without a race.
+SIGNAL_HOOK_ENV = "TRANSCRIBER_TEST_SIGNAL_AT"
 
 
 def _kill_hook(point: str) -> None:
     if os.environ.get(KILL_HOOK_ENV) == point:
         os.kill(os.getpid(), signal.SIGKILL)
+    name, _, at = os.environ.get(SIGNAL_HOOK_ENV, "").partition("@")
+    if at == point:
+        os.kill(os.getpid(), signal.Signals[name])  # a Python handler runs before this returns
 
 
 class Stopped(Exception):
@@ -259,7 +261,7 @@ class Runner:
                 raise _SetupError(str(e)) from e
             segments, language = self._decode(job, spec, engine, path, resume, duration)
             model = engine.model_name
-        written = write_outputs(self._transcript(segments, language, duration, model, spec.mode),
+        written = write_outputs(assemble(segments, language, duration, model or ""),
                                 Path(job.output_stem), spec.formats, spec.output_options())
         _kill_hook("outputs")
         self.store.finish(job.id, self.owner, [str(p) for p in written])
@@ -274,8 +276,9 @@ class Runner:
         last_checkpoint = resume.position
         if self.stop.requested:  # asked while the model was loading: nothing new to commit
             raise Stopped
-        with contextlib.closing(engine.run(path, resume.state)) as steps:  # closing kills ffmpeg
-            for step in steps:
+        with contextlib.closing(engine.steps(path, resume.state)) as steps:  # closing kills ffmpeg
+            for n, step in enumerate(steps, 1):
+                _kill_hook(f"step:{n}")
                 pending.extend(step.segments)
                 state, language = step.state, step.language
                 position = min(step.position, duration) if duration else step.position
@@ -287,24 +290,13 @@ class Runner:
                     pending, state, last_checkpoint = [], None, position
                     _kill_hook(f"checkpoint:{seq}")
                     if spec.live:
-                        write_outputs(self._transcript(committed, language, duration, engine.model_name, spec.mode),
+                        write_outputs(assemble(committed, language, duration, engine.model_name),
                                       Path(job.output_stem), spec.formats, spec.output_options())
                     if self.stop.requested:
                         raise Stopped
         self.store.checkpoint(job.id, self.owner, pending, state, position, language, engine.model_name,
                               self.lease_seconds, complete=True)
         return committed + pending, language
-
-    @staticmethod
-    def _transcript(segments: list[Segment], language: Optional[str], duration: Optional[float],
-                    model: Optional[str], mode: str = "oneshot") -> Transcript:
-        if not duration:  # unknown from the container: the audio's own end
-            duration = max([0.0] + [s.end for s in segments])
-        if mode == "stream":  # chunk-sized segments: regroup the words into sentences
-            return words_to_transcript([w for s in segments for w in s.words], language=language or "en",
-                                       duration=duration, model=model or "")
-        return Transcript(language=language or "en", duration=duration,
-                          segments=tuple(tidy(list(segments), duration)), model=model or "")
 
 
 class _SetupError(TranscriberError):

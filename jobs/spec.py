@@ -19,18 +19,12 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
-from transcriber.cues import CueOptions
-from transcriber.decoding.options import DecodingOptions
-from transcriber.model.loader import DEFAULT_MODEL
-from transcriber.streaming import StreamingOptions
-from transcriber.transcribe import TranscribeOptions
-from transcriber.writers import OutputOptions
+from transcriber import DEFAULT_MODE, DEFAULT_MODEL, CueOptions, OutputOptions, engine_options
 
-# Bump when the meaning of stored words changes for the same options (a decoding fix that
-# should redo finished files): every fingerprint changes with it.
-FINGERPRINT_VERSION = 1
-# The default decoding mode: see the README for why.
-DEFAULT_MODE = "stream"
+# Bump when the meaning of stored words or engine states changes for the same options (a
+# decoding fix that should redo finished files): every fingerprint changes with it.
+# 2: one engine protocol (streaming checkpoints hold sentence segments and the open one).
+FINGERPRINT_VERSION = 2
 
 _CUES = CueOptions()
 # the JobSpec fields that are CueOptions fields of the same name (and CLI flags: --max-line-chars)
@@ -46,10 +40,10 @@ class JobSpec:
     language: Optional[str] = None
     task: str = "transcribe"
     beam_size: Optional[int] = None
-    # streaming mode (StreamingOptions)
-    chunk_seconds: float = 1.0
-    frame_threshold: int = 25
-    audio_max_len: float = 30.0
+    # streaming mode only; None: the library's default (StreamingOptions)
+    chunk_seconds: Optional[float] = None
+    frame_threshold: Optional[int] = None
+    audio_max_len: Optional[float] = None
     formats: tuple[str, ...] = ("srt",)
     live: bool = False  # rewrite the outputs at every checkpoint (a growing SRT can be followed)
     # outputs only: the cue layout (CueOptions) and per-format choices (OutputOptions)
@@ -64,20 +58,14 @@ class JobSpec:
     def __post_init__(self):
         object.__setattr__(self, "formats", tuple(self.formats))
         # ValueError now, at the command line, not in the runner
-        self.transcribe_options()
-        self.streaming_options()
+        self.engine_options()
         self.output_options()
 
-    def transcribe_options(self) -> TranscribeOptions:
-        """The library options for this spec (ValueError on bad combinations)."""
-        decoding = DecodingOptions(task=self.task, language=self.language, beam_size=self.beam_size)
-        return TranscribeOptions(decoding=decoding, word_timestamps=True)
-
-    def streaming_options(self) -> StreamingOptions:
-        """The streaming session's options (ValueError on bad values)."""
-        return StreamingOptions(chunk_seconds=self.chunk_seconds, frame_threshold=self.frame_threshold,
-                                audio_max_len=self.audio_max_len, beam_size=self.beam_size or 1,
-                                language=self.language, task=self.task)
+    def engine_options(self):
+        """The library options of this spec's mode (ValueError on bad values or combinations)."""
+        return engine_options(self.mode, language=self.language, task=self.task, beam_size=self.beam_size,
+                              chunk_seconds=self.chunk_seconds, frame_threshold=self.frame_threshold,
+                              audio_max_len=self.audio_max_len)
 
     def output_options(self) -> OutputOptions:
         """How the words become files (ValueError from CueOptions on bad values)."""
@@ -90,9 +78,8 @@ class JobSpec:
         Taken over the *resolved* library options, so a changed library default redoes jobs as
         surely as a changed flag does.
         """
-        options = self.streaming_options() if self.mode == "stream" else self.transcribe_options()
         words = {"version": FINGERPRINT_VERSION, "model": self.model, "mode": self.mode,
-                 "options": dataclasses.asdict(options)}
+                 "options": dataclasses.asdict(self.engine_options())}
         text = json.dumps(words, sort_keys=True, default=list)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-from transcriber.types import Segment, Word
+from transcriber import Segment, Word
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 STATUSES = (QUEUED, RUNNING, DONE, FAILED)

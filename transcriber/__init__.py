@@ -14,14 +14,18 @@ from . import blas as _blas
 
 _blas.apply()  # after mlx.core is loaded, before any matmul: see blas.py
 
+from . import blas  # noqa: E402
+from .audio import probe  # noqa: E402
+from .cues import CueOptions  # noqa: E402
+from .decoding.options import DecodingOptions  # noqa: E402
+from .engine import Engine, Step, assemble, words_to_transcript  # noqa: E402
 from .errors import AudioError, ModelError, OutputError, TranscriberError  # noqa: E402
 from .model.loader import DEFAULT_MODEL, load_model as _load_model  # noqa: E402
+from .modes import DEFAULT_MODE, MODES, engine_options, make_engine  # noqa: E402
+from .oneshot import OneShotEngine, TranscribeOptions  # noqa: E402
+from .streaming import StreamingEngine, StreamingOptions, StreamingSession  # noqa: E402
 from .types import Segment, Transcript, Word  # noqa: E402
-from .decoding.options import DecodingOptions  # noqa: E402
-from .transcribe import TranscribeOptions, Transcriber  # noqa: E402
-from .transcribe import transcribe as _transcribe  # noqa: E402
-from .streaming import StreamingOptions, StreamingSession  # noqa: E402
-from .streaming import stream as _stream  # noqa: E402
+from .writers import FORMATS, OutputOptions, write_outputs  # noqa: E402
 
 _models: dict = {}
 
@@ -34,26 +38,41 @@ def load_model(name=DEFAULT_MODEL):
     return _models[key]
 
 
+def _loaded(model):
+    return load_model(model) if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__") else model
+
+
 def transcribe(path, model=DEFAULT_MODEL, *, language=None, task="transcribe", beam_size=None,
                word_timestamps=True, initial_prompt=None, on_progress=None,
                options: TranscribeOptions | None = None) -> Transcript:
-    """Transcribe one media file in one-shot mode. ``model`` is a name, a folder or a loaded model."""
-    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        model = load_model(model)
+    """Transcribe one media file in one-shot mode. ``model`` is a name, a folder or a loaded
+    model; ``on_progress(seconds)`` is called after every 30 s window."""
+    model = _loaded(model)
     if options is None:
         options = TranscribeOptions(
             decoding=DecodingOptions(task=task, language=language, beam_size=beam_size),
             word_timestamps=word_timestamps, initial_prompt=initial_prompt)
-    return _transcribe(path, model, options, on_progress=on_progress)
+    segments, language = [], None
+    for step in OneShotEngine(model, options).steps(path):
+        segments += step.segments
+        language = step.language
+        if on_progress:
+            on_progress(step.position)
+    return assemble(segments, language, probe(path), model.name)
 
 
-def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None, **kwargs):
+def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None, state: dict | None = None):
     """Replay one media file through the AlignAtt streaming decoder; yields each ``Word`` as it
-    is committed (with ``emitted_at``). See ``transcriber.streaming.stream`` for the keywords."""
-    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        model = load_model(model)
-    return _stream(path, model, options or StreamingOptions(), **kwargs)
+    is committed (with ``emitted_at``). ``state``: a ``Step.state`` of ``StreamingEngine.steps``
+    to resume from (the words committed before it are not yielded again)."""
+    for step in StreamingEngine(_loaded(model), options or StreamingOptions()).steps(path, state):
+        yield from step.words
 
 
-__all__ = ["transcribe", "stream", "StreamingOptions", "StreamingSession", "load_model", "Transcript", "Segment", "Word", "TranscribeOptions",
-           "DecodingOptions", "Transcriber", "TranscriberError", "AudioError", "ModelError", "OutputError"]
+__all__ = ["transcribe", "stream", "load_model", "DEFAULT_MODEL", "probe",
+           "Transcript", "Segment", "Word", "Step", "Engine", "assemble", "words_to_transcript",
+           "MODES", "DEFAULT_MODE", "engine_options", "make_engine",
+           "OneShotEngine", "TranscribeOptions", "DecodingOptions",
+           "StreamingEngine", "StreamingOptions", "StreamingSession",
+           "CueOptions", "OutputOptions", "FORMATS", "write_outputs", "blas",
+           "TranscriberError", "AudioError", "ModelError", "OutputError"]

@@ -45,9 +45,8 @@ from typing import Iterator
 import ffmpeg
 import numpy as np
 
+from transcriber.constants import SAMPLE_RATE
 from transcriber.errors import AudioError
-
-SAMPLE_RATE = 16000
 
 _log = logging.getLogger(__name__)
 

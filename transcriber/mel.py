@@ -14,12 +14,8 @@ from functools import lru_cache
 import mlx.core as mx
 import numpy as np
 
-SAMPLE_RATE = 16000
-N_FFT = 400  # 25 ms window
-HOP_LENGTH = 160  # 10 ms hop: one mel frame per 10 ms
-CHUNK_LENGTH = 30  # seconds per Whisper window
-N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE  # 480000
-N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames per window
+from .constants import CHUNK_LENGTH, HOP_LENGTH, N_FFT, N_FRAMES, N_SAMPLES, SAMPLE_RATE  # noqa: F401
+
 N_FREQS = N_FFT // 2 + 1  # 201 rfft bins
 
 # Slaney's mel scale (Auditory Toolbox): linear below 1 kHz, logarithmic above.
@@ -63,18 +59,35 @@ def mel_filters_numpy(n_mels: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=4)
-def mel_filters(n_mels: int) -> mx.array:
-    """The filterbank as float32 ``mx.array``, shape (n_mels, N_FREQS); Whisper uses 80 or 128."""
+def mel_filters_f32(n_mels: int) -> np.ndarray:
+    """The filterbank in float32 (n_mels, N_FREQS), computed once per size, read-only; Whisper
+    uses 80 or 128 bins. The numpy STFT of streaming and the MLX one here share these values."""
     if n_mels < 1:
         raise ValueError(f"n_mels must be positive, not {n_mels}")
-    return mx.array(mel_filters_numpy(n_mels).astype(np.float32))
+    filters = mel_filters_numpy(n_mels).astype(np.float32)
+    filters.flags.writeable = False
+    return filters
+
+
+@lru_cache(maxsize=4)
+def mel_filters(n_mels: int) -> mx.array:
+    """``mel_filters_f32`` as an ``mx.array``."""
+    return mx.array(mel_filters_f32(n_mels))
+
+
+@lru_cache(maxsize=1)
+def hann_window_f32() -> np.ndarray:
+    """Periodic Hann window of N_FFT samples (torch.hann_window's default), float32 (N_FFT,), read-only."""
+    n = np.arange(N_FFT, dtype=np.float64)
+    window = (0.5 - 0.5 * np.cos(2 * np.pi * n / N_FFT)).astype(np.float32)
+    window.flags.writeable = False
+    return window
 
 
 @lru_cache(maxsize=1)
 def hann_window() -> mx.array:
-    """Periodic Hann window of N_FFT samples (torch.hann_window's default), shape (N_FFT,)."""
-    n = np.arange(N_FFT, dtype=np.float64)
-    return mx.array((0.5 - 0.5 * np.cos(2 * np.pi * n / N_FFT)).astype(np.float32))
+    """``hann_window_f32`` as an ``mx.array``."""
+    return mx.array(hann_window_f32())
 
 
 def pad_or_trim(array, length: int = N_SAMPLES, *, axis: int = -1):

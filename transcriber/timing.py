@@ -13,11 +13,10 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from .constants import MEDIAN_FILTER_WIDTH, TOKENS_PER_SECOND
 from .model.whisper import DecoderState, Whisper
 from .tokenizer import Tokenizer
 
-TOKENS_PER_SECOND = 50  # encoder positions per second of audio (20 ms each)
-MEDIAN_FILTER_WIDTH = 7
 PREPEND_PUNCTUATIONS = "\"'“¿([{-"
 APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
 SENTENCE_ENDS = ".。!！?？"

@@ -22,6 +22,7 @@ from typing import Iterable
 
 import tiktoken
 
+from transcriber.constants import TIME_PRECISION
 from transcriber.errors import ModelError
 
 # Whisper's language table, in token order: the n-th entry is token ``sot + 1 + n``.
@@ -53,7 +54,6 @@ LANGUAGES: dict[str, str] = {
 NO_SPACE_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
 
 N_TIMESTAMPS = 1501  # <|0.00|> ... <|30.00|>
-TIMESTAMP_STEP = 0.02  # seconds per timestamp token (one encoder frame)
 
 # GPT-2's pre-tokenizer regex (tiktoken's "gpt2" pattern), also used by Whisper.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -105,7 +105,7 @@ def special_token_names(num_languages: int = 99) -> list[str]:
         "<|startofprev|>",
         "<|nospeech|>",
         "<|notimestamps|>",
-        *[f"<|{i * TIMESTAMP_STEP:.2f}|>" for i in range(N_TIMESTAMPS)],
+        *[f"<|{i * TIME_PRECISION:.2f}|>" for i in range(N_TIMESTAMPS)],
     ]
 
 

@@ -38,6 +38,10 @@ class TokenDecoder:
         """The candidates when decoding stops."""
         raise NotImplementedError
 
+    def token_logprobs(self, row: int) -> list[float]:
+        """Log probability of each token sampled so far in (current) row ``row``."""
+        raise NotImplementedError
+
 
 class GreedyDecoder(TokenDecoder):
     """Argmax at temperature 0, else a sample from the tempered distribution."""
@@ -61,6 +65,9 @@ class GreedyDecoder(TokenDecoder):
         next_tokens[finished] = self.eot
         tokens = np.concatenate([tokens, next_tokens[:, None]], axis=1)
         return tokens, bool((tokens[:, -1] == self.eot).all()), None
+
+    def token_logprobs(self, row):
+        return [float(h[row]) for h in self.history]
 
     def finalize(self, tokens, sum_logprobs):
         history = np.stack(self.history, axis=1) if self.history else np.zeros((len(tokens), 0))
@@ -108,6 +115,9 @@ class BeamSearchDecoder(TokenDecoder):
             self.finished[candidate.tokens] = candidate
         completed = len(self.finished) >= self.max_candidates
         return np.array(next_rows, dtype=tokens.dtype), completed, sources
+
+    def token_logprobs(self, row):
+        return list(self.history[row]) if self.history else []
 
     def finalize(self, tokens, sum_logprobs):
         finished = dict(self.finished)

@@ -1,7 +1,8 @@
 """DecodingTask: decode one 30 s window of audio features into tokens.
 
 The prompt (previous text, start-of-transcript sequence, optional prefix) is run through the
-decoder once; then one token per step, with logit filters, a search strategy and a ranker.
+decoder once; then one token per step (``decode_loop``), with logit filters, a search strategy
+and a ranker.
 Cross-attention keys/values are computed once per window (``TextDecoder.start``) and shared by
 every step, every beam and every temperature retried on the window.
 """
@@ -12,16 +13,15 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Optional
 
-import mlx.core as mx
 import numpy as np
 
+from ..constants import TIME_PRECISION
 from ..model.whisper import DecoderState, Whisper
 from ..tokenizer import Tokenizer
-from .filters import ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressTokens, log_softmax
+from .filters import ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressTokens
+from .loop import decode_loop
 from .options import DecodingOptions
 from .search import BeamSearchDecoder, GreedyDecoder, MaximumLikelihoodRanker, TokenDecoder
-
-TIME_PRECISION = 0.02  # seconds per timestamp token
 
 
 def compression_ratio(text: str) -> float:
@@ -40,16 +40,6 @@ class DecodingResult:
     temperature: float
     compression_ratio: float
     token_logprobs: tuple[float, ...] = field(default=(), repr=False)  # one per token above
-
-
-def detect_language(model: Whisper, tokenizer: Tokenizer, state: DecoderState) -> tuple[str, dict[str, float]]:
-    """The most likely language of a window, and the probability of every language."""
-    logits, _, _ = model.decoder(mx.array([[tokenizer.sot]]), state)
-    logits = np.array(logits[0, -1], dtype=np.float64)
-    ids = np.array(tokenizer.all_language_tokens)
-    probs = np.exp(log_softmax(logits[ids][None])[0])
-    codes = tokenizer.all_language_codes
-    return codes[int(probs.argmax())], dict(zip(codes, probs.tolist()))
 
 
 def suppress_ids(tokenizer: Tokenizer, options: DecodingOptions, model_ids: tuple[int, ...]) -> list[int]:
@@ -118,34 +108,10 @@ class DecodingTask:
 
     def run(self, base: DecoderState, language: str) -> DecodingResult:
         """Decode one window whose cross-attention is precomputed in ``base`` (batch 1)."""
-        n_group = self.options.n_group
-        state = base if n_group == 1 else DecoderState(
-            [(mx.repeat(k, n_group, axis=0), mx.repeat(v, n_group, axis=0)) for k, v in base.cross_kv],
-            [None] * len(base.cross_kv))
-        tokens = np.tile(np.array(self.initial_tokens, dtype=np.int64), (n_group, 1))
-        decoder = self._token_decoder()
-        sum_logprobs = np.zeros(n_group)
-
-        # the prompt in one pass; logits only where needed: at start of transcript (no-speech
-        # probability) and at the last position (the first sampled token)
-        logits, state, _ = self.model.decoder(mx.array(tokens), state,
-                                              want_logits=[self.sot_index, len(self.initial_tokens) - 1])
-        first = np.array(logits[0, 0], dtype=np.float32)
-        no_speech_prob = float(np.exp(log_softmax(first[None])[0, self.tokenizer.no_speech]))
-        last = np.array(logits[:, -1], dtype=np.float32)
-
-        for _ in range(self.sample_len):
-            for f in self.filters:
-                f.apply(last, tokens)
-            tokens, completed, sources = decoder.update(tokens, last, sum_logprobs)
-            if completed or tokens.shape[1] >= self.model.dims.n_text_ctx:
-                break
-            if sources is not None and not np.array_equal(sources, np.arange(len(sources))):
-                state = state.select(mx.array(sources))
-            logits, state, _ = self.model.decoder(mx.array(tokens[:, -1:]), state)
-            last = np.array(logits[:, -1], dtype=np.float32)
-
-        candidates = decoder.finalize(tokens, sum_logprobs)
+        result = decode_loop(self.model, base, self.initial_tokens, self.sot_index, tokenizer=self.tokenizer,
+                             search=self._token_decoder(), filters=self.filters,
+                             n_group=self.options.n_group, max_new=self.sample_len)
+        candidates = result.candidates
         sampled = [self._strip(c.tokens) for c in candidates]
         best = self.ranker.rank([len(s) for s in sampled], [c.sum_logprob for c in candidates])
         best_tokens = sampled[best]
@@ -153,7 +119,7 @@ class DecodingTask:
         return DecodingResult(
             tokens=tuple(best_tokens), text=text, language=language,
             avg_logprob=candidates[best].sum_logprob / (len(best_tokens) + 1),
-            no_speech_prob=no_speech_prob, temperature=self.options.temperature,
+            no_speech_prob=result.no_speech_prob, temperature=self.options.temperature,
             compression_ratio=compression_ratio(text),
             token_logprobs=candidates[best].token_logprobs[: len(best_tokens)])
 

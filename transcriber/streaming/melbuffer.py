@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..mel import HOP_LENGTH, N_FFT, SAMPLE_RATE, hann_window, mel_filters
+from ..constants import HOP_LENGTH, N_FFT, SAMPLE_RATE
+from ..mel import hann_window_f32, mel_filters_f32
 
 PAD = N_FFT // 2  # samples each side of a frame's centre
 SILENCE = -10.0  # raw log10 mel of digital silence (the 1e-10 floor)
-
-
-def _filters(n_mels: int) -> np.ndarray:
-    return np.array(mel_filters(n_mels), dtype=np.float64)
 
 
 def frames_from_padded(padded: np.ndarray, n_frames: int, n_mels: int) -> np.ndarray:
@@ -33,9 +30,9 @@ def frames_from_padded(padded: np.ndarray, n_frames: int, n_mels: int) -> np.nda
     if n_frames <= 0:
         return np.zeros((0, n_mels), dtype=np.float32)
     windows = np.lib.stride_tricks.sliding_window_view(padded[: (n_frames - 1) * HOP_LENGTH + N_FFT], N_FFT)
-    windows = windows[::HOP_LENGTH][:n_frames] * np.array(hann_window(), dtype=np.float64)
+    windows = windows[::HOP_LENGTH][:n_frames] * hann_window_f32()
     power = np.square(np.abs(np.fft.rfft(windows, axis=-1)))
-    mel = power @ _filters(n_mels).T
+    mel = power @ mel_filters_f32(n_mels).T  # float64: numpy promotes
     return np.log10(np.maximum(mel, 1e-10)).astype(np.float32)
 
 
@@ -143,11 +140,6 @@ class MelBuffer:
         offset = self.n_final * HOP_LENGTH - self.tail_start
         padded = np.concatenate([self.tail[offset:].astype(np.float64), np.zeros(N_FFT)])
         return np.concatenate([self.final, frames_from_padded(padded, pending, self.n_mels)])
-
-    def mel(self, n_frames: int | None = None) -> np.ndarray:
-        """The encoder's input: the first ``n_frames`` buffer frames (all by default), normalised."""
-        raw = self.raw()
-        return normalize(raw if n_frames is None else raw[:n_frames])
 
     def drop_until(self, frame: int) -> int:
         """Forget frames before stream frame ``frame`` (not past the final ones). Returns the

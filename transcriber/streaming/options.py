@@ -64,6 +64,17 @@ class StreamingOptions:
         check(self.language_detect_seconds >= 0,
               f"language_detect_seconds must be >= 0, not {self.language_detect_seconds}")
 
+    @classmethod
+    def from_flags(cls, *, language: Optional[str] = None, task: str = "transcribe",
+                   beam_size: Optional[int] = None, chunk_seconds: Optional[float] = None,
+                   frame_threshold: Optional[int] = None, audio_max_len: Optional[float] = None,
+                   **_other_modes) -> "StreamingOptions":
+        """The options for the command-line flags; None keeps the default above (flags of
+        the other mode are ignored)."""
+        given = {"chunk_seconds": chunk_seconds, "frame_threshold": frame_threshold,
+                 "audio_max_len": audio_max_len, "beam_size": beam_size}
+        return cls(language=language, task=task, **{k: v for k, v in given.items() if v is not None})
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -17,9 +17,9 @@ import enum
 
 import numpy as np
 
+from ..constants import MEDIAN_FILTER_WIDTH
 from ..timing import median_filter
 
-MEDIAN_FILTER_WIDTH = 7
 LAST_CHUNK_THRESHOLD = 4  # frames: how close to the end the last token may look on the last chunk
 # Standardising divides by the spread across tokens. Where every token's weight is tiny the
 # spread is tiny too, and any difference would look as large as a real peak (with few tokens, a

@@ -24,13 +24,11 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-import mlx.core as mx
 import numpy as np
 
-from ..decoding.filters import log_softmax
-from ..mel import N_FRAMES
+from ..constants import FRAMES_PER_SECOND, N_FRAMES
+from ..context import WhisperContext
 from ..model.whisper import Whisper
-from ..tokenizer import Tokenizer, load_tokenizer
 from ..types import Word
 from .alignatt import BUDGET, EOT, NO_SPEECH, REWIND, AlignAttPass, PassResult
 from .melbuffer import SILENCE, MelBuffer, normalize
@@ -40,7 +38,6 @@ from .words import CommittedWord, commit_count, context_tail, cut_frame, word_fr
 _log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
-FRAMES_PER_SECOND = 100  # mel frames
 NO_SPEECH_KEEP = 200  # mel frames of audio kept after a pass found no speech
 MIN_PASS_FRAMES = 10  # a pass needs at least 0.1 s of audio
 BUDGET_SLACK = 8  # tokens allowed on top of the per-second budget
@@ -66,24 +63,14 @@ class StreamingSession:
                  start_sample: int = 0):
         """A session whose first sample is ``start_sample`` of the source (times are source time)."""
         self.model, self.options = model, options
-        language = options.language
-        if not model.is_multilingual:
-            if language not in (None, "en"):
-                raise ValueError(f"model {model.name} is English-only; language {language!r} "
-                                 "needs a multilingual model")
-            language = "en"
-        self._s = _State(MelBuffer(model.dims.n_mels, start_sample), language)
-        self._tokenizer = self._make_tokenizer(language)
+        self._context = WhisperContext(model, options.task, options.language)
+        self._s = _State(MelBuffer(model.dims.n_mels, start_sample), self._context.language)
+        self._tokenizer = self._context.tokenizer()
         self._static = self._encode(options.static_init_prompt)
         self._s.context = self._encode(options.init_prompt)
         self._pass = self._make_pass()
 
     # -- setup ------------------------------------------------------------------------------------
-
-    def _make_tokenizer(self, language: Optional[str]) -> Tokenizer:
-        return load_tokenizer(self.model.info.folder, multilingual=self.model.is_multilingual,
-                              num_languages=self.model.num_languages, language=language,
-                              task=self.options.task)
 
     def _make_pass(self) -> AlignAttPass:
         o = self.options
@@ -144,12 +131,12 @@ class StreamingSession:
         n_mel = buf.n_frames - buf.n_frames % 2  # whole encoder positions
         if n_mel < MIN_PASS_FRAMES:
             return []
-        base = self.model.decoder.start(self.model.encoder(mx.array(self._mel(n_mel, is_last))[None]))
+        base = self._context.encode(self._mel(n_mel, is_last))
         n_frames = n_mel // 2
         if s.language is None and not self._detect_language(base, n_mel, is_last):
             return []
         result = self._run_pass(base, n_frames, is_last)
-        _log.debug("pass at %.2f s over %.2f s: %s, %r (+%r), no-speech %.2f", buf.end_time, n_mel / 100,
+        _log.debug("pass at %.2f s over %.2f s: %s, %r (+%r), no-speech %.2f", buf.end_time, n_mel / FRAMES_PER_SECOND,
                    result.reason, self._tokenizer.decode(result.tokens), result.next_token,
                    result.no_speech_prob)
         if result.reason == NO_SPEECH:
@@ -176,18 +163,14 @@ class StreamingSession:
         end), detect it from the <|startoftranscript|> logits, unless they say no speech."""
         if not is_last and n_mel < self.options.language_detect_seconds * FRAMES_PER_SECOND:
             return False
-        tok = self._tokenizer
-        logits, _, _ = self.model.decoder(mx.array([[tok.sot]]), base)
-        logprobs = log_softmax(np.array(logits[0, -1], dtype=np.float64)[None])[0]
+        language, probability, no_speech = self._context.detect_language(base)
         threshold = self.options.no_speech_threshold
-        if threshold is not None and np.exp(logprobs[tok.no_speech]) > threshold:
+        if threshold is not None and no_speech > threshold:
             self._s.buffer.drop_until(self._s.buffer.end - NO_SPEECH_KEEP)
             return False
-        ids = list(tok.all_language_tokens)
-        language = tok.all_language_codes[int(np.argmax(logprobs[ids]))]
-        _log.debug("language %s", language)
+        _log.debug("language %s (%.2f)", language, probability)
         self._s.language = language
-        self._tokenizer = self._make_tokenizer(language)
+        self._tokenizer = self._context.tokenizer(language)
         self._static = self._encode(self.options.static_init_prompt)
         self._pass = self._make_pass()
         return True

@@ -3,30 +3,30 @@
 Audio is read as it is needed (a buffer a little over one 30 s window), each window is encoded
 once, decoded with temperature fallback, split into segments at its timestamp tokens, and its
 words timed from cross-attention. The next window starts where the last complete segment (or
-the last word) ended.
+the last word) ended. ``OneShotEngine.steps`` yields one ``Step`` per window; its state (the
+seek point, the prompt and the language) resumes the walk at the next window.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Optional
+from dataclasses import asdict, dataclass, field, replace
+from typing import Iterator, Optional
 
-import mlx.core as mx
 import numpy as np
 
 from . import audio as audio_io
+from .constants import FRAMES_PER_SECOND, HOP_LENGTH, INPUT_STRIDE, N_SAMPLES, TIME_PRECISION
+from .context import WhisperContext
 from .decoding.options import DecodingOptions
-from .decoding.task import DecodingResult, DecodingTask, detect_language
-from .mel import HOP_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, log_mel_spectrogram
+from .decoding.task import DecodingResult, DecodingTask
+from .engine import Step
 from .model.whisper import DecoderState, Whisper
 from .timing import WordTiming, clamp_long_words, find_alignment, merge_punctuations
-from .tokenizer import Tokenizer, load_tokenizer
-from .types import Segment, Transcript, Word
+from .tokenizer import Tokenizer
+from .types import Segment, Word
 
-FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # mel frames (10 ms)
 SILENCE_PEAK = 10 ** (-70 / 20)  # a window whose samples all stay below -70 dBFS holds no speech
-INPUT_STRIDE = 2  # mel frames per encoder position / timestamp step
-TIME_PRECISION = INPUT_STRIDE * HOP_LENGTH / SAMPLE_RATE  # 0.02 s
+READ_SECONDS = 10.0  # audio read from ffmpeg at a time
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,12 @@ class TranscribeOptions:
         if self.best_of < 1:
             raise ValueError(f"best_of must be >= 1, not {self.best_of}")
 
+    @classmethod
+    def from_flags(cls, *, language: Optional[str] = None, task: str = "transcribe",
+                   beam_size: Optional[int] = None, **_other_modes) -> "TranscribeOptions":
+        """The options for the command-line flags (flags of the other mode are ignored)."""
+        return cls(decoding=DecodingOptions(task=task, language=language, beam_size=beam_size))
+
 
 @dataclass
 class SeekState:
@@ -61,13 +67,14 @@ class SeekState:
     seek: int = 0  # mel frames (10 ms) from the start of the file
     prompt_tokens: list[int] = field(default_factory=list)  # text tokens conditioning the next window
     last_speech: float = 0.0  # end of the last segment with words, seconds
+    language: Optional[str] = None  # None until detected (multilingual model, no language given)
 
     def to_dict(self) -> dict:
-        return {"seek": self.seek, "prompt_tokens": list(self.prompt_tokens), "last_speech": self.last_speech}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "SeekState":
-        return cls(int(d["seek"]), list(d["prompt_tokens"]), float(d["last_speech"]))
+        return cls(int(d["seek"]), [int(t) for t in d["prompt_tokens"]], float(d["last_speech"]), d.get("language"))
 
 
 class AudioBuffer:
@@ -93,34 +100,14 @@ class AudioBuffer:
         return self.samples[:length]
 
 
-class Transcriber:
-    """Runs a model over files. Holds the tokenizer and decoding tasks, which depend only on
-    the options, so many files reuse them."""
+class OneShotEngine:
+    """Runs a model over files in one-shot mode. Holds the context and options, which depend
+    only on the model and options, so many files reuse them."""
 
     def __init__(self, model: Whisper, options: TranscribeOptions = TranscribeOptions()):
         self.model, self.options = model, options
-        language = options.decoding.language
-        if not model.is_multilingual:
-            if language not in (None, "en"):
-                raise ValueError(f"model {model.name} is English-only; --language {language} needs a multilingual model")
-            language = "en"
-        self.language = language
-        self.tokenizer = self._tokenizer(language)
-
-    def _tokenizer(self, language: Optional[str]) -> Tokenizer:
-        return load_tokenizer(self.model.info.folder, multilingual=self.model.is_multilingual,
-                              num_languages=self.model.num_languages, language=language,
-                              task=self.options.decoding.task)
-
-    def encode(self, samples: np.ndarray) -> tuple[DecoderState, int]:
-        """Mel and encoder for one window of samples: its decoder base state and frame count."""
-        n_frames = min(N_FRAMES, len(samples) // HOP_LENGTH)
-        mel = log_mel_spectrogram(samples, self.model.dims.n_mels, padding=N_SAMPLES - len(samples))
-        mel = mel[:N_FRAMES]
-        features = self.model.encoder(mel[None])
-        base = self.model.decoder.start(features)
-        mx.eval(base.cross_kv)
-        return base, n_frames
+        self.model_name = model.name
+        self.context = WhisperContext(model, options.decoding.task, options.decoding.language)
 
     def decode_with_fallback(self, base: DecoderState, prompt: list[int], tokenizer: Tokenizer) -> DecodingResult:
         opts = self.options
@@ -132,7 +119,7 @@ class Transcriber:
                                best_of=opts.best_of if t > 0 else None)
             task = DecodingTask(self.model, tokenizer, decoding, self.model.info.suppress_ids,
                                 rng=np.random.default_rng(0))
-            result = task.run(base, tokenizer.language or "en")
+            result = task.run(base, tokenizer.language)
             too_repetitive = (opts.compression_ratio_threshold is not None
                               and result.compression_ratio > opts.compression_ratio_threshold)
             too_unlikely = opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
@@ -141,29 +128,27 @@ class Transcriber:
                 break
         return result
 
-    def windows(self, path, state: Optional[SeekState] = None,
-                on_progress: Optional[Callable[[float], None]] = None) -> Iterator[tuple[list[Segment], SeekState, str]]:
-        """Decode ``path`` window by window from ``state``; yields (new segments, state after
-        them, language) per window. Everything needed to resume lives in the yielded state."""
-        state = state or SeekState(prompt_tokens=self._initial_prompt())
-        start = state.seek * HOP_LENGTH
-        buffer = AudioBuffer(audio_io.iter_audio(path, chunk_seconds=10.0, start=start / SAMPLE_RATE), start)
-        tokenizer = self.tokenizer
+    def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
+        """Decode ``source`` window by window from ``state``: one ``Step`` per window."""
+        seek = SeekState.from_dict(state) if state else SeekState(prompt_tokens=self._initial_prompt(),
+                                                                  language=self.context.language)
+        start = seek.seek * HOP_LENGTH
+        buffer = AudioBuffer(audio_io.iter_audio(source, chunk_seconds=READ_SECONDS, start=start / audio_io.SAMPLE_RATE),
+                             start)
         while True:
-            samples = buffer.window(state.seek * HOP_LENGTH, N_SAMPLES)
+            samples = buffer.window(seek.seek * HOP_LENGTH, N_SAMPLES)
             if len(samples) < HOP_LENGTH:
                 break
             if np.abs(samples).max() < SILENCE_PEAK:  # digital silence: nothing to decode
-                segments, state = [], replace(state, seek=state.seek + len(samples) // HOP_LENGTH)
+                segments, seek = [], replace(seek, seek=seek.seek + len(samples) // HOP_LENGTH)
             else:
-                base, n_frames = self.encode(samples)
-                if tokenizer.language is None:
-                    tokenizer = self._tokenizer(detect_language(self.model, tokenizer, base)[0])
-                segments, state = self._decode_window(base, n_frames, state, tokenizer)
-            if on_progress:
-                on_progress(state.seek / FRAMES_PER_SECOND)
-            yield segments, state, tokenizer.language or "en"
-            if buffer.eof and state.seek * HOP_LENGTH >= buffer.offset + len(buffer.samples):
+                base, n_frames = self.context.encode_window(samples)
+                if seek.language is None:  # detected once per file, on its first window with sound
+                    seek.language = self.context.detect_language(base)[0]
+                segments, seek = self._decode_window(base, n_frames, seek, self.context.tokenizer(seek.language))
+            yield Step(tuple(w for s in segments for w in s.words), tuple(segments), seek.to_dict(),
+                       seek.seek / FRAMES_PER_SECOND, seek.language or "en")
+            if buffer.eof and seek.seek * HOP_LENGTH >= buffer.offset + len(buffer.samples):
                 break
 
     def _decode_window(self, base: DecoderState, n_frames: int, state: SeekState,
@@ -188,19 +173,7 @@ class Transcriber:
             prompt = prompt + tokenizer.encode(s.text)
         last_speech = segments[-1].end if segments else state.last_speech
         max_prompt = self.model.dims.n_text_ctx // 2 - 1
-        return segments, SeekState(max(next_seek, state.seek + 1), prompt[-max_prompt:], last_speech)
-
-    def transcribe(self, path, on_progress: Optional[Callable[[float], None]] = None) -> Transcript:
-        """Transcribe one media file: every window, then times made safe for the writers."""
-        duration = audio_io.probe(path)
-        segments: list[Segment] = []
-        language = self.language or "en"
-        for new, _, language in self.windows(path, on_progress=on_progress):
-            segments.extend(new)
-        if duration <= 0:  # unknown from the container: the audio's own end
-            duration = max([0.0] + [s.end for s in segments])
-        return Transcript(language=language, duration=duration, segments=tuple(tidy(segments, duration)),
-                          model=self.model.name)
+        return segments, SeekState(max(next_seek, state.seek + 1), prompt[-max_prompt:], last_speech, state.language)
 
     def _no_speech(self, result: DecodingResult) -> bool:
         """openai/whisper's rule (likely silence, and the text is unlikely too), or near-certain silence."""
@@ -214,7 +187,7 @@ class Transcriber:
     def _initial_prompt(self) -> list[int]:
         if not self.options.initial_prompt:
             return []
-        return self.tokenizer.encode(" " + self.options.initial_prompt.strip())
+        return self.context.tokenizer().encode(" " + self.options.initial_prompt.strip())
 
     def _split(self, result: DecodingResult, tokenizer: Tokenizer, time_offset: float, seek: int,
                n_frames: int) -> tuple[list[dict], int]:
@@ -313,30 +286,3 @@ def _segment(seg: dict, words: list[WordTiming]) -> Segment:
                    words=tuple(Word(w.start, w.end, w.word, w.probability) for w in words),
                    avg_logprob=r.avg_logprob, no_speech_prob=r.no_speech_prob,
                    compression_ratio=r.compression_ratio, temperature=r.temperature)
-
-
-def tidy(segments: list[Segment], duration: float) -> list[Segment]:
-    """Make times safe for writers: inside [0, duration], words non-decreasing and
-    non-overlapping, segments bounded by their words."""
-    out, prev_end = [], 0.0
-    for seg in segments:
-        words = []
-        for w in seg.words:
-            start = min(max(w.start, prev_end), duration)
-            end = min(max(w.end, start), duration)
-            words.append(replace(w, start=start, end=end))
-            prev_end = end
-        if words:
-            seg = replace(seg, start=words[0].start, end=words[-1].end, words=tuple(words))
-        else:
-            start = min(max(seg.start, prev_end), duration)
-            seg = replace(seg, start=start, end=min(max(seg.end, start), duration))
-            prev_end = seg.end
-        out.append(seg)
-    return out
-
-
-def transcribe(path, model: Whisper, options: TranscribeOptions = TranscribeOptions(),
-               on_progress: Optional[Callable[[float], None]] = None) -> Transcript:
-    """Transcribe one media file in one-shot mode."""
-    return Transcriber(model, options).transcribe(path, on_progress)

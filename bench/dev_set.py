@@ -1,0 +1,113 @@
+"""Accuracy on the dev set, both modes: WER, word start error, and every word's times saved.
+
+    .venv/bin/python bench/dev_set.py --out before.json          # run, print a table, save words
+    .venv/bin/python bench/dev_set.py --compare before.json after.json
+
+The dev set is the ``short_en`` + ``long_en`` recordings with an exact or exact-ish reference
+(``$TRANSCRIBER_TEST_DATA``, else ``../shared/data``). Uses only the package's public API
+(``transcriber.transcribe``, ``transcriber.stream``), so the same script measures any two
+revisions of the code; ``--compare`` says how far their words and word times moved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("TRANSCRIBER_TEST_DATA") or ROOT.parent / "shared" / "data")
+
+
+def rows(subsets=("short_en", "long_en")) -> list[dict]:
+    lines = (DATA / "manifest.jsonl").read_text().splitlines()
+    entries = [json.loads(line) for line in lines if line.strip()]
+    return [e for e in entries if e["subset"] in subsets and e["reference_quality"] in ("exact", "exact-ish")]
+
+
+def run(modes: list[str]) -> dict:
+    import transcriber
+    from transcriber.evaluation import wer, word_start_errors
+
+    model = transcriber.load_model("tiny.en")
+    entries = rows()
+    audio = sum(e["duration_s"] for e in entries)
+    transcriber.transcribe(DATA / entries[0]["file"], model)  # warm up
+    out = {"files": [e["file"] for e in entries], "modes": {}}
+    for mode in modes:
+        words, seconds = {}, 0.0
+        for e in entries:
+            t0 = time.perf_counter()
+            if mode == "oneshot":
+                got = transcriber.transcribe(DATA / e["file"], model).words
+            else:
+                got = list(transcriber.stream(DATA / e["file"], model))
+            seconds += time.perf_counter() - t0
+            words[e["file"]] = [[w.text, round(w.start, 3), round(w.end, 3)] for w in got]
+        hyps = ["".join(w[0] for w in words[e["file"]]) for e in entries]
+        errors = []
+        for e in entries:
+            if e.get("word_alignment"):
+                ref = json.loads((DATA / e["word_alignment"]).read_text())["words"]
+                errors += word_start_errors([(w["word"], w["start"]) for w in ref],
+                                            [(w[0], w[1]) for w in words[e["file"]]])
+        errors.sort()
+        out["modes"][mode] = {"wer": wer([e["text"] for e in entries], hyps), "rtf": seconds / audio,
+                              "start_error_median": errors[len(errors) // 2] if errors else None,
+                              "n_timed": len(errors), "words": words}
+    return out
+
+
+def table(result: dict, label: str = "") -> str:
+    lines = ["| run | mode | WER % | median word start error (s) | RTF |", "|---|---|---:|---:|---:|"]
+    for mode, r in result["modes"].items():
+        lines.append(f"| {label} | {mode} | {100 * r['wer']:.2f} | {r['start_error_median']:.3f} | {r['rtf']:.3f} |")
+    return "\n".join(lines)
+
+
+def compare(a: dict, b: dict) -> str:
+    """Per mode: files whose text differs, and how far the times of identical words moved."""
+    lines = ["| mode | WER % before | after | files with other words | max start shift, same words (s) |",
+             "|---|---:|---:|---:|---:|"]
+    for mode in a["modes"]:
+        if mode not in b["modes"]:
+            continue
+        wa, wb = a["modes"][mode]["words"], b["modes"][mode]["words"]
+        changed, shift = 0, 0.0
+        for f in wa:
+            ta, tb = [w[0] for w in wa[f]], [w[0] for w in wb.get(f, [])]
+            if ta != tb:
+                changed += 1
+                continue
+            shift = max([shift] + [abs(x[1] - y[1]) for x, y in zip(wa[f], wb[f])])
+        lines.append(f"| {mode} | {100 * a['modes'][mode]['wer']:.2f} | {100 * b['modes'][mode]['wer']:.2f} | "
+                     f"{changed}/{len(wa)} | {shift:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--modes", default="oneshot,stream")
+    ap.add_argument("--out", type=Path, help="save the results (with every word) here")
+    ap.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    args = ap.parse_args(argv)
+    if args.compare:
+        a, b = (json.loads(p.read_text()) for p in args.compare)
+        print(table(a, args.compare[0].stem))
+        print(table(b, args.compare[1].stem).split("\n", 2)[2])
+        print()
+        print(compare(a, b))
+        return
+    if not (DATA / "manifest.jsonl").is_file():
+        sys.exit(f"no recordings at {DATA}: set TRANSCRIBER_TEST_DATA")
+    result = run(args.modes.split(","))
+    print(table(result))
+    if args.out:
+        args.out.write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

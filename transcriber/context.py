@@ -1,0 +1,77 @@
+"""What both decoding modes ask of a model besides decoding: its tokenizers, audio encoding,
+language detection and the no-speech probability. One place for each."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import mlx.core as mx
+import numpy as np
+
+from .constants import HOP_LENGTH, N_FRAMES, N_SAMPLES
+from .decoding.filters import log_softmax
+from .mel import log_mel_spectrogram
+from .model.whisper import DecoderState, Whisper
+from .tokenizer import Tokenizer, load_tokenizer
+
+
+def check_language(model: Whisper, language: Optional[str], task: str) -> None:
+    """English-only models transcribe English only: anything else is a ValueError naming the model."""
+    if model.is_multilingual:
+        return
+    if language not in (None, "en"):
+        raise ValueError(f"model {model.name} is English-only; language {language!r} needs a multilingual model")
+    if task != "transcribe":
+        raise ValueError(f"model {model.name} is English-only; --task {task} needs a multilingual model")
+
+
+class WhisperContext:
+    """A model and a task. ``language`` None means: detect it (multilingual models only;
+    English-only models always transcribe English)."""
+
+    def __init__(self, model: Whisper, task: str = "transcribe", language: Optional[str] = None):
+        check_language(model, language, task)
+        self.model, self.task = model, task
+        self.language = language if model.is_multilingual else "en"
+        self._tokenizers: dict[str, Tokenizer] = {}
+
+    def tokenizer(self, language: Optional[str] = None) -> Tokenizer:
+        """The tokenizer for ``language`` (default: the context's, English until detected)."""
+        language = language or self.language or "en"
+        if language not in self._tokenizers:
+            m = self.model
+            self._tokenizers[language] = load_tokenizer(m.info.folder, multilingual=m.is_multilingual,
+                                                        num_languages=m.num_languages, language=language,
+                                                        task=self.task)
+        return self._tokenizers[language]
+
+    def encode(self, mel) -> DecoderState:
+        """Encoder and cross-attention keys/values for one window: mel (n_frames, n_mels),
+        normalised log-mel (numpy or MLX). Evaluated here, so the cost shows where it is paid."""
+        mel = mel if isinstance(mel, mx.array) else mx.array(mel)
+        base = self.model.decoder.start(self.model.encoder(mel[None]))
+        mx.eval(base.cross_kv)
+        return base
+
+    def encode_window(self, samples: np.ndarray) -> tuple[DecoderState, int]:
+        """Up to 30 s of samples, zero-padded to a full window as Whisper was trained: the
+        decoder's base state, and how many of the window's mel frames are real audio."""
+        n_frames = min(N_FRAMES, len(samples) // HOP_LENGTH)
+        mel = log_mel_spectrogram(samples, self.model.dims.n_mels, padding=N_SAMPLES - len(samples))
+        return self.encode(mel[:N_FRAMES]), n_frames
+
+    def detect_language(self, base: DecoderState) -> tuple[str, float, float]:
+        """The most likely language of an encoded window: (code, its probability, no-speech
+        probability), from the logits after <|startoftranscript|>."""
+        tok = self.tokenizer("en")
+        logits, _, _ = self.model.decoder(mx.array([[tok.sot]]), base)
+        logprobs = log_softmax(np.array(logits[0, -1], dtype=np.float64)[None])[0]
+        ids = np.array(tok.all_language_tokens)
+        language_probs = np.exp(log_softmax(logprobs[ids][None])[0])
+        best = int(language_probs.argmax())
+        return tok.all_language_codes[best], float(language_probs[best]), float(np.exp(logprobs[tok.no_speech]))
+
+
+def no_speech_prob(tokenizer: Tokenizer, sot_logits: np.ndarray) -> float:
+    """Probability of <|nospeech|> from the logits (V,) at <|startoftranscript|>."""
+    return float(np.exp(log_softmax(np.asarray(sot_logits, dtype=np.float64)[None])[0, tokenizer.no_speech]))

@@ -1,0 +1,120 @@
+"""The seam between the library and whatever runs it: one resumable engine protocol.
+
+    engine = make_engine("stream", model, options)        # or "oneshot" (transcriber.modes)
+    for step in engine.steps(path, state=None):
+        step.words      # words committed since the last step (time order, never repeated)
+        step.segments   # segments closed by this step: together they are the transcript
+        step.state      # plain JSON data: engine.steps(path, step.state) continues right after
+        step.position   # seconds of the source decoded so far
+        step.language   # the language being transcribed
+
+Both modes implement it: one-shot steps once per 30 s window (its seek loop's state), streaming
+once per replayed chunk (the session's state, and the words of the segment still open).
+``transcriber.transcribe`` and ``transcriber.stream`` are short loops over it, and so is the job
+runner, which checkpoints whatever a step hands it and knows no mode. ``assemble`` turns the
+segments of every step into a ``Transcript``, the same way for both modes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Iterator, Optional, Protocol
+
+from .timing import SENTENCE_ENDS
+from .types import Segment, Transcript, Word
+
+SEGMENT_PAUSE = 1.0  # seconds of silence between streamed words that start a new segment
+SEGMENT_MAX_SECONDS = 30.0  # a streamed segment closes before it gets longer than this
+
+
+@dataclass(frozen=True)
+class Step:
+    words: tuple[Word, ...]
+    segments: tuple[Segment, ...]
+    state: dict
+    position: float
+    language: str
+
+
+class Engine(Protocol):
+    model_name: str
+
+    def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
+        """Decode ``source`` (a media path) from ``state`` (None: the start)."""
+        ...
+
+
+def tidy(segments: list[Segment], duration: float) -> list[Segment]:
+    """Make times safe for writers: inside [0, duration], words non-decreasing and
+    non-overlapping, segments bounded by their words."""
+    out, prev_end = [], 0.0
+    for seg in segments:
+        words = []
+        for w in seg.words:
+            start = min(max(w.start, prev_end), duration)
+            end = min(max(w.end, start), duration)
+            words.append(replace(w, start=start, end=end))
+            prev_end = end
+        if words:
+            seg = replace(seg, start=words[0].start, end=words[-1].end, words=tuple(words))
+        else:
+            start = min(max(seg.start, prev_end), duration)
+            seg = replace(seg, start=start, end=min(max(seg.end, start), duration))
+            prev_end = seg.end
+        out.append(seg)
+    return out
+
+
+def assemble(segments, language: Optional[str], duration: Optional[float], model: str = "") -> Transcript:
+    """The transcript of a file from the segments of all its steps. ``duration`` 0 or None
+    (unknown from the container): the end of the last segment."""
+    segments = list(segments)
+    if not duration or duration <= 0:
+        duration = max([0.0] + [s.end for s in segments])
+    return Transcript(language=language or "en", duration=duration, segments=tuple(tidy(segments, duration)),
+                      model=model)
+
+
+class SegmentGrouper:
+    """Groups words that come one by one (streaming) into segments: a new segment after a
+    sentence end, a pause of ``pause`` seconds, or before one grows past ``max_seconds``.
+    The open segment's words are plain data (``to_list``/``from_list``), part of a resumable state."""
+
+    def __init__(self, words: Optional[list[Word]] = None, pause: float = SEGMENT_PAUSE,
+                 max_seconds: float = SEGMENT_MAX_SECONDS):
+        self.open: list[Word] = list(words or [])
+        self.pause, self.max_seconds = pause, max_seconds
+
+    def add(self, words) -> list[Segment]:
+        """Take words in time order; the segments they close."""
+        closed = []
+        for w in words:
+            if self.open and (w.start - self.open[-1].end >= self.pause
+                              or w.end - self.open[0].start > self.max_seconds):
+                closed.append(self._close())
+            self.open.append(w)
+            if w.text.rstrip().endswith(tuple(SENTENCE_ENDS)):
+                closed.append(self._close())
+        return closed
+
+    def flush(self) -> list[Segment]:
+        """The open segment, closed (at the end of the audio)."""
+        return [self._close()] if self.open else []
+
+    def _close(self) -> Segment:
+        words, self.open = tuple(self.open), []
+        return Segment(words[0].start, words[-1].end, "".join(w.text for w in words), words)
+
+    def to_list(self) -> list[dict]:
+        return [asdict(w) for w in self.open]  # full precision: a resumed run matches exactly
+
+    @classmethod
+    def from_list(cls, items: list[dict]) -> "SegmentGrouper":
+        return cls([Word(**d) for d in items])
+
+
+def words_to_transcript(words, *, language: str = "en", duration: float = 0.0, model: str = "") -> Transcript:
+    """A transcript of words that came without segments (``SegmentGrouper``'s rules)."""
+    grouper = SegmentGrouper()
+    segments = grouper.add(words) + grouper.flush()
+    return assemble(segments, language, duration, model)

@@ -1,0 +1,40 @@
+"""The decoding modes by name: the one place that knows there are two.
+
+    options = engine_options("stream", language=None, chunk_seconds=1.0)   # flags -> options
+    engine = make_engine("stream", model, options)                        # -> an Engine
+
+The CLI's ``--mode`` choices are ``MODES``; everything after this point (the job runner, the
+package API) sees only the ``Engine`` protocol of ``transcriber.engine``.
+"""
+
+from __future__ import annotations
+
+from .oneshot import OneShotEngine, TranscribeOptions
+from .streaming import StreamingEngine, StreamingOptions
+
+# mode -> (engine class, options class)
+_REGISTRY = {
+    "oneshot": (OneShotEngine, TranscribeOptions),
+    "stream": (StreamingEngine, StreamingOptions),
+}
+MODES = tuple(_REGISTRY)
+# Streaming is the default: it meets one-shot's accuracy and serves live input and
+# fine-grained resume (see the README).
+DEFAULT_MODE = "stream"
+
+
+def _entry(mode: str):
+    if mode not in _REGISTRY:
+        raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    return _REGISTRY[mode]
+
+
+def engine_options(mode: str, **flags):
+    """The options of ``mode`` for the command-line flags (ValueError on bad values)."""
+    return _entry(mode)[1].from_flags(**flags)
+
+
+def make_engine(mode: str, model, options=None):
+    """An engine of ``mode`` for a loaded model (default options when None)."""
+    engine_class, options_class = _entry(mode)
+    return engine_class(model, options if options is not None else options_class())
