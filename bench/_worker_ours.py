@@ -1,6 +1,6 @@
 """Our worker: transcriber's one-shot decoder (MLX Whisper, float32 on the CPU), tiny.en.
 
-Run with /work/main/.venv/bin/python; job and result as in _worker_common.py
+Run with the repository's .venv/bin/python; job and result as in _worker_common.py
 ("compute_type" is ignored).
 """
 import os

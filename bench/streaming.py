@@ -8,6 +8,8 @@ RTF is processing time / audio duration (model loaded and warmed up first; audio
 ffmpeg included, as in real use). WER is pooled over the files (``transcriber.evaluation``).
 Lag is ``emitted_at - end`` of every streamed word: how long after a word was spoken it was
 committed, in source time (processing time not included). Prints a markdown table.
+
+The recordings: ``$TRANSCRIBER_TEST_DATA``, else ``../shared/data`` beside the repository.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import transcriber  # noqa: E402
 from transcriber.evaluation import wer  # noqa: E402
 from transcriber.streaming import StreamingOptions, stream  # noqa: E402
 
-DATA = Path(os.environ.get("TRANSCRIBER_DATA", "/work/shared/data"))
+DATA = Path(os.environ.get("TRANSCRIBER_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 def manifest(subsets: list[str]) -> list[dict]:

@@ -1,4 +1,14 @@
-"""Shared fixtures: the real tiny.en model, the recordings in ../shared/data, ffmpeg."""
+"""Shared fixtures: the real tiny.en model, the evaluation recordings, ffmpeg.
+
+Two sources of audio:
+
+- ``examples/`` (``JFK``, ``PRESS_YARD``): shipped with the code, so the real-model tests on them
+  run wherever the repository is, a lone clone included;
+- the evaluation recordings (``manifest.jsonl`` + ``audio/``): ``$TRANSCRIBER_TEST_DATA``, else
+  ``../shared/data`` beside the repository (CI clones main next to shared/). A test that needs
+  them takes the ``data_dir`` fixture (or calls ``manifest``/``scored_entries``/``audio_path``)
+  and is skipped, saying how to provide them, when they are not there.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +16,53 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
-# ../shared/data from the repository root (CI clones main next to shared/), unless set
-DATA = Path(os.environ.get("TRANSCRIBER_TEST_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+ROOT = Path(__file__).resolve().parents[1]  # the repository
+EXAMPLES = ROOT / "examples"
+JFK = EXAMPLES / "jfk.flac"  # 11.0 s, 16 kHz mono; the same file as the data's short_en/jfk.flac
+JFK_TEXT = "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
+PRESS_YARD = EXAMPLES / "ljspeech press yard.flac"  # 1.6 s, "Eight. The press yard."
+
+DATA_ENV = "TRANSCRIBER_TEST_DATA"
+NO_DATA = f"recordings not found: set {DATA_ENV} or clone beside shared/ (../shared/data)"
+
+
+def find_data() -> Optional[Path]:
+    """The folder of ``manifest.jsonl``: ``$TRANSCRIBER_TEST_DATA``, else ../shared/data; None if
+    it is not there."""
+    path = Path(os.environ.get(DATA_ENV) or ROOT.parent / "shared" / "data")
+    return path if (path / "manifest.jsonl").is_file() else None
+
+
+def require_data() -> Path:
+    """The recordings' folder, or skip the calling test."""
+    path = find_data()
+    if path is None:
+        pytest.skip(NO_DATA)
+    return path
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests that take ``data_dir`` at once, before any session fixture (the model, the
+    transcripts of every recording) is built for them."""
+    if find_data() is None:
+        skip = pytest.mark.skip(reason=NO_DATA)
+        for item in items:
+            if "data_dir" in getattr(item, "fixturenames", ()):
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The evaluation recordings' folder (``manifest.jsonl``, ``audio/``, ``alignments/``)."""
+    return require_data()
 
 
 def manifest() -> list[dict]:
-    with open(DATA / "manifest.jsonl") as f:
+    with open(require_data() / "manifest.jsonl") as f:
         return [json.loads(line) for line in f]
 
 
@@ -24,8 +72,10 @@ def scored_entries(subsets=("short_en", "long_en")) -> list[dict]:
 
 
 def audio_path(name: str) -> Path:
-    hits = sorted((DATA / "audio").rglob(name))
-    assert hits, f"{name} not found under {DATA / 'audio'}"
+    """A recording of the evaluation set by file name (skips the test without the recordings)."""
+    audio = require_data() / "audio"
+    hits = sorted(audio.rglob(name))
+    assert hits, f"{name} not found under {audio}"
     return hits[0]
 
 
@@ -44,8 +94,8 @@ def model():
 
 
 @pytest.fixture(scope="session")
-def oneshot_transcripts(model):
+def oneshot_transcripts(model, data_dir):
     """One-shot greedy transcripts of every scored recording: {file: Transcript}."""
     import transcriber
 
-    return {e["file"]: transcriber.transcribe(DATA / e["file"], model) for e in scored_entries()}
+    return {e["file"]: transcriber.transcribe(data_dir / e["file"], model) for e in scored_entries()}

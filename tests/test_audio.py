@@ -13,13 +13,7 @@ from transcriber import audio
 from transcriber.audio import SAMPLE_RATE, iter_audio, load_audio, probe
 from transcriber.errors import AudioError, TranscriberError
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "audio"
-if not DATA.is_dir():  # the checkout may sit elsewhere; the data's home is fixed
-    DATA = Path("/work/shared/data/audio")
-JFK = DATA / "short_en" / "jfk.flac"  # 11.0 s, 16 kHz mono
-SILENCE = DATA / "no_speech" / "digital_silence.flac"
-
-pytestmark = pytest.mark.skipif(not JFK.is_file(), reason="evaluation audio not available")
+from .conftest import JFK, audio_path  # JFK: examples/jfk.flac, 11.0 s, 16 kHz mono
 
 
 def _ffmpeg(*args: str) -> None:
@@ -123,7 +117,7 @@ def test_other_containers_decode_to_the_same_speech(media, jfk, name):
 
 
 def test_digital_silence_is_not_an_error():
-    samples = load_audio(SILENCE)
+    samples = load_audio(audio_path("digital_silence.flac"))
     assert samples.size > 0 and np.abs(samples).max() < 1e-3  # a stray LSB here and there
 
 
@@ -188,8 +182,7 @@ def _children() -> list[str]:
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
 def test_closing_the_generator_early_leaves_no_ffmpeg_behind():
     # A long input so that ffmpeg is surely still running (blocked on a full pipe) at close.
-    gen = iter_audio(DATA / "long_en" / "ljspeech_LJ001-0001_0032_concat.flac",
-                     chunk_seconds=1.0)
+    gen = iter_audio(audio_path("ljspeech_LJ001-0001_0032_concat.flac"), chunk_seconds=1.0)
     offset, samples = next(gen)
     assert offset == 0 and samples.size == SAMPLE_RATE
     assert any("ffmpeg" in c for c in _children())

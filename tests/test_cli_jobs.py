@@ -20,12 +20,9 @@ from jobs.spec import JobSpec
 from jobs.store import JobStore, Request, default_path
 from transcriber.types import Segment, Word
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "audio"
-if not DATA.is_dir():  # the checkout may sit elsewhere; the data's home is fixed
-    DATA = Path("/work/shared/data/audio")
-SHORT = DATA / "short_en" / "sr_one_two_three.flac"  # 2.74 s
+from .conftest import JFK
 
-pytestmark = pytest.mark.skipif(not SHORT.is_file(), reason="evaluation audio not available")
+SHORT = "audio/short_en/sr_one_two_three.flac"  # 2.74 s, in the recordings (the data_dir fixture)
 OWNER = "me:1:x"
 
 
@@ -35,13 +32,13 @@ def words_segment() -> Segment:
 
 
 @pytest.fixture
-def db(tmp_path) -> Path:
+def db(tmp_path, data_dir) -> Path:
     """gone.wav: failed on its input; done.wav: done; queued.wav: queued; stalled.wav: its runner
     died; real.flac: words complete but writing its outputs failed (a full disk, say)."""
     path = tmp_path / "jobs.db"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    shutil.copy(SHORT, tmp_path / "real.flac")
+    shutil.copy(data_dir / SHORT, tmp_path / "real.flac")
     with JobStore(path) as store:
         def add(name: str) -> int:
             p = str(tmp_path / name)
@@ -160,7 +157,7 @@ def test_same_stem_files_keep_their_suffix(tmp_path):
     from jobs.batch import enqueue_files
 
     for name in ("talk.wav", "talk.flac", "other.flac"):
-        shutil.copy(SHORT, tmp_path / name)
+        shutil.copy(JFK, tmp_path / name)
     with JobStore(tmp_path / "jobs.db") as store:
         files = [(tmp_path / n, tmp_path) for n in ("talk.wav", "talk.flac", "other.flac")]
         batch = enqueue_files(store, files, JobSpec(), None)

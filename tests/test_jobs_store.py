@@ -22,10 +22,7 @@ from jobs.store import (BUSY, FAILED, FAILED_BEFORE, NEW, OUTPUTS, QUEUED, REDO,
 from jobs.watch import StableFiles
 from transcriber.types import Segment, Word
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "audio"
-if not DATA.is_dir():  # the checkout may sit elsewhere; the data's home is fixed
-    DATA = Path("/work/shared/data/audio")
-SHORT = DATA / "short_en" / "sr_one_two_three.flac"
+from .conftest import JFK
 
 
 def request(path="/media/a.wav", key="1:1:aa", fingerprint="f1", spec=None, stem=None) -> Request:
@@ -142,9 +139,10 @@ def test_claims_are_exclusive_across_connections(tmp_path):
 def test_expired_lease_is_taken_over_and_the_old_owner_fenced_off(store):
     job, _ = store.enqueue(request())
     old, new = "otherhost:123:a", "thishost:456:b"
-    assert store.claim(old, [job.id], lease_seconds=0.3).lease_owner == old
+    # a 1 s lease: the next call (milliseconds later) finds it live; 1.5 s later it has expired
+    assert store.claim(old, [job.id], lease_seconds=1.0).lease_owner == old
     assert store.claim(new, [job.id], 60) is None  # live lease
-    time.sleep(0.4)
+    time.sleep(1.5)
     assert store.get(job.id).stalled()
     taken = store.claim(new, [job.id], 60)
     assert taken.lease_owner == new and taken.runs == 2
@@ -213,16 +211,15 @@ def test_content_key_sees_same_size_same_mtime_replacements(tmp_path):
     assert content_key(f) == key
 
 
-@pytest.mark.skipif(not SHORT.is_file(), reason="evaluation audio not available")
 def test_discovery_by_extension_and_by_probe(tmp_path):
-    shutil.copy(SHORT, tmp_path / "a.flac")
-    shutil.copy(SHORT, tmp_path / "recording.dat")  # unknown extension, real audio: probed, taken
+    shutil.copy(JFK, tmp_path / "a.flac")
+    shutil.copy(JFK, tmp_path / "recording.dat")  # unknown extension, real audio: probed, taken
     (tmp_path / "notes.xyz").write_text("not media")  # unknown extension, not audio: left out
     (tmp_path / "a.srt").write_text("1\n")  # our own output: never probed
     (tmp_path / "b.mp3.part").write_bytes(b"x")  # still downloading
     (tmp_path / ".hidden.wav").write_bytes(b"x")
     (tmp_path / "sub").mkdir()
-    shutil.copy(SHORT, tmp_path / "sub" / "c.wav")
+    shutil.copy(JFK, tmp_path / "sub" / "c.wav")
     found, missing = discover([tmp_path, tmp_path / "a.flac", tmp_path / "nope.mp3"])
     assert [f.name for f, _ in found] == ["a.flac", "recording.dat", "c.wav"]
     assert missing == [tmp_path / "nope.mp3"]

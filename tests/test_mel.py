@@ -12,7 +12,7 @@ import pytest
 
 from transcriber import mel
 
-JFK = Path("/work/shared/data/audio/short_en/jfk.flac")
+from .conftest import JFK
 
 
 # -- an independent reference, written out from the formulas ---------------------------------
@@ -77,8 +77,6 @@ def load_audio(path: Path) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def jfk_audio() -> np.ndarray:
-    if not JFK.is_file():
-        pytest.skip(f"{JFK} not present")
     return load_audio(JFK)
 
 

@@ -27,7 +27,7 @@ from jobs.store import JobStore
 from transcriber.cues import CueOptions, transcript_cues
 from transcriber.writers import OutputOptions, write_outputs
 
-from .conftest import audio_path, scored_entries
+from .conftest import JFK, scored_entries
 
 pytestmark = pytest.mark.slow
 
@@ -137,7 +137,7 @@ def test_long_outputs_parse_with_three_readers(oneshot_transcripts, written):
 
 def test_cli_cue_flags_rewrite_outputs_without_decoding(tmp_path, monkeypatch):
     source = tmp_path / "jfk.flac"
-    shutil.copy(audio_path("jfk.flac"), source)
+    shutil.copy(JFK, source)
     db = tmp_path / "jobs.db"
 
     def transcribe(*flags: str):
