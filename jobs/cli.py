@@ -24,7 +24,7 @@ from typing import Optional
 
 import click
 
-from transcriber import DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, StreamingOptions, blas
+from transcriber import DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, StreamingOptions, blas, doctor_report
 
 from .batch import Batch, enqueue_files, summary
 from .discover import discover, has_audio
@@ -397,6 +397,4 @@ def watch(folder, spec, output_dir, stable_seconds, interval, max_attempts, chec
 serves MLX's matmuls (and how fast it measures now), the cache folder and the models found.""")
 @click.option("--probe", is_flag=True, help="Measure the BLAS candidates again (refreshes the cached choice).")
 def doctor(probe):
-    from .doctor import report
-
-    click.echo(report(probe=probe))
+    click.echo(doctor_report(probe=probe))

@@ -14,35 +14,38 @@ import pytest
 from transcriber.audio import load_audio, probe
 from transcriber.cues import CueOptions
 from transcriber.evaluation import wer, word_start_errors
-from transcriber.streaming import (StreamingOptions, StreamingSession, pack_state, stream,
-                                   unpack_state, words_to_transcript)
+from transcriber import StreamingEngine, stream, words_to_transcript
+from transcriber.streaming import StreamingOptions, StreamingSession
 from transcriber.streaming.words import commit_count
 from transcriber.tokenizer import load_tokenizer
 from transcriber.types import Word
 from transcriber.writers import write_outputs
 
-from .conftest import DATA, audio_path, scored_entries
+from .conftest import JFK, JFK_TEXT, audio_path, scored_entries
 
 ROOT = Path(__file__).resolve().parents[1]
 HARVARD = "osr_us_000_0034_harvard.flac"
 
 
 @pytest.fixture(scope="session")
-def streamed(model):
+def streamed(model, data_dir):
     """Default streaming (1 s chunks) of every scored recording: {file: [Word]}."""
-    return {e["file"]: list(stream(DATA / e["file"], model)) for e in scored_entries()}
+    return {e["file"]: list(stream(data_dir / e["file"], model)) for e in scored_entries()}
 
 
 def text(words) -> str:
     return "".join(w.text for w in words)
 
 
-def checkpoints(path, model, options=StreamingOptions()):
-    """Words of an uninterrupted run, and (words so far, state) at each checkpoint."""
-    words, saved = [], []
-    for word in stream(path, model, options, on_checkpoint=lambda s: saved.append((len(words), s)),
-                       checkpoint_seconds=5.0):
-        words.append(word)
+def checkpoints(path, model, options=StreamingOptions(), every=5.0):
+    """Words of an uninterrupted run, and (words so far, state) every ``every`` seconds of
+    audio, as the job runner would keep them (through JSON)."""
+    words, saved, last = [], [], 0.0
+    for step in StreamingEngine(model, options).steps(path):
+        words += step.words
+        if step.position - last >= every:
+            saved.append((len(words), json.loads(json.dumps(step.state))))
+            last = step.position
     return words, saved
 
 
@@ -68,10 +71,10 @@ def test_words_come_out_soon_after_they_are_spoken(streamed):
 
 
 @pytest.mark.slow
-def test_word_times_ordered_and_inside_audio(streamed):
+def test_word_times_ordered_and_inside_audio(streamed, data_dir):
     for file, words in streamed.items():
         assert words, file
-        duration = probe(DATA / file)
+        duration = probe(data_dir / file)
         for a, b in zip(words, words[1:]):
             assert a.start <= a.end <= b.start + 1e-9, (file, a, b)
             assert a.emitted_at <= b.emitted_at
@@ -79,11 +82,11 @@ def test_word_times_ordered_and_inside_audio(streamed):
 
 
 @pytest.mark.slow
-def test_word_starts_match_forced_alignments(streamed):
+def test_word_starts_match_forced_alignments(streamed, data_dir):
     errors = []
     for e in scored_entries():
         if e.get("word_alignment"):
-            reference = json.loads((DATA / e["word_alignment"]).read_text())["words"]
+            reference = json.loads((data_dir / e["word_alignment"]).read_text())["words"]
             errors += word_start_errors([(w["word"], w["start"]) for w in reference],
                                         [(w.text, w.start) for w in streamed[e["file"]]])
     assert len(errors) >= 20
@@ -98,25 +101,23 @@ def test_resume_from_a_checkpoint_gives_the_same_words(model):
     assert len(saved) >= 4
     count, state = saved[len(saved) // 2]
     assert 0 < count < len(words)
-    state = unpack_state(pack_state(state))  # as a job store would keep it
-    resumed = list(stream(path, model, start_state=state))
+    resumed = list(stream(path, model, state=state))
     assert words[:count] + resumed == words
 
 
 def test_resume_in_a_fresh_process_gives_the_same_words(model, tmp_path):
-    path = audio_path("jfk.flac")
+    path = JFK
     words, saved = checkpoints(path, model)
     count, state = saved[0]  # after ~5 s, mid-sentence
     assert 0 < count < len(words)
-    (tmp_path / "state.npz").write_bytes(pack_state(state))
+    (tmp_path / "state.json").write_text(json.dumps(state))
     script = (
         "import json, sys\n"
         "import transcriber\n"
-        "from transcriber.streaming import stream, unpack_state\n"
-        "state = unpack_state(open(sys.argv[2], 'rb').read())\n"
-        "words = stream(sys.argv[1], transcriber.load_model('tiny.en'), start_state=state)\n"
+        "state = json.load(open(sys.argv[2]))\n"
+        "words = transcriber.stream(sys.argv[1], 'tiny.en', state=state)\n"
         "print(json.dumps([w.to_dict() for w in words]))\n")
-    out = subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "state.npz")],
+    out = subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "state.json")],
                          cwd=ROOT, capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     resumed = [Word.from_dict(d) for d in json.loads(out.stdout.strip().splitlines()[-1])]
@@ -126,7 +127,7 @@ def test_resume_in_a_fresh_process_gives_the_same_words(model, tmp_path):
 
 def test_state_is_plain_data(model):
     session = StreamingSession(model)
-    audio = load_audio(audio_path("jfk.flac"))
+    audio = load_audio(JFK)
     for i in range(0, 16000 * 4, 16000):
         session.insert_audio(audio[i:i + 16000])
         session.process()
@@ -176,7 +177,7 @@ def test_no_speech_gives_no_words(model, name):
 
 def test_live_use_with_uneven_chunks(model):
     """Chunks of any size: words grow, every one is committed once, finish() flushes the rest."""
-    audio = load_audio(audio_path("jfk.flac"))
+    audio = load_audio(JFK)
     session = StreamingSession(model)
     rng = np.random.default_rng(0)
     words, i = [], 0
@@ -190,23 +191,21 @@ def test_live_use_with_uneven_chunks(model):
     words += session.finish()
     assert session.finish() == []
     # odd cuts cost tiny.en a word or two, but nothing is repeated or lost
-    assert wer("And so, my fellow Americans, ask not what your country can do for you, "
-               "ask what you can do for your country.", text(words)) <= 0.2
+    assert wer(JFK_TEXT, text(words)) <= 0.2
     with pytest.raises(RuntimeError):
         session.insert_audio(audio[:100])
 
 
 def test_beam_search(model):
-    words = list(stream(audio_path("jfk.flac"), model, StreamingOptions(beam_size=3)))
-    assert wer("And so, my fellow Americans, ask not what your country can do for you, "
-               "ask what you can do for your country.", text(words)) <= 0.1
+    words = list(stream(JFK, model, options=StreamingOptions(beam_size=3)))
+    assert wer(JFK_TEXT, text(words)) <= 0.1
 
 
 def test_prompts_and_audio_window(model):
     """A static prompt stays, a short audio window slides: text still comes out whole."""
     options = StreamingOptions(audio_max_len=6.0, audio_trim_len=None, static_init_prompt="Harvard sentences.",
                                init_prompt="A list of sentences.")
-    words = list(stream(audio_path(HARVARD), model, options))
+    words = list(stream(audio_path(HARVARD), model, options=options))
     entry = next(e for e in scored_entries() if e["file"].endswith(HARVARD))
     assert wer(entry["text"], text(words)) <= 0.15
 

@@ -18,6 +18,7 @@ from . import blas  # noqa: E402
 from .audio import probe  # noqa: E402
 from .cues import CueOptions  # noqa: E402
 from .decoding.options import DecodingOptions  # noqa: E402
+from .doctor import report as doctor_report  # noqa: E402
 from .engine import Engine, Step, assemble, words_to_transcript  # noqa: E402
 from .errors import AudioError, ModelError, OutputError, TranscriberError  # noqa: E402
 from .model.loader import DEFAULT_MODEL, load_model as _load_model  # noqa: E402
@@ -74,5 +75,5 @@ __all__ = ["transcribe", "stream", "load_model", "DEFAULT_MODEL", "probe",
            "MODES", "DEFAULT_MODE", "engine_options", "make_engine",
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",
            "StreamingEngine", "StreamingOptions", "StreamingSession",
-           "CueOptions", "OutputOptions", "FORMATS", "write_outputs", "blas",
+           "CueOptions", "OutputOptions", "FORMATS", "write_outputs", "blas", "doctor_report",
            "TranscriberError", "AudioError", "ModelError", "OutputError"]

@@ -1,4 +1,4 @@
-"""`transcribe doctor`: what this installation runs on, as plain text for bug reports.
+"""What this installation runs on, as plain text for bug reports (``transcribe doctor``).
 
 Everything is looked up the way the library itself does it (ffmpeg through
 ``transcriber.audio.ffmpeg_binary``, models through the loader's package table, the BLAS through
@@ -22,7 +22,7 @@ def _version(dist: str) -> str:
 
 
 def _ffmpeg() -> str:
-    from transcriber.audio import ffmpeg_binary
+    from .audio import ffmpeg_binary
 
     try:
         path = ffmpeg_binary()
@@ -34,7 +34,7 @@ def _ffmpeg() -> str:
 
 
 def _blas(probe: bool) -> list[str]:
-    from transcriber import blas
+    from . import blas
 
     if probe:
         blas.apply(reprobe=True)
@@ -60,8 +60,8 @@ def _blas(probe: bool) -> list[str]:
 
 
 def _models() -> list[str]:
-    from transcriber.errors import ModelError
-    from transcriber.model import loader
+    from .errors import ModelError
+    from .model import loader
 
     lines = []
     for name, (dists, _packages, _data) in loader.KNOWN_MODELS.items():
@@ -83,8 +83,8 @@ def report(probe: bool = False) -> str:
     import mlx.core as mx
     import numpy as np
 
-    from transcriber import blas
-    from transcriber.model.loader import cache_root
+    from . import blas
+    from .model.loader import cache_root
 
     lines = [
         f"transcriber {_version('transcriber')}",
