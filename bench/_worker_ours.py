@@ -1,4 +1,5 @@
-"""Our worker: transcriber's one-shot decoder (MLX Whisper, float32 on the CPU), tiny.en.
+"""Our worker: transcriber (MLX Whisper, float32 on the CPU), tiny.en, in the job's "mode":
+"oneshot" (default) or "stream" (AlignAtt replay, "chunk_seconds", default 1).
 
 Run with the repository's .venv/bin/python; job and result as in _worker_common.py
 ("compute_type" is ignored).
@@ -7,22 +8,31 @@ import os
 import sys
 
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
-import transcriber  # noqa: E402  (first: transcriber.blas must preload OpenBLAS before MLX)
-import transcriber.blas  # noqa: E402
+import transcriber  # noqa: E402  (binds MLX to the fastest BLAS measured here)
 import mlx.core as mx  # noqa: E402
 
 from _worker_common import run  # noqa: E402
 
+JOB: dict = {}
+
+
+def load(job):
+    JOB.update(job)
+    return transcriber.load_model("tiny.en")
+
 
 def transcribe(model, path, word_timestamps):
+    if JOB.get("mode") == "stream":
+        options = transcriber.StreamingOptions(chunk_seconds=JOB.get("chunk_seconds", 1.0), language="en")
+        return "".join(w.text for w in transcriber.stream(path, model, options=options)).strip()
     t = transcriber.transcribe(path, model=model, language="en", beam_size=None,
                                word_timestamps=word_timestamps)
     return t.text.strip()
 
 
 def info():
-    return f"mlx {mx.__version__}, BLAS preload: {transcriber.blas.loaded_path or 'none'}"
+    return f"mlx {mx.__version__}; {transcriber.blas.describe()}; CPU {transcriber.blas.cpu_model()}"
 
 
 if __name__ == "__main__":
-    run(lambda job: transcriber.load_model("tiny.en"), transcribe, info)
+    run(load, transcribe, info)
