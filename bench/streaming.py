@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 import transcriber  # noqa: E402
 from transcriber.evaluation import wer  # noqa: E402
-from transcriber.streaming import StreamingOptions, stream  # noqa: E402
+from transcriber import StreamingOptions, stream  # noqa: E402
 
 DATA = Path(os.environ.get("TRANSCRIBER_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
@@ -61,7 +61,7 @@ def run_stream(model, rows, options):
     hyps, lags, seconds = [], [], 0.0
     for r in rows:
         t0 = time.perf_counter()
-        words = list(stream(DATA / r["file"], model, options))
+        words = list(stream(DATA / r["file"], model, options=options))
         seconds += time.perf_counter() - t0
         hyps.append("".join(w.text for w in words))
         lags += [w.emitted_at - w.end for w in words]
@@ -91,7 +91,7 @@ def main(argv=None):
             ap.error(f"unknown StreamingOptions field {key!r}")
         overrides[key] = parse_value(names[key], value)
     model = transcriber.load_model(args.model)
-    list(stream(DATA / rows[0]["file"], model, StreamingOptions(**overrides)))  # warm up
+    list(stream(DATA / rows[0]["file"], model, options=StreamingOptions(**overrides)))  # warm up
 
     results = []
     if not args.no_oneshot:

@@ -110,7 +110,8 @@ def find_alignment(model: Whisper, tokenizer: Tokenizer, base: DecoderState, tex
         return []
     sot = list(tokenizer.sot_sequence) + [tokenizer.no_timestamps]
     tokens = sot + list(text_tokens) + [tokenizer.eot]
-    _, _, weights = model.decoder(mx.array([tokens]), base, want_weights=True, want_logits=False)
+    _, _, weights = model.decoder(mx.array([tokens]), base, want_weights=model.alignment_layers,
+                                  want_logits=False)
     token_probs = np.asarray(token_probs, dtype=np.float64)
 
     # rows: the no-timestamps token (where the first word's start shows), then the text tokens

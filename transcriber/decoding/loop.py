@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Collection, Optional, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -39,10 +39,11 @@ class Verdict(enum.Enum):
 class StepHook:
     """Watches a decode loop step by step (the AlignAtt policy is one)."""
 
-    wants_weights = False  # whether ``start`` and ``push`` get cross-attention
+    wants_weights: Collection[int] = ()  # decoder layers whose cross-attention ``start`` and ``push`` get
 
     def start(self, weights: Optional[list[mx.array]], n_group: int) -> None:
-        """After the prompt pass: its cross-attention per layer (1, H, T, S)."""
+        """After the prompt pass: its cross-attention per layer (1, H, T, S), None for layers
+        not in ``wants_weights``."""
 
     def check(self, tokens: np.ndarray, new_tokens: np.ndarray, sources: np.ndarray,
               completed: bool) -> Verdict:
@@ -83,7 +84,7 @@ def decode_loop(model: Whisper, base: DecoderState, prompt: Sequence[int], sot_i
     max_new: tokens to sample at most; no_speech_threshold: end right after the prompt pass
     (NO_SPEECH) when the no-speech probability is above it.
     """
-    wants_weights = hook is not None and hook.wants_weights
+    wants_weights = hook.wants_weights if hook is not None else ()
     logits, state, weights = model.decoder(mx.array([list(prompt)]), base, want_weights=wants_weights,
                                            want_logits=[sot_index, len(prompt) - 1])
     logits = np.array(logits[0], dtype=np.float32)  # (2, V): at sot, at the last prompt token

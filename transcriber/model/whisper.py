@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Collection, Optional, Sequence, Union
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -243,11 +243,13 @@ class TextDecoder(nn.Module):
         cross_kv = [b.cross_attn.keys_values(audio_features) for b in self.blocks]
         return DecoderState(cross_kv, [None] * len(self.blocks))
 
-    def __call__(self, tokens: mx.array, state: DecoderState, want_weights: bool = False,
+    def __call__(self, tokens: mx.array, state: DecoderState,
+                 want_weights: Union[bool, Collection[int]] = False,
                  want_logits: Union[bool, Sequence[int]] = True):
         """tokens (B, T) -> logits (B, T, V), the new state, cross-attention per layer.
 
-        Cross-attention is a list of (B, H, T, S) weights, one per layer, when ``want_weights``;
+        Cross-attention is a list of (B, H, T, S) weights, one per layer, when ``want_weights``
+        is True, or for the layers it lists (None for the others: they take the fused path);
         else None. ``want_logits``: True for every position, False for none (None returned), or
         the positions wanted, giving (B, len(positions), V): the vocabulary projection is the
         costliest part of a pass over many tokens (a 200-token prompt needs two positions).
@@ -262,9 +264,10 @@ class TextDecoder(nn.Module):
             idx_q = mx.arange(offset, offset + t)[:, None]
             idx_k = mx.arange(offset + t)[None, :]
             mask = idx_k <= idx_q
+        layers = range(len(self.blocks)) if want_weights is True else (want_weights or ())
         new_kv, weights = [], []
-        for block, cross_kv, cache in zip(self.blocks, state.cross_kv, state.self_kv):
-            x, kv, w = block.decode(x, cross_kv, cache, mask, want_weights)
+        for i, (block, cross_kv, cache) in enumerate(zip(self.blocks, state.cross_kv, state.self_kv)):
+            x, kv, w = block.decode(x, cross_kv, cache, mask, i in layers)
             new_kv.append(kv)
             weights.append(w)
         if want_logits is True:
@@ -273,7 +276,7 @@ class TextDecoder(nn.Module):
             logits = None
         else:
             logits = self.ln(x[:, mx.array(list(want_logits))]) @ self.output_weight()
-        return logits, DecoderState(state.cross_kv, new_kv), (weights if want_weights else None)
+        return logits, DecoderState(state.cross_kv, new_kv), (weights if layers else None)
 
 
 @dataclass(frozen=True)
@@ -304,6 +307,11 @@ class Whisper(nn.Module):
     def alignment_heads(self) -> np.ndarray:
         """(n, 2) array of (layer, head) pairs whose cross-attention follows the audio."""
         return self._alignment_heads
+
+    @property
+    def alignment_layers(self) -> frozenset[int]:
+        """The decoder layers that hold an alignment head (their cross-attention is wanted)."""
+        return frozenset(self._alignment_heads[:, 0].tolist())
 
     @property
     def is_multilingual(self) -> bool:

@@ -59,11 +59,10 @@ class AlignAttHook(StepHook):
     """The AlignAtt policy as a decode-loop hook: tracks each row's attended frames, stops
     before a token that looks within the threshold of the audio end, rewinds on a jump back."""
 
-    wants_weights = True
-
     def __init__(self, heads: np.ndarray, sot_index: int, n_frames: int, last_frame: Optional[int],
                  frame_threshold: int, rewind_threshold: int, is_last: bool, eot: int):
         self.heads, self.sot_index, self.n_frames = heads, sot_index, n_frames
+        self.wants_weights = frozenset(heads[:, 0].tolist())  # only the alignment heads' layers
         self.last_frame = last_frame
         self.frame_threshold, self.rewind_threshold = frame_threshold, rewind_threshold
         self.is_last, self.eot = is_last, eot

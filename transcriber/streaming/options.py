@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Optional
 
+from ..constants import CHUNK_LENGTH, TIME_PRECISION
 from ..decoding.options import TASKS
 
-MAX_WINDOW_SECONDS = 30.0  # the encoder's 1500 positions
+MAX_WINDOW_SECONDS = float(CHUNK_LENGTH)  # the encoder's 1500 positions
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class StreamingOptions:
               f"audio_max_len must be in (0, {MAX_WINDOW_SECONDS:g}] seconds, not {self.audio_max_len}")
         check(self.chunk_seconds <= self.audio_max_len,
               f"chunk_seconds ({self.chunk_seconds}) must not exceed audio_max_len ({self.audio_max_len})")
-        check(self.frame_threshold * 0.02 < self.audio_max_len,
+        check(self.frame_threshold * TIME_PRECISION < self.audio_max_len,
               f"frame_threshold ({self.frame_threshold} frames) must be shorter than audio_max_len")
         check(self.audio_trim_len is None or self.audio_trim_len > 0,
               f"audio_trim_len must be None or > 0, not {self.audio_trim_len}")
