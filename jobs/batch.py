@@ -75,12 +75,14 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
 def summary(batch: Batch, result: RunResult) -> tuple[list[str], int]:
     """The closing lines of a run and its exit status: 1 if any file failed, 128 + the signal
     if a signal stopped it, else 0."""
-    failed = list(batch.failed) + [(job.path, reason) for job, reason in result.failed]
-    parts = [f"{len(result.done)} done", f"{len(batch.skipped)} skipped", f"{len(failed)} failed"]
+    failed = len(batch.failed) + len(result.failed)
+    parts = [f"{len(result.done)} done", f"{len(batch.skipped)} skipped", f"{failed} failed"]
     if batch.busy or result.lost:
         parts.append(f"{len(batch.busy) + len(result.lost)} left to another runner")
     lines = [", ".join(parts)]
-    lines += [f"failed: {with_path(path, reason)}" for path, reason in failed]
+    # the runner printed its failures as they happened ("error: ..."): only those found before
+    # running (missing, unreadable, failed before) are told here, so each error shows once
+    lines += [f"failed: {with_path(path, reason)}" for path, reason in batch.failed]
     if result.stopped is not None:
         lines.append("stopped: unfinished files stay queued; run the same command again to resume")
     code = 1 if failed else (128 + result.stopped if result.stopped is not None else 0)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 import click
+from tqdm import tqdm
 
 from transcriber import DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, StreamingOptions, blas, doctor_report
 
@@ -31,8 +32,9 @@ from .discover import discover, has_audio
 from .engines import EngineCache
 from .progress import Reporter
 from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, RunResult,
-                     Runner, StopFlag, owner_is_dead, with_path)
+                     Runner, StopFlag, owner_is_dead)
 from .spec import CUE_FIELDS, JobSpec
+from .store import DEFAULT_TIMEOUT as DEFAULT_DB_TIMEOUT
 from .store import FAILED, STATUSES, Job, JobStore, StoreError, default_path
 from .watch import watch as watch_folder
 
@@ -57,14 +59,36 @@ folder): a rerun skips what is done, and a killed run resumes where it stopped.
 
 
 class DefaultGroup(click.Group):
-    """A group that runs ``run`` when the first argument is not a subcommand."""
+    """A group that runs ``run`` when the first argument is not a subcommand.
+
+    Options given before the subcommand (``transcribe --db F status``) are moved after it, so
+    they reach the subcommand instead of ``status`` being taken for a file to transcribe.
+    """
 
     def parse_args(self, ctx, args):
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+        if args and args[0] in ("--help", "-h", "--version"):
+            return super().parse_args(ctx, args)
+        i = 0
+        while i < len(args) and args[i].startswith("-") and args[i] != "--":
+            # an option that takes a value (in any subcommand) skips its value too
+            i += 2 if args[i] in self._value_options() else 1
+        if i < len(args) and args[i] in self.commands:
+            args = [args[i], *args[:i], *args[i + 1:]]
+        else:
             args = ["run", *args]
-        elif not args:
-            args = ["run"]
         return super().parse_args(ctx, args)
+
+    def _value_options(self) -> set[str]:
+        return {opt for command in self.commands.values() for param in command.params
+                if isinstance(param, click.Option) and not param.is_flag and not param.count
+                for opt in param.opts}
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except StoreError as e:  # the database, at any point of any command: one line, no traceback
+            click.echo(f"error: {e}", err=True)
+            sys.exit(1)
 
 
 @click.group(cls=DefaultGroup, help="Speech to subtitles with MLX Whisper.\n" + EXAMPLES,
@@ -83,6 +107,10 @@ def parse_formats(ctx, param, value: str) -> tuple[str, ...]:
 
 
 def db_option(f):
+    f = click.option("--db-timeout", type=click.FloatRange(min=0), default=DEFAULT_DB_TIMEOUT,
+                     envvar="TRANSCRIBER_DB_TIMEOUT", show_envvar=True, show_default=True,
+                     help="Seconds to wait for a job database locked by another process, then "
+                          "give up with an error.")(f)
     return click.option("--db", type=click.Path(dir_okay=False, path_type=Path), envvar="TRANSCRIBER_DB",
                         show_envvar=True, help=f"Job database (default: {default_path()}).")(f)
 
@@ -130,8 +158,11 @@ def spec_options(f):
                      help="Spoken language code (default: detect; 'en' for .en models)."),
         click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe",
                      show_default=True),
+        # ranges: checked by the library's options (DecodingOptions, StreamingOptions, CueOptions),
+        # which bound every flag's cost; make_spec turns their ValueError into a usage error
         click.option("--beam-size", type=click.IntRange(min=1), default=None,
-                     help="Beam search width (default: greedy)."),
+                     help="Beam search width, 1-16 (default: greedy): wider costs time and memory "
+                          "in proportion, for no gain past 5-10."),
         click.option("--mode", type=click.Choice(list(MODES)), default=DEFAULT_MODE, show_default=True,
                      help="stream: AlignAtt over the audio replayed chunk by chunk; "
                           "oneshot: 30 s windows with timestamp rules."),
@@ -173,7 +204,7 @@ def spec_options(f):
 # the flags spec_options takes from the command line: JobSpec fields of the same name
 SPEC_FLAGS = ("formats", "model", "language", "task", "beam_size", "mode", "chunk_seconds",
               "frame_threshold", "audio_max_len", "live", *CUE_FIELDS, "vtt_karaoke", "json_cues")
-_FLAG_NAMES = re.compile(rf"\b(?:CueOptions\.)?({'|'.join(CUE_FIELDS + ('chunk_seconds', 'frame_threshold', 'audio_max_len'))})\b")
+_FLAG_NAMES = re.compile(rf"\b(?:CueOptions\.)?({'|'.join(CUE_FIELDS + ('chunk_seconds', 'frame_threshold', 'audio_max_len', 'beam_size'))})\b")
 
 
 def make_spec(**fields) -> JobSpec:
@@ -185,9 +216,12 @@ def make_spec(**fields) -> JobSpec:
         raise click.UsageError(message) from e
 
 
-def open_store(db: Optional[Path]) -> JobStore:
+def open_store(db: Optional[Path], timeout: float = DEFAULT_DB_TIMEOUT) -> JobStore:
+    def waiting(message: str) -> None:
+        tqdm.write(message, file=sys.stderr)  # between progress bars, if any
+
     try:
-        return JobStore(db or default_path())
+        return JobStore(db or default_path(), timeout=timeout, on_wait=waiting)
     except StoreError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
@@ -244,8 +278,8 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, max_attempts: int, che
 @spec_options
 @click.option("--force", is_flag=True, help="Redo files that are already done.")
 @runner_options
-def run(paths, spec, output_dir, force, max_attempts, checkpoint_seconds, lease_seconds, db, quiet):
-    store = open_store(db)
+def run(paths, spec, output_dir, force, max_attempts, checkpoint_seconds, lease_seconds, db, db_timeout, quiet):
+    store = open_store(db, db_timeout)
 
     def is_media(path: Path) -> bool:
         # an unknown extension is probed by ffmpeg once; a file that is already a job was media
@@ -257,7 +291,7 @@ def run(paths, spec, output_dir, force, max_attempts, checkpoint_seconds, lease_
 
     files, missing = discover(paths, check=is_media)
     if not files and not missing:
-        click.echo("error: no media files found", err=True)
+        click.echo(f"error: no media files found in {', '.join(str(p) for p in paths)}", err=True)
         sys.exit(1)
     batch = Batch(failed=[(str(p), "no such file or folder") for p in missing])
     enqueue_files(store, files, spec, output_dir, force=force, batch=batch)
@@ -312,8 +346,8 @@ Examples:
 @click.option("-s", "--status", "statuses", multiple=True, type=click.Choice(STATUSES),
               help="Only jobs with this status (repeatable).")
 @db_option
-def status(as_json, statuses, db):
-    store = open_store(db)
+def status(as_json, statuses, db, db_timeout):
+    store = open_store(db, db_timeout)
     jobs = store.jobs(statuses=statuses or None)
     if as_json:
         click.echo(json.dumps([j.to_dict() for j in jobs], indent=2, ensure_ascii=False))
@@ -337,10 +371,10 @@ Examples:
 @click.argument("jobs", nargs=-1)
 @click.option("--failed", "all_failed", is_flag=True, help="Every failed job.")
 @runner_options
-def retry(jobs, all_failed, max_attempts, checkpoint_seconds, lease_seconds, db, quiet):
+def retry(jobs, all_failed, max_attempts, checkpoint_seconds, lease_seconds, db, db_timeout, quiet):
     if not jobs and not all_failed:
         raise click.UsageError("name a JOB (id or path) or pass --failed")
-    store = open_store(db)
+    store = open_store(db, db_timeout)
     batch = Batch()
     ids = []
     for ref in jobs:
@@ -379,8 +413,8 @@ Examples:
               help="Seconds between scans of the folder.")
 @runner_options
 def watch(folder, spec, output_dir, stable_seconds, interval, max_attempts, checkpoint_seconds, lease_seconds,
-          db, quiet):
-    store = open_store(db)
+          db, db_timeout, quiet):
+    store = open_store(db, db_timeout)
     reporter = Reporter(quiet=quiet)
     reporter.info(f"watching {folder} (Ctrl-C to stop)")
     with StopFlag(stop_message([reporter])) as stop:
@@ -388,9 +422,8 @@ def watch(folder, spec, output_dir, stable_seconds, interval, max_attempts, chec
         with closing_on_interrupt(reporter, "interrupted"):
             result = watch_folder(store, folder, spec, output_dir, runner, reporter, stop,
                                   interval=interval, stable_seconds=stable_seconds)
+    # each failure was printed as it happened (the runner's "error:" line): only the count here
     click.echo(f"watch stopped: {len(result.done)} done, {len(result.failed)} failed", err=True)
-    for job, reason in result.failed:
-        click.echo(f"failed: {with_path(job.path, reason)}", err=True)
 
 
 @main.command(help="""Show what this installation runs on: versions, the ffmpeg in use, which BLAS

@@ -36,7 +36,7 @@ from .discover import content_key
 from .engines import EngineCache
 from .progress import Reporter
 from .spec import JobSpec
-from .store import FAILED, Job, JobStore, LeaseLost, owner_id
+from .store import FAILED, Job, JobStore, LeaseLost, StoreError, owner_id
 
 DEFAULT_LEASE_SECONDS = 60.0  # a runner that stops heartbeating loses its job after this long
 DEFAULT_CHECKPOINT_SECONDS = 10.0
@@ -198,16 +198,22 @@ class Runner:
 
     def _process(self, job: Job, result: RunResult) -> None:
         outputs = None
+        final = True  # the batch bar counts files, not attempts: False when the job is queued again
         try:
             with Heartbeat(self.store.path, job.id, self.owner, self.lease_seconds):
                 outputs = self._run_job(job)
             result.done.append(self.store.get(job.id))
         except Stopped:
+            final = False
             with contextlib.suppress(LeaseLost):
                 self.store.release(job.id, self.owner)
         except LeaseLost:
             result.lost.append(job)
             self.reporter.error(f"warning: {job.path}: taken over by another runner")
+        except StoreError:
+            # the database (locked too long), not the file: the command reports it and stops;
+            # the job keeps its last checkpoint and is resumed once its lease is seen dead
+            raise
         except BaseException as e:
             if not isinstance(e, Exception) or (self.stop.requested and isinstance(e, TranscriberError)):
                 # Ctrl-C twice, or ffmpeg killed by the same Ctrl-C (it shares our process group):
@@ -219,27 +225,30 @@ class Runner:
                 raise
             if os.environ.get("TRANSCRIBER_DEBUG") and not isinstance(e, TranscriberError):
                 raise
-            self._fail(job, e, result)
+            final = self._fail(job, e, result)
         finally:
-            self.reporter.end()
+            self.reporter.end(counts_as_file=final)
         if outputs is not None:
             self.reporter.info(f"done: {job.path} -> {', '.join(outputs)}")
 
-    def _fail(self, job: Job, error: Exception, result: RunResult) -> None:
+    def _fail(self, job: Job, error: Exception, result: RunResult) -> bool:
+        """Record the failed attempt; whether the job is over (False: it is queued again)."""
         message = _one_line(error)
         # The input itself is bad (unreadable, no audio, a bad option for this model): retrying
         # cannot help until the file or the options change.
-        retryable = not isinstance(error, (AudioError, _SetupError))
+        retryable = not isinstance(error, (AudioError, _SetupError, SourceChanged))
         try:
             status = self.store.fail(job.id, self.owner, message, retryable, self.max_attempts)
         except LeaseLost:
             result.lost.append(job)
-            return
+            return True
         if status == FAILED:
+            # printed here, once, even with --quiet; the summary only counts it
             result.failed.append((self.store.get(job.id), message))
-            self.reporter.info(f"error: {with_path(job.path, message)}")
-        else:
-            self.reporter.info(f"error (will retry): {with_path(job.path, message)}")
+            self.reporter.error(f"error: {with_path(job.path, message)}")
+            return True
+        self.reporter.info(f"error (will retry): {with_path(job.path, message)}")
+        return False
 
     def _run_job(self, job: Job) -> list[str]:
         spec = JobSpec.from_dict(job.spec)
@@ -248,6 +257,7 @@ class Runner:
             key = content_key(path)
         except OSError as e:
             raise AudioError(f"cannot read audio from {job.path!r}: {e.strerror or e}") from e
+        self.pinned = (path, key)  # the content this attempt transcribes: see _check_source
         duration = job.duration if key == job.content_key and job.duration is not None else probe(path)
         self.store.start(job.id, self.owner, key, duration)
         job = self.store.get(job.id)
@@ -261,6 +271,7 @@ class Runner:
                 raise _SetupError(str(e)) from e
             segments, language = self._decode(job, spec, engine, path, resume, duration)
             model = engine.model_name
+        self._check_source()
         written = write_outputs(assemble(segments, language, duration, model or ""),
                                 Path(job.output_stem), spec.formats, spec.output_options())
         _kill_hook("outputs")
@@ -284,6 +295,7 @@ class Runner:
                 position = min(step.position, duration) if duration else step.position
                 self.reporter.update(position)
                 if position - last_checkpoint >= self.checkpoint_seconds or self.stop.requested:
+                    self._check_source()
                     seq = self.store.checkpoint(job.id, self.owner, pending, state, position, language,
                                                 engine.model_name, self.lease_seconds)
                     committed += pending
@@ -294,9 +306,32 @@ class Runner:
                                       Path(job.output_stem), spec.formats, spec.output_options())
                     if self.stop.requested:
                         raise Stopped
+        self._check_source()
         self.store.checkpoint(job.id, self.owner, pending, state, position, language, engine.model_name,
                               self.lease_seconds, complete=True)
         return committed + pending, language
+
+
+    def _check_source(self) -> None:
+        """The file still holds what this attempt started on; SourceChanged if not.
+
+        Called before every commit (checkpoint, words complete) and before writing outputs, so
+        words of two different recordings are never committed nor spliced into one transcript.
+        A file deleted (or unreadable) since is not a change: the decoder reads what it opened.
+        """
+        path, key = self.pinned
+        try:
+            now = content_key(path)
+        except OSError:
+            return
+        if now != key:
+            raise SourceChanged(f"{path}: file changed while being transcribed")
+
+
+class SourceChanged(TranscriberError):
+    """The input was rewritten mid-run. Not retried as is: the job keeps the key it started
+    with, so the next enqueue (a rerun, or watch once the file is stable again) sees new
+    content and redoes it from scratch, its old words dropped."""
 
 
 class _SetupError(TranscriberError):

@@ -81,6 +81,62 @@ class StoreError(Exception):
     """The database cannot be opened or used (one line, for the CLI)."""
 
 
+class DatabaseLocked(StoreError):
+    """Another process held the database's lock for longer than the store's timeout."""
+
+
+DEFAULT_TIMEOUT = 30.0  # seconds a statement waits for another process's lock
+NOTICE_AFTER = 3.0  # a wait this long is told to the user (``on_wait``), once per wait
+
+
+class _Database(Database):
+    """sqlite-utils' Database whose every statement waits for a lock in two stages: silently
+    for ``NOTICE_AFTER`` seconds (SQLite's own busy timeout), then, after telling ``on_wait``,
+    for the rest of ``timeout``; past that, ``DatabaseLocked`` (one line naming the file)
+    instead of sqlite3's bare "database is locked".
+
+    Retrying the statement that hit the lock is safe here: every write transaction of the store
+    starts with its write statement (see the module's docstring), so a statement that found the
+    database locked holds nothing that the retry would have to keep.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, timeout: float,
+                 on_wait: Optional[Callable[[str], None]]):
+        super().__init__(conn, execute_plugins=False)
+        self.path, self.timeout, self.on_wait = path, timeout, on_wait
+        self.first_wait = min(timeout, NOTICE_AFTER)
+        self._busy_ms(self.first_wait)
+
+    def _busy_ms(self, seconds: float) -> None:
+        self.conn.execute(f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}")
+
+    def execute(self, sql, parameters=None):
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.OperationalError as e:
+            if not _is_locked(e):
+                raise
+        rest = self.timeout - self.first_wait
+        if rest > 0:
+            if self.on_wait:
+                self.on_wait(f"waiting for the job database {self.path}, locked by another process")
+            self._busy_ms(rest)
+            try:
+                return super().execute(sql, parameters)
+            except sqlite3.OperationalError as e:
+                if not _is_locked(e):
+                    raise
+            finally:
+                self._busy_ms(self.first_wait)
+        raise DatabaseLocked(f"the job database {self.path} is locked by another process "
+                             f"(waited {self.timeout:g} s; see --db-timeout)") from None
+
+
+def _is_locked(error: sqlite3.OperationalError) -> bool:
+    text = str(error)
+    return "database is locked" in text or "database is busy" in text
+
+
 class LeaseLost(Exception):
     """This runner no longer owns the job: another runner took it over."""
 
@@ -196,12 +252,16 @@ def owner_id() -> str:
 class JobStore:
     """Jobs and checkpoints in one SQLite file; safe to share between processes."""
 
-    def __init__(self, path, timeout: float = 30.0):
+    def __init__(self, path, timeout: float = DEFAULT_TIMEOUT,
+                 on_wait: Optional[Callable[[str], None]] = None):
+        """``timeout``: seconds to wait for another process's lock (then DatabaseLocked);
+        ``on_wait(message)`` is told once per wait that lasts more than NOTICE_AFTER seconds."""
         self.path = Path(path)
+        self.timeout = timeout
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(self.path), timeout=timeout)
-            self.db = Database(conn, execute_plugins=False)
+            conn = sqlite3.connect(str(self.path), timeout=min(timeout, NOTICE_AFTER))
+            self.db = _Database(conn, self.path, timeout, on_wait)
             self.db.enable_wal()  # readers never block the runner's checkpoints, nor it them
             self._migrate()
         except (sqlite3.Error, OSError) as e:

@@ -46,6 +46,10 @@ class CueOptions:
     pause_split: float = 1.0      # silence of at least this long between words is a split point
     max_delay: float = 2.0        # a cue may start this much after its first word, for reading time
 
+    # Upper bounds no subtitle needs (style guides stop at 42-47 characters, 2-3 lines, 7 s,
+    # 20 cps); they also bound the words one cue can hold, hence the grouping pass's cost.
+    LIMITS = {"max_line_chars": 200, "max_lines": 10, "max_cps": 100.0, "max_duration": 60.0}
+
     def __post_init__(self) -> None:
         for name in ("max_line_chars", "max_lines"):
             value = getattr(self, name)
@@ -63,6 +67,9 @@ class CueOptions:
         for name in ("min_duration", "min_gap", "close_gap", "linger", "max_delay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"CueOptions.{name} must be >= 0, got {getattr(self, name)!r}")
+        for name, limit in self.LIMITS.items():
+            if getattr(self, name) > limit:
+                raise ValueError(f"CueOptions.{name} must be at most {limit:g}, got {getattr(self, name)!r}")
         if self.min_duration > self.max_duration:
             raise ValueError(f"CueOptions.min_duration ({self.min_duration}) must not exceed "
                              f"max_duration ({self.max_duration})")

@@ -15,9 +15,9 @@ from typing import Iterator, Optional
 import numpy as np
 
 from . import audio as audio_io
-from .constants import FRAMES_PER_SECOND, HOP_LENGTH, INPUT_STRIDE, N_SAMPLES, TIME_PRECISION
+from .constants import FRAMES_PER_SECOND, HOP_LENGTH, INPUT_STRIDE, N_SAMPLES, SAMPLE_RATE, TIME_PRECISION
 from .context import WhisperContext
-from .decoding.options import DecodingOptions
+from .decoding.options import MAX_BEST_OF, DecodingOptions
 from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
 from .model.whisper import DecoderState, Whisper
@@ -50,8 +50,8 @@ class TranscribeOptions:
     def __post_init__(self):
         if not self.temperatures or any(t < 0 for t in self.temperatures):
             raise ValueError("temperatures must be a non-empty list of values >= 0")
-        if self.best_of < 1:
-            raise ValueError(f"best_of must be >= 1, not {self.best_of}")
+        if not 1 <= self.best_of <= MAX_BEST_OF:  # bounded like beam_size: see decoding/options.py
+            raise ValueError(f"best_of must be in 1..{MAX_BEST_OF}, not {self.best_of}")
 
     @classmethod
     def from_flags(cls, *, language: Optional[str] = None, task: str = "transcribe",
@@ -133,8 +133,7 @@ class OneShotEngine:
         seek = SeekState.from_dict(state) if state else SeekState(prompt_tokens=self._initial_prompt(),
                                                                   language=self.context.language)
         start = seek.seek * HOP_LENGTH
-        buffer = AudioBuffer(audio_io.iter_audio(source, chunk_seconds=READ_SECONDS, start=start / audio_io.SAMPLE_RATE),
-                             start)
+        buffer = AudioBuffer(audio_io.iter_audio(source, chunk_seconds=READ_SECONDS, start=start / SAMPLE_RATE), start)
         while True:
             samples = buffer.window(seek.seek * HOP_LENGTH, N_SAMPLES)
             if len(samples) < HOP_LENGTH:

@@ -6,9 +6,14 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from ..constants import CHUNK_LENGTH, TIME_PRECISION
-from ..decoding.options import TASKS
+from ..decoding.options import MAX_BEAM_SIZE, TASKS
 
 MAX_WINDOW_SECONDS = float(CHUNK_LENGTH)  # the encoder's 1500 positions
+# Below these, cost grows without bound for nothing: every chunk is one more decoder pass (0.01 s
+# chunks would be 100 passes per second of audio), and a window under 1 s holds too little
+# speech to decode. Above them the encoder has no room (30 s is its whole window).
+MIN_CHUNK_SECONDS = 0.1
+MIN_WINDOW_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -44,11 +49,13 @@ class StreamingOptions:
             if not ok:
                 raise ValueError(message)
 
-        check(self.chunk_seconds > 0, f"chunk_seconds must be > 0, not {self.chunk_seconds}")
+        check(self.chunk_seconds >= MIN_CHUNK_SECONDS,
+              f"chunk_seconds must be >= {MIN_CHUNK_SECONDS:g}, not {self.chunk_seconds}")
         check(self.frame_threshold >= 0, f"frame_threshold must be >= 0, not {self.frame_threshold}")
         check(self.rewind_threshold >= 0, f"rewind_threshold must be >= 0, not {self.rewind_threshold}")
-        check(0 < self.audio_max_len <= MAX_WINDOW_SECONDS,
-              f"audio_max_len must be in (0, {MAX_WINDOW_SECONDS:g}] seconds, not {self.audio_max_len}")
+        check(MIN_WINDOW_SECONDS <= self.audio_max_len <= MAX_WINDOW_SECONDS,
+              f"audio_max_len must be in [{MIN_WINDOW_SECONDS:g}, {MAX_WINDOW_SECONDS:g}] seconds, "
+              f"not {self.audio_max_len}")
         check(self.chunk_seconds <= self.audio_max_len,
               f"chunk_seconds ({self.chunk_seconds}) must not exceed audio_max_len ({self.audio_max_len})")
         check(self.frame_threshold * TIME_PRECISION < self.audio_max_len,
@@ -56,7 +63,7 @@ class StreamingOptions:
         check(self.audio_trim_len is None or self.audio_trim_len > 0,
               f"audio_trim_len must be None or > 0, not {self.audio_trim_len}")
         check(self.max_context_tokens >= 0, f"max_context_tokens must be >= 0, not {self.max_context_tokens}")
-        check(self.beam_size >= 1, f"beam_size must be >= 1, not {self.beam_size}")
+        check(1 <= self.beam_size <= MAX_BEAM_SIZE, f"beam_size must be in 1..{MAX_BEAM_SIZE}, not {self.beam_size}")
         check(self.task in TASKS, f"task must be one of {TASKS}, not {self.task!r}")
         check(self.max_tokens_per_second > 0,
               f"max_tokens_per_second must be > 0, not {self.max_tokens_per_second}")

@@ -1,0 +1,292 @@
+"""Issue 11, "nothing invented, nothing spliced": a file rewritten mid-run, a locked database,
+flags past any useful range, and the CLI's small lies. Every case: its exit status, one line
+(no traceback), no partial outputs, and a database that is intact with the job's row in it.
+
+The model is never loaded: a scripted engine (tests/test_jobs_runner.py's) stands in for it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import jobs.cli
+from jobs.engines import EngineCache
+from jobs.cli import main
+from jobs.batch import request_for
+from jobs.spec import JobSpec
+from jobs.store import JobStore
+from transcriber import Segment, Step, Word
+
+from .conftest import JFK, PRESS_YARD
+from .test_jobs_runner import ScriptedEngine
+
+
+@pytest.fixture
+def media(tmp_path, monkeypatch) -> Path:
+    monkeypatch.delenv("TRANSCRIBER_DEBUG", raising=False)
+    monkeypatch.delenv("TRANSCRIBER_DB", raising=False)
+    monkeypatch.delenv("TRANSCRIBER_DB_TIMEOUT", raising=False)
+    path = tmp_path / "talk.flac"
+    shutil.copy(JFK, path)
+    return path
+
+
+def use_engine(monkeypatch, engine) -> None:
+    """The CLI's runners get ``engine`` for every job instead of loading a model."""
+    monkeypatch.setattr(jobs.cli, "EngineCache", lambda: EngineCache(lambda spec: engine))
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def intact(db: Path, media: Path) -> dict:
+    """PRAGMA integrity_check is ok and the job's row is there; the row."""
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        row = conn.execute("SELECT * FROM jobs WHERE path = ?", [str(media.resolve())]).fetchone()
+        assert row is not None
+        return dict(row)
+    finally:
+        conn.close()
+
+
+def no_traceback(result) -> None:
+    assert "Traceback" not in result.output and not isinstance(result.exception, sqlite3.Error)
+
+
+def words_of(media: Path) -> list[str]:
+    data = json.loads(media.with_suffix(".json").read_text())
+    return [w["word"] for s in data["segments"] for w in s["words"]]
+
+
+# --- 1. the source is pinned for the life of a job -------------------------------------------
+
+def test_a_file_rewritten_mid_run_fails_and_is_redone_from_scratch(tmp_path, media, monkeypatch):
+    db = tmp_path / "jobs.db"
+    args = ("--db", str(db), str(media), "-f", "json", "--checkpoint-seconds", "1", "-q")
+
+    def rewrite_at_6(i):  # after the first checkpoint (1.0 s), before the second
+        if i == 6:
+            shutil.copy(PRESS_YARD, media)
+
+    use_engine(monkeypatch, ScriptedEngine(rewrite_at_6))
+    first = invoke(*args)
+    no_traceback(first)
+    assert first.exit_code == 1
+    errors = [line for line in first.stderr.splitlines() if "changed" in line]
+    assert errors == [f"error: {media.resolve()}: file changed while being transcribed"]
+    assert "0 done, 0 skipped, 1 failed" in first.stderr
+    assert not media.with_suffix(".json").exists()  # no output spliced from two recordings
+    row = intact(db, media)
+    assert row["status"] == "failed" and "file changed" in row["last_error"]
+
+    second_engine = NewRecording()
+    use_engine(monkeypatch, second_engine)
+    second = invoke(*args)
+    assert second.exit_code == 0, second.output
+    assert second_engine.started_from == [None]  # from scratch, not from the old checkpoint
+    assert words_of(media) == [" Eight.", " The", " press", " yard."]  # none of the old words
+    row = intact(db, media)
+    assert row["status"] == "done" and row["errors"] == 0
+
+
+class NewRecording(ScriptedEngine):
+    """What the rewritten file says, one word a step (PRESS_YARD: 1.6 s)."""
+
+    def steps(self, path, state):
+        self.started_from.append(state)
+        for i, text in enumerate([" Eight.", " The", " press", " yard."][state["i"] if state else 0:]):
+            word = Word(i * 0.4, i * 0.4 + 0.3, text, 0.9)
+            yield Step((word,), (Segment(word.start, word.end, text, (word,)),), {"i": i + 1}, (i + 1) * 0.4, "en")
+
+
+def test_a_file_deleted_mid_run_finishes_from_what_was_opened(tmp_path, media, monkeypatch):
+    db = tmp_path / "jobs.db"
+
+    def delete_at_6(i):
+        if i == 6:
+            media.unlink()
+
+    use_engine(monkeypatch, ScriptedEngine(delete_at_6))
+    result = invoke("--db", str(db), str(media), "-f", "json", "--checkpoint-seconds", "1", "-q")
+    assert result.exit_code == 0, result.output
+    assert words_of(media) == [f" w{i}" for i in range(1, 11)]
+    assert intact(db, media)["status"] == "done"
+
+
+# --- 2. database contention -------------------------------------------------------------------
+
+@pytest.fixture
+def locked(tmp_path):
+    """A job database (created) and a function that locks it from another connection."""
+    db = tmp_path / "jobs.db"
+    JobStore(db).close()
+    conns = []
+
+    def lock():
+        conn = sqlite3.connect(db, isolation_level=None)
+        conn.execute("BEGIN EXCLUSIVE")
+        conns.append(conn)
+
+    def unlock():
+        while conns:
+            conns.pop().rollback()
+
+    yield db, lock, unlock
+    unlock()
+
+
+# (``status`` only reads: in WAL mode a writer's lock never blocks it)
+@pytest.mark.parametrize("command", [["run", "{media}"], ["run", "--force", "{media}"], ["retry", "{media}"]])
+def test_a_database_locked_before_the_run_is_one_line_and_exit_1(locked, media, command):
+    db, lock, unlock = locked
+    with JobStore(db) as store:  # a job to retry
+        store.enqueue(request_for(media, None, None, JobSpec()))
+    lock()
+    args = [a.replace("{media}", str(media)) for a in command]
+    result = invoke(*args, "--db", str(db), "--db-timeout", "0.3")
+    no_traceback(result)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"error: the job database {db} is locked by another process (waited 0.3 s; see --db-timeout)"]
+    assert not media.with_suffix(".srt").exists()
+    unlock()
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
+def test_a_long_wait_is_told_once_and_the_env_var_sets_the_timeout(locked, media, monkeypatch):
+    db, lock, unlock = locked
+    lock()
+    monkeypatch.setenv("TRANSCRIBER_DB_TIMEOUT", "3.4")
+    result = invoke("--db", str(db), str(media))
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"waiting for the job database {db}, locked by another process",
+        f"error: the job database {db} is locked by another process (waited 3.4 s; see --db-timeout)"]
+
+
+def test_a_database_locked_mid_run_stops_with_one_line_and_resumes(locked, media, monkeypatch):
+    db, lock, unlock = locked
+
+    def lock_at_6(i):
+        if i == 6:
+            lock()
+
+    engine = ScriptedEngine(lock_at_6)
+    use_engine(monkeypatch, engine)
+    args = ("--db", str(db), "--db-timeout", "0.3", str(media), "-f", "json", "--checkpoint-seconds", "1", "-q")
+    result = invoke(*args)
+    no_traceback(result)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"error: the job database {db} is locked by another process (waited 0.3 s; see --db-timeout)"]
+    assert not media.with_suffix(".json").exists()
+    unlock()
+    row = intact(db, media)
+    assert row["status"] == "running"  # its runner is gone: resumed from its checkpoint next time
+    with JobStore(db) as store:  # as the next process sees it (here, the runner's pid still lives)
+        store.expire_dead_leases(lambda owner: True)
+    again = ScriptedEngine()
+    use_engine(monkeypatch, again)
+    assert invoke(*args).exit_code == 0
+    assert again.started_from == [{"i": 4}]
+    assert words_of(media) == [f" w{i}" for i in range(1, 11)]
+    assert intact(db, media)["status"] == "done"
+
+
+# --- 3. every flag's cost is bounded ----------------------------------------------------------
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--beam-size", "1000", "--beam-size must be in 1..16, not 1000"),
+    ("--chunk-seconds", "0.001", "--chunk-seconds must be >= 0.1"),
+    ("--chunk-seconds", "31", "--chunk-seconds"),
+    ("--audio-max-len", "0.5", "--audio-max-len must be in [1, 30] seconds"),
+    ("--audio-max-len", "1e9", "--audio-max-len must be in [1, 30] seconds"),
+    ("--frame-threshold", "100000", "--frame-threshold (100000 frames) must be shorter than --audio-max-len"),
+    ("--max-line-chars", "100000", "--max-line-chars must be at most 200"),
+    ("--max-lines", "1000", "--max-lines must be at most 10"),
+    ("--max-cps", "1e6", "--max-cps must be at most 100"),
+    ("--max-duration", "1e6", "--max-duration must be at most 60"),
+])
+def test_flags_past_their_range_are_usage_errors(tmp_path, media, flag, value, message):
+    db = tmp_path / "jobs.db"
+    result = invoke("--db", str(db), str(media), flag, value)
+    no_traceback(result)
+    assert result.exit_code == 2
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and message in errors[0], result.output
+    assert not media.with_suffix(".srt").exists() and not db.exists()  # refused before anything
+
+
+def test_library_options_bound_what_the_cli_does_not_expose():
+    from transcriber import DecodingOptions, TranscribeOptions
+
+    with pytest.raises(ValueError, match="best_of must be in 1..16"):
+        DecodingOptions(temperature=0.5, best_of=100)
+    with pytest.raises(ValueError, match="patience"):
+        DecodingOptions(beam_size=5, patience=1000)
+    with pytest.raises(ValueError, match="best_of"):
+        TranscribeOptions(best_of=1000)
+    DecodingOptions(beam_size=16, patience=2.0)  # the bounds themselves are allowed
+
+
+# --- 4. smaller items -------------------------------------------------------------------------
+
+def test_group_level_options_before_a_subcommand(tmp_path, media):
+    db = tmp_path / "jobs.db"
+    result = invoke("--db", str(db), "status")
+    assert result.exit_code == 0 and result.output.strip() == "no jobs"
+    assert db.exists()
+    assert invoke("--db-timeout", "5", "--db", str(db), "status", "--json").output.strip() == "[]"
+
+
+def test_retries_count_once_in_the_batch_bar_and_each_error_prints_once(tmp_path, media, monkeypatch):
+    db = tmp_path / "jobs.db"
+    other = tmp_path / "other.flac"
+    shutil.copy(PRESS_YARD, other)
+
+    def always(i):
+        if i == 3:
+            raise RuntimeError("boom")
+
+    use_engine(monkeypatch, ScriptedEngine(always))
+    totals = []
+    import jobs.progress
+
+    real_end = jobs.progress.Reporter.end
+
+    def end(self, counts_as_file=True):
+        if counts_as_file and self.batch is not None:
+            totals.append(self.batch.total)
+        return real_end(self, counts_as_file)
+
+    monkeypatch.setattr(jobs.progress.Reporter, "end", end)
+    result = invoke("--db", str(db), str(media), str(other), "-f", "json", "--max-attempts", "3")
+    assert result.exit_code == 1
+    assert totals == [2, 2]  # two files end, though each was attempted three times
+    booms = [line for line in result.stderr.splitlines() if "error: " in line]  # between bars
+    assert len(booms) == 2 and all(line.endswith("unexpected RuntimeError: boom") for line in booms)
+    assert "0 done, 0 skipped, 2 failed" in result.stderr
+    assert not any(line.startswith("failed:") for line in result.stderr.splitlines())
+    assert not media.with_suffix(".json").exists() and not other.with_suffix(".json").exists()
+    assert intact(db, media)["errors"] == 3
+
+
+def test_no_media_names_the_folder(tmp_path):
+    folder = tmp_path / "nothing here"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("hi")
+    result = invoke("--db", str(tmp_path / "jobs.db"), str(folder))
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [f"error: no media files found in {folder}"]
