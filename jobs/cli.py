@@ -25,7 +25,8 @@ from typing import Optional
 import click
 from tqdm import tqdm
 
-from transcriber import DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, StreamingOptions, blas, doctor_report
+from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, ModelError, StreamingOptions, blas,
+                         doctor_report)
 
 from .batch import Batch, enqueue_files, summary
 from .discover import discover, has_audio
@@ -86,7 +87,7 @@ class DefaultGroup(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except StoreError as e:  # the database, at any point of any command: one line, no traceback
+        except (StoreError, ModelError) as e:  # the database or the model, at any point: one line
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from transcriber import AudioError, Segment, TranscriberError, assemble, probe, write_outputs
+from transcriber import AudioError, ModelError, Segment, TranscriberError, assemble, probe, write_outputs
 
 from .discover import content_key
 from .engines import EngineCache
@@ -214,6 +214,13 @@ class Runner:
             # the database (locked too long), not the file: the command reports it and stops;
             # the job keeps its last checkpoint and is resumed once its lease is seen dead
             raise
+        except ModelError:
+            # a model that cannot load or is corrupt fails every job alike: give the job back
+            # untouched (no attempt counted) and let the command stop with one line
+            final = False
+            with contextlib.suppress(Exception):
+                self.store.release(job.id, self.owner)
+            raise
         except BaseException as e:
             if not isinstance(e, Exception) or (self.stop.requested and isinstance(e, TranscriberError)):
                 # Ctrl-C twice, or ffmpeg killed by the same Ctrl-C (it shares our process group):
@@ -267,6 +274,8 @@ class Runner:
         if not job.words_complete:
             try:
                 engine = self.engines.get(spec)
+            except ModelError:
+                raise  # the model, not this file: the whole batch stops (see _process)
             except (TranscriberError, ValueError) as e:
                 raise _SetupError(str(e)) from e
             segments, language = self._decode(job, spec, engine, path, resume, duration)

@@ -9,8 +9,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from jobs.store import JobStore
 from transcriber.errors import ModelError
 from transcriber.model import ct2, loader
+
+from .conftest import JFK
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +112,66 @@ def test_decoder_returns_cross_attention(model):
         np.testing.assert_allclose(np.array(step_logits[0, -1]), np.array(logits[0, i]), atol=2e-3)
     picked, _, _ = model.decoder(mx.array([[50257, 50362, 1770]]), state, want_logits=[0, 2])
     np.testing.assert_allclose(np.array(picked[0]), np.array(logits[0, [0, 2]]), atol=1e-4)
+
+
+# -- a corrupt model is refused when it loads (issue 11) ------------------------------------------
+
+@pytest.fixture
+def model_copy(tmp_path, monkeypatch):
+    """A copy of the converted tiny.en folder (config, weights, tokenizer) to damage; the checks
+    it passes are remembered in a cache folder of the test's own."""
+    source, _ = loader.resolve("tiny.en")
+    target = tmp_path / "tiny-copy"
+    shutil.copytree(source, target)
+    monkeypatch.setenv("TRANSCRIBER_CACHE", str(tmp_path / "cache"))
+    return target
+
+
+def damage(path, offset_fraction: float, n: int) -> None:
+    data = bytearray(path.read_bytes())
+    start = int(len(data) * offset_fraction)
+    data[start:start + n] = np.random.default_rng(0).bytes(n)
+    path.write_bytes(bytes(data))
+
+
+def test_random_bytes_in_the_weights_are_refused(model_copy):
+    damage(model_copy / "weights.safetensors", 0.5, 4 << 20)  # 4 MB of noise in the tensor data
+    with pytest.raises(ModelError) as info:
+        loader.load_model(model_copy)
+    message = str(info.value)
+    assert str(model_copy) in message and "weights.safetensors" in message and "not finite" in message
+    assert "\n" not in message
+
+
+def test_a_truncated_weights_file_names_the_file(model_copy):
+    path = model_copy / "weights.safetensors"
+    path.write_bytes(path.read_bytes()[: 1 << 20])
+    with pytest.raises(ModelError, match=r"weights\.safetensors"):
+        loader.load_model(model_copy)
+
+
+def test_the_check_runs_once_per_weights_file(model_copy, monkeypatch):
+    loader.load_model(model_copy)  # checked and remembered
+    calls = []
+    monkeypatch.setattr(loader, "tree_flatten", lambda tree: calls.append(1) or [])
+    loader.load_model(model_copy)
+    assert calls == []  # the remembered check was not run again
+
+
+def test_a_corrupt_model_stops_the_batch_with_one_line(model_copy, tmp_path):
+    from click.testing import CliRunner
+
+    from jobs.cli import main
+
+    damage(model_copy / "weights.safetensors", 0.5, 4 << 20)
+    media = tmp_path / "a.flac"
+    shutil.copy(JFK, media)
+    db = tmp_path / "jobs.db"
+    result = CliRunner().invoke(main, [str(media), "--model", str(model_copy), "--db", str(db), "-q"])
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "weights.safetensors" in lines[0] and "Traceback" not in result.output
+    assert not media.with_suffix(".srt").exists()
+    with JobStore(db) as store:
+        job = store.jobs()[0]
+        assert job.status == "queued" and job.errors == 0  # given back: nothing counted or retried

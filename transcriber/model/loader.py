@@ -23,6 +23,7 @@ from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
+from mlx.utils import tree_flatten
 
 from ..errors import ModelError
 from . import ct2
@@ -134,13 +135,45 @@ def resolve(model: str | os.PathLike) -> tuple[Path, str]:
     return path, path.name
 
 
-def _read_weights(folder: Path) -> dict[str, mx.array]:
-    if (folder / "weights.safetensors").is_file():
-        return mx.load(str(folder / "weights.safetensors"))
-    if (folder / "weights.npz").is_file():
-        with np.load(folder / "weights.npz", allow_pickle=False) as npz:
-            return {k: mx.array(npz[k]) for k in npz.files}
+def _weights_file(folder: Path) -> Path:
+    for name in ("weights.safetensors", "weights.npz"):
+        if (folder / name).is_file():
+            return folder / name
     raise ModelError(f"model folder {folder} has no weights.safetensors, weights.npz or model.bin")
+
+
+def _read_weights(path: Path) -> dict[str, mx.array]:
+    if path.suffix == ".safetensors":
+        return mx.load(str(path))
+    with np.load(path, allow_pickle=False) as npz:
+        return {k: mx.array(npz[k]) for k in npz.files}
+
+
+def _rebuild_hint(folder: Path) -> str:
+    if cache_root() in folder.parents:
+        return f"delete {folder} and it is converted again from the model's package or folder"
+    return "replace the file with a good copy, or point --model at another model"
+
+
+def check_model(whisper: Whisper, folder: Path, weights: Path) -> None:
+    """Refuse a model whose weights are corrupt: every weight finite, and a tiny forward pass
+    (0.1 s of audio, one token) with finite logits. Done once per weights file (its path, size
+    and mtime), remembered under the cache folder: ModelError naming the folder and the file."""
+    st = weights.stat()
+    key = hashlib.sha256(f"{weights.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    stamp = cache_root() / "checked" / key
+    if stamp.is_file():
+        return
+    fail = lambda what: ModelError(f"model {folder}: {weights.name} {what}; {_rebuild_hint(folder)}")  # noqa: E731
+    for name, value in tree_flatten(whisper.parameters()):
+        if not mx.all(mx.isfinite(value)).item():
+            raise fail(f"holds values that are not finite numbers (in {name})")
+    mel = mx.zeros((1, 10, whisper.dims.n_mels))
+    logits, _, _ = whisper.decoder(mx.array([[0]]), whisper.decoder.start(whisper.encoder(mel)))
+    if not mx.all(mx.isfinite(logits)).item():
+        raise fail("gives logits that are not finite numbers on a test input")
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(f"{weights.resolve()}\n")
 
 
 def _alignment_heads(config: dict, weights: dict[str, mx.array]):
@@ -157,17 +190,20 @@ def load_model(model: str | os.PathLike = DEFAULT_MODEL, dtype: mx.Dtype = mx.fl
     """Load a Whisper model by name or folder. On the CPU keep float32: MLX's float16 matmul
     there does not use BLAS and is several times slower."""
     folder, name = resolve(model)
+    path = _weights_file(folder)
     try:
         config = json.loads((folder / "config.json").read_text())
         dims = ModelDimensions.from_dict(config)
-        weights = _read_weights(folder)
+        weights = _read_weights(path)
         heads = _alignment_heads(config, weights)
         info = ModelInfo(name=name, folder=folder, suppress_ids=tuple(config.get("suppress_ids") or ()))
         whisper = Whisper(dims, info, alignment_heads=heads)
         whisper.load_weights([(k, v.astype(dtype)) for k, v in weights.items()], strict=True)
     except ModelError:
         raise
-    except (OSError, KeyError, ValueError, TypeError) as e:
-        raise ModelError(f"cannot load model from {folder}: {e}") from e
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as e:
+        # RuntimeError: MLX's reader on a truncated or garbage file
+        raise ModelError(f"cannot load model from {folder} ({path.name}): {e}; {_rebuild_hint(folder)}") from e
     mx.eval(whisper.parameters())
+    check_model(whisper, folder, path)
     return whisper
