@@ -74,7 +74,8 @@ def test_outputs_parse_back_with_the_same_words(oneshot_transcripts, tmp_path):
     assert " ".join(c.text.replace("\n", " ") for c in captions).split() == expected
 
 
-@pytest.mark.parametrize("name", ["digital_silence.flac", "librivox_background_noise.flac"])
+@pytest.mark.parametrize("name", ["digital_silence.flac", "librivox_background_noise.flac",
+                                  "music_brahms_hungarian_dance5.flac"])
 def test_no_speech_gives_no_words(model, name):
     transcript = transcriber.transcribe(audio_path(name), model)
     assert transcript.words == []

@@ -170,7 +170,8 @@ def test_commit_holds_back_incomplete_words_and_characters(model):
     assert commit_count(tok, texts, groups, tok.encode(" x")[0], False) == 1
 
 
-@pytest.mark.parametrize("name", ["digital_silence.flac", "librivox_background_noise.flac"])
+@pytest.mark.parametrize("name", ["digital_silence.flac", "librivox_background_noise.flac",
+                                  "music_brahms_hungarian_dance5.flac"])
 def test_no_speech_gives_no_words(model, name):
     assert list(stream(audio_path(name), model)) == []
 

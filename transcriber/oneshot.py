@@ -21,6 +21,7 @@ from .decoding.options import MAX_BEST_OF, DecodingOptions
 from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
 from .model.whisper import DecoderState, Whisper
+from .nonspeech import is_speech_segment
 from .timing import WordTiming, clamp_long_words, find_alignment, merge_punctuations
 from .tokenizer import Tokenizer
 from .types import Segment, Word
@@ -165,6 +166,8 @@ class OneShotEngine:
         else:
             segments = [_segment(p, []) for p in pieces]
         segments = [s for s in segments if s.text.strip()]
+        if opts.word_timestamps:  # sound captions and guesses over music (nonspeech.py)
+            segments = [s for s in segments if is_speech_segment(s)]
         prompt = state.prompt_tokens
         if not opts.condition_on_previous_text or result.temperature > 0.5:
             prompt = []

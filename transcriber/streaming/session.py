@@ -29,6 +29,7 @@ import numpy as np
 from ..constants import FRAMES_PER_SECOND, N_FRAMES
 from ..context import WhisperContext
 from ..model.whisper import Whisper
+from ..nonspeech import is_speech_word
 from ..types import Word
 from .alignatt import BUDGET, EOT, NO_SPEECH, REWIND, AlignAttPass, PassResult
 from .melbuffer import SILENCE, MelBuffer, normalize
@@ -218,7 +219,10 @@ class StreamingSession:
                 continue  # invalid bytes or bare space at the very end: kept as tokens, not shown
             begin = min(max(buf.seconds(committed.start), s.last_end), now)
             finish = min(max(buf.seconds(committed.end), begin), now)
-            out.append(Word(begin, finish, text, float(np.mean(probs)), emitted_at=now))
+            word = Word(begin, finish, text, float(np.mean(probs)), emitted_at=now)
+            if not is_speech_word(word):
+                continue  # a sound caption or a guess over music (nonspeech.py): kept as tokens only
+            out.append(word)
             s.last_end = finish
         return out
 
