@@ -322,11 +322,20 @@ def _note(job: Job) -> str:
     return ""
 
 
+def _language(job: Job) -> str:
+    """"de (0.98)" when detected, "en" when given, "-" before decoding."""
+    if not job.language:
+        return "-"
+    if job.language_probability is None:
+        return job.language
+    return f"{job.language} ({job.language_probability:.2f})"
+
+
 def status_table(jobs: list[Job]) -> str:
     now = time.time()
-    header = ("ID", "STATUS", "PROGRESS", "RUNS", "UPDATED", "FILE", "ERROR")
+    header = ("ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "UPDATED", "FILE", "ERROR")
     rows = [(str(j.id), _status_of(j, now), f"{_clock(j.progress)}/{_clock(j.duration)}", str(j.runs),
-             _when(j.updated_at), j.path, _note(j)) for j in jobs]
+             _language(j), _when(j.updated_at), j.path, _note(j)) for j in jobs]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
     lines = []
     for r in [header, *rows]:

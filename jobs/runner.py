@@ -271,6 +271,7 @@ class Runner:
         resume = self.store.resume_point(job.id)
         self.reporter.start(path.name, duration, resume.position)
         segments, language, model = resume.segments, job.language, job.model
+        probability = job.language_probability
         if not job.words_complete:
             try:
                 engine = self.engines.get(spec)
@@ -278,21 +279,23 @@ class Runner:
                 raise  # the model, not this file: the whole batch stops (see _process)
             except (TranscriberError, ValueError) as e:
                 raise _SetupError(str(e)) from e
-            segments, language = self._decode(job, spec, engine, path, resume, duration)
+            segments, language, probability = self._decode(job, spec, engine, path, resume, duration)
             model = engine.model_name
         self._check_source()
-        written = write_outputs(assemble(segments, language, duration, model or ""),
+        written = write_outputs(assemble(segments, language, duration, model or "", probability),
                                 Path(job.output_stem), spec.formats, spec.output_options())
         _kill_hook("outputs")
         self.store.finish(job.id, self.owner, [str(p) for p in written])
         return [str(p) for p in written]
 
     def _decode(self, job: Job, spec: JobSpec, engine, path: Path, resume, duration: float
-                ) -> tuple[list[Segment], Optional[str]]:
-        """Run the engine from the checkpoint, committing every ``checkpoint_seconds``."""
+                ) -> tuple[list[Segment], Optional[str], Optional[float]]:
+        """Run the engine from the checkpoint, committing every ``checkpoint_seconds``; the
+        segments, the language and how sure its detection was (None: given)."""
         committed = list(resume.segments)
         pending: list[Segment] = []
         state, position, language = None, resume.position, job.language
+        probability = job.language_probability
         last_checkpoint = resume.position
         if self.stop.requested:  # asked while the model was loading: nothing new to commit
             raise Stopped
@@ -301,24 +304,26 @@ class Runner:
                 _kill_hook(f"step:{n}")
                 pending.extend(step.segments)
                 state, language = step.state, step.language
+                probability = step.language_probability if step.language_probability is not None else probability
                 position = min(step.position, duration) if duration else step.position
                 self.reporter.update(position)
                 if position - last_checkpoint >= self.checkpoint_seconds or self.stop.requested:
                     self._check_source()
                     seq = self.store.checkpoint(job.id, self.owner, pending, state, position, language,
-                                                engine.model_name, self.lease_seconds)
+                                                engine.model_name, self.lease_seconds,
+                                                language_probability=probability)
                     committed += pending
                     pending, state, last_checkpoint = [], None, position
                     _kill_hook(f"checkpoint:{seq}")
                     if spec.live:
-                        write_outputs(assemble(committed, language, duration, engine.model_name),
+                        write_outputs(assemble(committed, language, duration, engine.model_name, probability),
                                       Path(job.output_stem), spec.formats, spec.output_options())
                     if self.stop.requested:
                         raise Stopped
         self._check_source()
         self.store.checkpoint(job.id, self.owner, pending, state, position, language, engine.model_name,
-                              self.lease_seconds, complete=True)
-        return committed + pending, language
+                              self.lease_seconds, complete=True, language_probability=probability)
+        return committed + pending, language, probability
 
 
     def _check_source(self) -> None:

@@ -77,6 +77,12 @@ def m002_checkpoints(db: Database) -> None:
     }, pk=("job_id", "seq"), foreign_keys=[("job_id", "jobs", "id")], not_null={"segments"})
 
 
+@migrations()
+def m003_language_probability(db: Database) -> None:
+    """How sure the model was of the language it detected (NULL when the language was given)."""
+    db["jobs"].add_column("language_probability", float)
+
+
 class StoreError(Exception):
     """The database cannot be opened or used (one line, for the CLI)."""
 
@@ -182,6 +188,7 @@ class Job:
     words_complete: bool = False
     language: Optional[str] = None
     model: Optional[str] = None
+    language_probability: Optional[float] = None
     runs: int = 0
     errors: int = 0
     last_error: Optional[str] = None
@@ -378,7 +385,8 @@ class JobStore:
                now: float) -> None:
         self.db.execute(
             "UPDATE jobs SET status = ?, content_key = ?, fingerprint = ?, spec = ?, output_stem = ?, "
-            "progress = 0, duration = NULL, words_complete = 0, language = NULL, model = NULL, "
+            "progress = 0, duration = NULL, words_complete = 0, language = NULL, language_probability = NULL, "
+            "model = NULL, "
             "errors = 0, last_error = NULL, retryable = 1, outputs = '[]', lease_owner = NULL, "
             "lease_expires = NULL, queued_at = ?, updated_at = ?, finished_at = NULL WHERE id = ?",
             [QUEUED, content_key, fingerprint, spec, output_stem, now, now, job_id])
@@ -475,14 +483,16 @@ class JobStore:
 
     def checkpoint(self, job_id: int, owner: str, segments: Sequence[Segment], state: Optional[dict],
                    position: float, language: Optional[str], model: Optional[str], lease_seconds: float,
-                   complete: bool = False) -> int:
+                   complete: bool = False, language_probability: Optional[float] = None) -> int:
         """Commit new segments and the engine state after them, in one transaction; the
         checkpoint's number. ``state=None`` with ``complete`` only marks the words complete."""
         now = time.time()
         with self.db.atomic():
             self._fenced(job_id, owner, "progress = max(progress, ?), language = coalesce(?, language), "
+                         "language_probability = coalesce(?, language_probability), "
                          "model = coalesce(?, model), words_complete = ?, lease_expires = ?, updated_at = ?",
-                         [position, language, model, int(complete), now + lease_seconds, now])
+                         [position, language, language_probability, model, int(complete), now + lease_seconds,
+                          now])
             seq = self.db.execute("SELECT coalesce(max(seq), 0) FROM checkpoints WHERE job_id = ?",
                                   [job_id]).fetchone()[0]
             if state is None and not segments:

@@ -67,8 +67,8 @@ def test_status_table(db):
     result = invoke("status", "--db", str(db))
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["ID", "STATUS", "PROGRESS", "RUNS", "UPDATED", "FILE", "ERROR"]
-    rows = {Path(line.split()[6]).name: line for line in lines[1:6]}
+    assert lines[0].split() == ["ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "UPDATED", "FILE", "ERROR"]
+    rows = {Path(line.split()[7]).name: line for line in lines[1:6]}
     assert rows["gone.wav"].split()[1] == "failed" and rows["gone.wav"].endswith("file is empty")
     assert rows["done.wav"].split()[1] == "done" and "0:02/" in rows["done.wav"]
     assert rows["queued.wav"].split()[1] == "queued"

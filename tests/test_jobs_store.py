@@ -63,7 +63,25 @@ def test_databases_opened_together_migrate_once(tmp_path):
         t.join()
     assert not errors
     with JobStore(path) as s:
-        assert len(list(s.db.query("SELECT * FROM _sqlite_migrations"))) == 2
+        names = [r["name"] for r in s.db.query("SELECT name FROM _sqlite_migrations")]
+        assert names == ["m001_jobs", "m002_checkpoints", "m003_language_probability"]  # each once
+
+
+def test_a_database_of_an_earlier_version_gains_the_new_column(tmp_path):
+    """A database made before m003 (two migrations) opens and is migrated, rows kept."""
+    from sqlite_utils import Database
+
+    from jobs import store as store_module
+
+    path = tmp_path / "old.db"
+    db = Database(path)
+    store_module.migrations.apply(db, stop_before="m003_language_probability")
+    db["jobs"].insert({"path": "/x.wav", "content_key": "k", "fingerprint": "f", "spec": "{}",
+                       "output_stem": "/x", "status": "done", "language": "de"})
+    db.conn.close()
+    with JobStore(path) as s:
+        job = s.jobs()[0]
+        assert job.language == "de" and job.language_probability is None
 
 
 def test_enqueue_decisions(store, tmp_path):

@@ -66,3 +66,31 @@ def test_english_only_model_refuses_other_languages_and_translation(model):
     with pytest.raises(ValueError, match="--task translate"):
         transcriber.transcribe(JFK, model, task="translate")
     assert WhisperContext(model).language == "en"
+
+
+def test_the_detected_language_and_its_probability_reach_json_db_and_status(base_model, tmp_path):
+    import json
+    import shutil
+
+    from click.testing import CliRunner
+
+    from jobs.cli import main
+    from jobs.store import JobStore
+
+    media = tmp_path / "ru.flac"
+    shutil.copy(audio_path("ru_deepspeech_smoke.flac"), media)
+    db = tmp_path / "jobs.db"
+    for mode in ("oneshot", "stream"):
+        result = CliRunner().invoke(main, [str(media), "--model", "base", "--mode", mode, "-f", "json",
+                                           "--db", str(db), "-q"])
+        assert result.exit_code == 0, result.output
+        data = json.loads(media.with_suffix(".json").read_text())
+        assert data["language"] == "ru" and data["language_probability"] > 0.9, mode
+        with JobStore(db) as store:
+            job = store.jobs()[0]
+            assert job.language == "ru" and job.language_probability > 0.9
+        status = CliRunner().invoke(main, ["status", "--db", str(db)])
+        assert "ru (0.9" in status.output
+    english = CliRunner().invoke(main, [str(JFK), "-f", "json", "-o", str(tmp_path / "out"), "--db", str(db), "-q"])
+    assert english.exit_code == 0
+    assert "language_probability" not in json.loads((tmp_path / "out" / "jfk.json").read_text())  # given, not detected

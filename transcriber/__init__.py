@@ -53,13 +53,13 @@ def transcribe(path, model=DEFAULT_MODEL, *, language=None, task="transcribe", b
         options = TranscribeOptions(
             decoding=DecodingOptions(task=task, language=language, beam_size=beam_size),
             word_timestamps=word_timestamps, initial_prompt=initial_prompt)
-    segments, language = [], None
+    segments, language, probability = [], None, None
     for step in OneShotEngine(model, options).steps(path):
         segments += step.segments
-        language = step.language
+        language, probability = step.language, step.language_probability
         if on_progress:
             on_progress(step.position)
-    return assemble(segments, language, probe(path), model.name)
+    return assemble(segments, language, probe(path), model.name, probability)
 
 
 def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None, state: dict | None = None):

@@ -34,6 +34,7 @@ class Step:
     state: dict
     position: float
     language: str
+    language_probability: Optional[float] = None  # when the language was detected, not given
 
 
 class Engine(Protocol):
@@ -65,14 +66,15 @@ def tidy(segments: list[Segment], duration: float) -> list[Segment]:
     return out
 
 
-def assemble(segments, language: Optional[str], duration: Optional[float], model: str = "") -> Transcript:
+def assemble(segments, language: Optional[str], duration: Optional[float], model: str = "",
+             language_probability: Optional[float] = None) -> Transcript:
     """The transcript of a file from the segments of all its steps. ``duration`` 0 or None
     (unknown from the container): the end of the last segment."""
     segments = list(segments)
     if not duration or duration <= 0:
         duration = max([0.0] + [s.end for s in segments])
     return Transcript(language=language or "en", duration=duration, segments=tuple(tidy(segments, duration)),
-                      model=model)
+                      model=model, language_probability=language_probability)
 
 
 class SegmentGrouper:

@@ -69,13 +69,15 @@ class SeekState:
     prompt_tokens: list[int] = field(default_factory=list)  # text tokens conditioning the next window
     last_speech: float = 0.0  # end of the last segment with words, seconds
     language: Optional[str] = None  # None until detected (multilingual model, no language given)
+    language_probability: Optional[float] = None  # the detection's confidence
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "SeekState":
-        return cls(int(d["seek"]), [int(t) for t in d["prompt_tokens"]], float(d["last_speech"]), d.get("language"))
+        return cls(int(d["seek"]), [int(t) for t in d["prompt_tokens"]], float(d["last_speech"]), d.get("language"),
+                   d.get("language_probability"))
 
 
 class AudioBuffer:
@@ -144,10 +146,10 @@ class OneShotEngine:
             else:
                 base, n_frames = self.context.encode_window(samples)
                 if seek.language is None:  # detected once per file, on its first window with sound
-                    seek.language = self.context.detect_language(base)[0]
+                    seek.language, seek.language_probability, _ = self.context.detect_language(base)
                 segments, seek = self._decode_window(base, n_frames, seek, self.context.tokenizer(seek.language))
             yield Step(tuple(w for s in segments for w in s.words), tuple(segments), seek.to_dict(),
-                       seek.seek / FRAMES_PER_SECOND, seek.language or "en")
+                       seek.seek / FRAMES_PER_SECOND, seek.language or "en", seek.language_probability)
             if buffer.eof and seek.seek * HOP_LENGTH >= buffer.offset + len(buffer.samples):
                 break
 
@@ -175,7 +177,8 @@ class OneShotEngine:
             prompt = prompt + tokenizer.encode(s.text)
         last_speech = segments[-1].end if segments else state.last_speech
         max_prompt = self.model.dims.n_text_ctx // 2 - 1
-        return segments, SeekState(max(next_seek, state.seek + 1), prompt[-max_prompt:], last_speech, state.language)
+        return segments, replace(state, seek=max(next_seek, state.seek + 1), prompt_tokens=prompt[-max_prompt:],
+                                 last_speech=last_speech)
 
     def _no_speech(self, result: DecodingResult) -> bool:
         """openai/whisper's rule (likely silence, and the text is unlikely too), or near-certain silence."""

@@ -60,6 +60,7 @@ class Transcript:
     duration: float
     segments: tuple[Segment, ...] = ()
     model: str = ""
+    language_probability: Optional[float] = None  # detected languages only: the model's confidence
 
     @property
     def text(self) -> str:
@@ -70,11 +71,14 @@ class Transcript:
         return [w for s in self.segments for w in s.words]
 
     def to_dict(self) -> dict:
-        return {"language": self.language, "duration": round(self.duration, 3),
-                "model": self.model, "segments": [s.to_dict() for s in self.segments]}
+        d = {"language": self.language}
+        if self.language_probability is not None:
+            d["language_probability"] = round(self.language_probability, 4)
+        return {**d, "duration": round(self.duration, 3), "model": self.model,
+                "segments": [s.to_dict() for s in self.segments]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Transcript":
         return cls(language=d["language"], duration=float(d["duration"]),
-                   model=d.get("model", ""),
+                   model=d.get("model", ""), language_probability=d.get("language_probability"),
                    segments=tuple(Segment.from_dict(s) for s in d.get("segments", [])))

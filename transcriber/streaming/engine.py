@@ -38,8 +38,10 @@ class StreamingEngine:
             session = StreamingSession.restore(self.model, self.options,
                                                unpack_state(base64.b64decode(state["session"])))
             grouper = SegmentGrouper.from_list(state["open"])
+            probability = state.get("language_probability")
         else:
-            session = StreamingSession(self.model, replace(self.options, language=self._language(source)))
+            language, probability = self._language(source)
+            session = StreamingSession(self.model, replace(self.options, language=language))
             grouper = SegmentGrouper()
         if session.finished:
             return
@@ -47,25 +49,27 @@ class StreamingEngine:
         for _, samples in audio_io.iter_audio(source, chunk_seconds=self.options.chunk_seconds, start=start):
             session.insert_audio(samples)
             words = session.process()
-            yield self._step(session, grouper, words, grouper.add(words))
+            yield self._step(session, grouper, words, grouper.add(words), probability)
         words = session.finish()
-        yield self._step(session, grouper, words, grouper.add(words) + grouper.flush())
+        yield self._step(session, grouper, words, grouper.add(words) + grouper.flush(), probability)
 
-    def _language(self, source) -> Optional[str]:
-        """The language given, else (multilingual model) detected up front from the first 30 s,
-        as one-shot mode does from its first window."""
+    def _language(self, source) -> tuple[Optional[str], Optional[float]]:
+        """The language given (probability None), else (multilingual model) detected up front
+        from the first 30 s, as one-shot mode does from its first window."""
         if self.context.language is not None:
-            return self.context.language
+            return self.context.language, None
         samples = audio_io.load_audio(source, duration=N_SAMPLES / SAMPLE_RATE)
         if len(samples) == 0:
-            return None
-        return self.context.detect_language(self.context.encode_window(samples)[0])[0]
+            return None, None
+        language, probability, _ = self.context.detect_language(self.context.encode_window(samples)[0])
+        return language, probability
 
     @staticmethod
-    def _step(session: StreamingSession, grouper: SegmentGrouper, words, segments) -> Step:
+    def _step(session: StreamingSession, grouper: SegmentGrouper, words, segments,
+              probability: Optional[float]) -> Step:
         state = {"session": base64.b64encode(pack_state(session.state())).decode("ascii"),
-                 "open": grouper.to_list()}
-        return Step(tuple(words), tuple(segments), state, session.time, session.language or "en")
+                 "open": grouper.to_list(), "language_probability": probability}
+        return Step(tuple(words), tuple(segments), state, session.time, session.language or "en", probability)
 
 
 def pack_state(state: dict) -> bytes:
