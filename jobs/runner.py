@@ -181,6 +181,7 @@ class Runner:
         self.max_attempts = max_attempts
         self.checkpoint_seconds = checkpoint_seconds
         self.lease_seconds = lease_seconds
+        self.pinned: Optional[tuple[Path, str]] = None  # (file, content key) of the current attempt
 
     def run(self, ids, result: Optional[RunResult] = None) -> RunResult:
         """Run the jobs among ``ids`` that are queued (or stalled) until none is left, or a stop."""
