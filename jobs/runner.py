@@ -326,7 +326,6 @@ class Runner:
                               self.lease_seconds, complete=True, language_probability=probability)
         return committed + pending, language, probability
 
-
     def _check_source(self) -> None:
         """The file still holds what this attempt started on; SourceChanged if not.
 

@@ -10,11 +10,10 @@
 
 import mlx.core as _mx  # noqa: F401  (loads libmlx.so, whose sgemm slot blas.apply rewrites)
 
-from . import blas as _blas
+from . import blas
 
-_blas.apply()  # after mlx.core is loaded, before any matmul: see blas.py
+blas.apply()  # after mlx.core is loaded, before any matmul: see blas.py
 
-from . import blas  # noqa: E402
 from .audio import probe  # noqa: E402
 from .cues import CueOptions  # noqa: E402
 from .decoding.options import DecodingOptions  # noqa: E402

@@ -24,6 +24,16 @@ from .tokenizer import Tokenizer, load_tokenizer
 SHORT_WINDOW_PAD = 10 * SAMPLE_RATE
 
 
+def no_speech_prob(tokenizer: Tokenizer, sot_logits: np.ndarray) -> float:
+    """Probability of <|nospeech|> from the logits (V,) at <|startoftranscript|>."""
+    return float(np.exp(_log_probs(sot_logits)[tokenizer.no_speech]))
+
+
+def _log_probs(logits) -> np.ndarray:
+    """(V,) logits -> float64 log probabilities."""
+    return log_softmax(np.asarray(logits, dtype=np.float64)[None])[0]
+
+
 def check_language(model: Whisper, language: Optional[str], task: str) -> None:
     """English-only models transcribe English only: anything else is a ValueError naming the model."""
     if model.is_multilingual:
@@ -76,13 +86,8 @@ class WhisperContext:
         probability), from the logits after <|startoftranscript|>."""
         tok = self.tokenizer("en")
         logits, _, _ = self.model.decoder(mx.array([[tok.sot]]), base)
-        logprobs = log_softmax(np.array(logits[0, -1], dtype=np.float64)[None])[0]
+        logprobs = _log_probs(logits[0, -1])
         ids = np.array(tok.all_language_tokens)
         language_probs = np.exp(log_softmax(logprobs[ids][None])[0])
         best = int(language_probs.argmax())
         return tok.all_language_codes[best], float(language_probs[best]), float(np.exp(logprobs[tok.no_speech]))
-
-
-def no_speech_prob(tokenizer: Tokenizer, sot_logits: np.ndarray) -> float:
-    """Probability of <|nospeech|> from the logits (V,) at <|startoftranscript|>."""
-    return float(np.exp(log_softmax(np.asarray(sot_logits, dtype=np.float64)[None])[0, tokenizer.no_speech]))

@@ -59,10 +59,10 @@ class AlignAttHook(StepHook):
     """The AlignAtt policy as a decode-loop hook: tracks each row's attended frames, stops
     before a token that looks within the threshold of the audio end, rewinds on a jump back."""
 
-    def __init__(self, heads: np.ndarray, sot_index: int, n_frames: int, last_frame: Optional[int],
+    def __init__(self, model: Whisper, sot_index: int, n_frames: int, last_frame: Optional[int],
                  frame_threshold: int, rewind_threshold: int, is_last: bool, eot: int):
-        self.heads, self.sot_index, self.n_frames = heads, sot_index, n_frames
-        self.wants_weights = frozenset(heads[:, 0].tolist())  # only the alignment heads' layers
+        self.heads, self.sot_index, self.n_frames = model.alignment_heads, sot_index, n_frames
+        self.wants_weights = model.alignment_layers  # only the alignment heads' layers
         self.last_frame = last_frame
         self.frame_threshold, self.rewind_threshold = frame_threshold, rewind_threshold
         self.is_last, self.eot = is_last, eot
@@ -131,7 +131,7 @@ class AlignAttPass:
         token (for rewinds); max_new: token budget of the pass.
         """
         tok, n = self.tokenizer, self.beam_size
-        hook = AlignAttHook(self.model.alignment_heads, sot_index, n_frames, last_frame,
+        hook = AlignAttHook(self.model, sot_index, n_frames, last_frame,
                             self.frame_threshold, self.rewind_threshold, is_last, tok.eot)
         search = GreedyDecoder(0.0, tok.eot) if n == 1 else BeamSearchDecoder(n, tok.eot)
         loop = decode_loop(self.model, base, prompt, sot_index, tokenizer=tok, search=search,
