@@ -1,8 +1,9 @@
 """What a run shows while it works: tqdm bars and one line per finished job, on stderr.
 
 One bar for the batch (files done of the files to run, audio time processed in its postfix) and
-one for the current file (seconds of audio). Messages go through ``tqdm.write`` so they never
-tear a bar. ``quiet`` drops the bars and the per-job ``done`` lines; errors are always shown.
+one for each file in flight (seconds of audio): one at a time in this process, one per worker on
+Ray. Messages go through ``tqdm.write`` so they never tear a bar. ``quiet`` drops the bars and
+the per-job ``done`` lines; errors are always shown.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ def _duration(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+class FileBar:
+    """One file in flight: its bar (None when quiet) and how much of its audio is counted."""
+
+    def __init__(self, bar: Optional[tqdm], initial: float, line: int):
+        self.bar, self.line = bar, line
+        self.counted = initial  # seconds of this file already in the batch's audio total
+
+
 class Reporter:
     """The runner's view of the terminal (see ``Runner``): it calls these methods."""
 
@@ -28,8 +37,7 @@ class Reporter:
         self.quiet = quiet
         self.audio_done = 0.0
         self.batch: Optional[tqdm] = None
-        self.bar: Optional[tqdm] = None
-        self._file_start = 0.0
+        self.files: list[FileBar] = []  # in flight, in the order they started
         if not quiet and total_files > 1:
             self.batch = tqdm(total=total_files, desc="files", unit="file", position=0, leave=False,
                               dynamic_ncols=True, file=sys.stderr)
@@ -45,34 +53,43 @@ class Reporter:
         if self.batch is not None:
             self.batch.set_postfix_str(f"audio {_duration(self.audio_done)}", refresh=True)
 
-    def start(self, name: str, total: Optional[float], initial: float) -> None:
-        """A job starts (or resumes at ``initial`` seconds)."""
-        self._file_start = initial
-        if self.quiet:
-            return
-        total = round(total, 1) if total else None
-        self.bar = tqdm(total=total, initial=round(min(initial, total or initial), 1), desc=name[:40],
-                        unit="s", leave=False, dynamic_ncols=True, file=sys.stderr,
-                        position=1 if self.batch is not None else 0,
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total_fmt} s [{elapsed}<{remaining}]")
+    def _free_line(self) -> int:
+        """The first terminal line under the batch bar that no file's bar holds."""
+        taken = {f.line for f in self.files}
+        line = 1 if self.batch is not None else 0
+        while line in taken:
+            line += 1
+        return line
 
-    def update(self, seconds: float) -> None:
-        """The current job has done ``seconds`` of audio."""
-        if self.bar is not None:
-            target = min(seconds, self.bar.total) if self.bar.total else seconds
-            self.bar.update(max(0.0, target - self.bar.n))
-        self._audio(seconds)
+    def start(self, name: str, total: Optional[float], initial: float) -> FileBar:
+        """A job starts (or resumes at ``initial`` seconds); its handle for ``update``/``end``."""
+        bar, line = None, self._free_line()
+        if not self.quiet:
+            total = round(total, 1) if total else None
+            bar = tqdm(total=total, initial=round(min(initial, total or initial), 1), desc=name[:40],
+                       unit="s", leave=False, dynamic_ncols=True, file=sys.stderr, position=line,
+                       bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total_fmt} s [{elapsed}<{remaining}]")
+        file = FileBar(bar, initial, line)
+        self.files.append(file)
+        return file
 
-    def _audio(self, seconds: float) -> None:
-        if seconds > self._file_start:
-            self.audio_done += seconds - self._file_start
-            self._file_start = seconds
+    def update(self, file: FileBar, seconds: float) -> None:
+        """That job has done ``seconds`` of audio."""
+        if file.bar is not None:
+            target = min(seconds, file.bar.total) if file.bar.total else seconds
+            file.bar.update(max(0.0, target - file.bar.n))
+        if seconds > file.counted:
+            self.audio_done += seconds - file.counted
+            file.counted = seconds
             self._postfix()
 
-    def end(self, counts_as_file: bool = True) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+    def end(self, file: Optional[FileBar], counts_as_file: bool = True) -> None:
+        """That job's attempt is over (``file`` None: it ended before it started); the batch bar
+        counts it unless it is queued again."""
+        if file is not None and file in self.files:
+            self.files.remove(file)
+            if file.bar is not None:
+                file.bar.close()
         if counts_as_file and self.batch is not None:
             self.batch.update(1)
 
@@ -84,13 +101,14 @@ class Reporter:
         self.write(message)
 
     def write(self, message: str) -> None:
-        if self.batch is not None or self.bar is not None:
+        if self.batch is not None or any(f.bar is not None for f in self.files):
             tqdm.write(message, file=sys.stderr)
         else:
             click.echo(message, err=True)
 
     def close(self) -> None:
-        self.end(counts_as_file=False)
+        for file in list(self.files):
+            self.end(file, counts_as_file=False)
         if self.batch is not None:
             self.batch.close()
             self.batch = None

@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from transcriber import AudioError, ModelError, Segment, TranscriberError, assemble, probe, write_outputs
+from transcriber import AudioError, ModelError, Segment, Step, TranscriberError, assemble, probe, write_outputs
 
 from .discover import content_key
 from .engines import EngineCache
-from .progress import Reporter
+from .progress import FileBar, Reporter
 from .spec import JobSpec
-from .store import FAILED, Job, JobStore, LeaseLost, StoreError, owner_id
+from .store import FAILED, Job, JobStore, LeaseLost, Resume, StoreError, owner_id
 
 DEFAULT_LEASE_SECONDS = 60.0  # a runner that stops heartbeating loses its job after this long
 DEFAULT_CHECKPOINT_SECONDS = 10.0
@@ -167,7 +167,145 @@ class RunResult:
     stopped: Optional[int] = None  # the signal that stopped the run
 
 
+def worker_name() -> str:
+    """``host:pid``: the process that decodes a job, as ``transcribe status`` shows it."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class CheckpointClock:
+    """When a decoding commits: after every ``every`` seconds of audio since the last commit.
+    The one rule, whether the engine runs in the runner's process or on a Ray worker."""
+
+    def __init__(self, position: float, every: float):
+        self.last, self.every = position, every
+
+    def due(self, position: float) -> bool:
+        if position - self.last >= self.every:
+            self.last = position
+            return True
+        return False
+
+    def mark(self, position: float) -> None:
+        """A commit was made now for another reason (a stop)."""
+        self.last = position
+
+
+def build_engine(engines: EngineCache, spec: JobSpec):
+    """The job's engine; a model that cannot load is a ModelError (the whole batch stops),
+    options this model cannot take are the job's own failure (``_SetupError``)."""
+    try:
+        return engines.get(spec)
+    except ModelError:
+        raise
+    except (TranscriberError, ValueError) as e:
+        raise _SetupError(str(e)) from e
+
+
+class Attempt:
+    """One claim of one job, from the checks at its start to its outputs: what a runner does with
+    the steps of an engine, wherever the engine runs (in the runner's process, or on a Ray worker
+    that streams them back: jobs/ray_runner.py). The store is only written here, by the runner.
+
+        resume = attempt.begin()          # None: the words are complete, only outputs are left
+        attempt.add(step, commit)         # for each step (commit: checkpoint it and all before)
+        attempt.complete()                # the engine ran to the end of the file
+        attempt.finish()                  # outputs written atomically, job done
+    """
+
+    def __init__(self, runner: "Runner", job: Job, worker: Optional[str] = None):
+        self.runner, self.store, self.job, self.worker = runner, runner.store, job, worker
+        self.spec = JobSpec.from_dict(job.spec)
+        self.path = Path(job.path)
+        self.pinned: Optional[str] = None  # the content key this attempt transcribes: see check_source
+        self.bar: Optional[FileBar] = None
+        self.model: Optional[str] = job.model  # the engine's model name, once known
+        self.outputs: list[str] = []
+
+    @property
+    def owner(self) -> str:
+        return self.runner.owner
+
+    def begin(self) -> Optional[Resume]:
+        """Check the file (content key, duration: an unreadable file fails here), record the
+        start; the checkpoint to decode from, or None when the words are complete."""
+        job = self.job
+        try:
+            key = content_key(self.path)
+        except OSError as e:
+            raise AudioError(f"cannot read audio from {job.path!r}: {e.strerror or e}") from e
+        self.pinned = key
+        duration = job.duration if key == job.content_key and job.duration is not None else probe(self.path)
+        self.store.start(job.id, self.owner, key, duration, self.worker)
+        self.job = job = self.store.get(job.id)
+        resume = self.store.resume_point(job.id)
+        self.bar = self.runner.reporter.start(self.path.name, duration, resume.position)
+        self.duration = duration
+        self.committed, self.pending = list(resume.segments), []
+        self.state, self.position = None, resume.position
+        self.language, self.probability = job.language, job.language_probability
+        return None if job.words_complete else resume
+
+    def add(self, step: Step, commit: bool) -> None:
+        """A step of the engine; with ``commit``, checkpoint it and every step before it in one
+        transaction (a step streamed from a Ray worker carries its state only then)."""
+        self.pending.extend(step.segments)
+        self.state, self.language = step.state, step.language
+        if step.language_probability is not None:
+            self.probability = step.language_probability
+        self.position = min(step.position, self.duration) if self.duration else step.position
+        self.runner.reporter.update(self.bar, self.position)
+        if not commit:
+            return
+        self.check_source()
+        seq = self.store.checkpoint(self.job.id, self.owner, self.pending, self.state, self.position, self.language,
+                                    self.model, self.runner.lease_seconds, language_probability=self.probability)
+        self.committed += self.pending
+        self.pending, self.state = [], None
+        _kill_hook(f"checkpoint:{seq}")
+        if self.spec.live:
+            self._write(self.committed)
+
+    def complete(self) -> None:
+        """The engine reached the end of the file: commit the rest, the words are complete."""
+        self.check_source()
+        self.store.checkpoint(self.job.id, self.owner, self.pending, self.state, self.position, self.language,
+                              self.model, self.runner.lease_seconds, complete=True,
+                              language_probability=self.probability)
+        self.committed += self.pending
+        self.pending = []
+
+    def finish(self) -> list[str]:
+        """Write the outputs from the committed words (atomically), then mark the job done."""
+        self.check_source()
+        written = self._write(self.committed)
+        _kill_hook("outputs")
+        self.store.finish(self.job.id, self.owner, written)
+        self.outputs = written
+        return written
+
+    def _write(self, segments: list[Segment]) -> list[str]:
+        transcript = assemble(segments, self.language, self.duration, self.model or "", self.probability)
+        written = write_outputs(transcript, Path(self.job.output_stem), self.spec.formats, self.spec.output_options())
+        return [str(p) for p in written]
+
+    def check_source(self) -> None:
+        """The file still holds what this attempt started on; SourceChanged if not.
+
+        Called before every commit (checkpoint, words complete) and before writing outputs, so
+        words of two different recordings are never committed nor spliced into one transcript.
+        A file deleted (or unreadable) since is not a change: the decoder reads what it opened.
+        """
+        try:
+            now = content_key(self.path)
+        except OSError:
+            return
+        if now != self.pinned:
+            raise SourceChanged(f"{self.path}: file changed while being transcribed")
+
+
 class Runner:
+    """Runs jobs one at a time in this process (jobs/ray_runner.py: on a Ray cluster)."""
+
     def __init__(self, store: JobStore, *, engines: Optional[EngineCache] = None,
                  reporter: Optional[Reporter] = None, stop: Optional[StopFlag] = None,
                  owner: Optional[str] = None, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -181,7 +319,6 @@ class Runner:
         self.max_attempts = max_attempts
         self.checkpoint_seconds = checkpoint_seconds
         self.lease_seconds = lease_seconds
-        self.pinned: Optional[tuple[Path, str]] = None  # (file, content key) of the current attempt
 
     def run(self, ids, result: Optional[RunResult] = None) -> RunResult:
         """Run the jobs among ``ids`` that are queued (or stalled) until none is left, or a stop."""
@@ -198,53 +335,84 @@ class Runner:
         return result
 
     def _process(self, job: Job, result: RunResult) -> None:
-        outputs = None
-        final = True  # the batch bar counts files, not attempts: False when the job is queued again
+        attempt = Attempt(self, job, worker_name())
         try:
             with Heartbeat(self.store.path, job.id, self.owner, self.lease_seconds):
-                outputs = self._run_job(job)
-            result.done.append(self.store.get(job.id))
-        except Stopped:
-            final = False
-            with contextlib.suppress(LeaseLost):
-                self.store.release(job.id, self.owner)
-        except LeaseLost:
-            result.lost.append(job)
-            self.reporter.error(f"warning: {job.path}: taken over by another runner")
-        except StoreError:
-            # the database (locked too long), not the file: the command reports it and stops;
-            # the job keeps its last checkpoint and is resumed once its lease is seen dead
-            raise
-        except ModelError:
-            # a model that cannot load or is corrupt fails every job alike: give the job back
-            # untouched (no attempt counted) and let the command stop with one line
-            final = False
-            with contextlib.suppress(Exception):
-                self.store.release(job.id, self.owner)
-            raise
+                self._decode_here(attempt)
         except BaseException as e:
-            if not isinstance(e, Exception) or (self.stop.requested and isinstance(e, TranscriberError)):
+            self.settle(attempt, result, e)
+        else:
+            self.settle(attempt, result)
+
+    def _decode_here(self, attempt: Attempt) -> None:
+        """The attempt, with its engine run in this process, checkpointing as the steps come."""
+        resume = attempt.begin()
+        if resume is not None:
+            engine = build_engine(self.engines, attempt.spec)
+            attempt.model = engine.model_name
+            if self.stop.requested:  # asked while the model was loading: nothing new to commit
+                raise Stopped
+            clock = CheckpointClock(resume.position, self.checkpoint_seconds)
+            with contextlib.closing(engine.steps(attempt.path, resume.state)) as steps:  # closing kills ffmpeg
+                for n, step in enumerate(steps, 1):
+                    _kill_hook(f"step:{n}")
+                    commit = clock.due(step.position) or self.stop.requested
+                    attempt.add(step, commit)
+                    if commit and self.stop.requested:
+                        raise Stopped
+            attempt.complete()
+        attempt.finish()
+
+    def settle(self, attempt: Attempt, result: RunResult, error: Optional[BaseException] = None) -> None:
+        """Book how an attempt ended (``error`` None: done) in the store and ``result``: done,
+        failed (and maybe queued again), given back, or lost to another runner; close its bar.
+        Re-raises what ends the whole run: the database, the model, a second Ctrl-C."""
+        job = attempt.job
+        final = True  # the batch bar counts files, not attempts: False when the job is queued again
+        try:
+            if error is None:
+                result.done.append(self.store.get(job.id))
+            elif isinstance(error, Stopped):
+                final = False
+                with contextlib.suppress(LeaseLost):
+                    self.store.release(job.id, self.owner)
+            elif isinstance(error, LeaseLost):
+                result.lost.append(job)
+                self.reporter.error(f"warning: {job.path}: taken over by another runner")
+            elif isinstance(error, StoreError):
+                # the database (locked too long), not the file: the command reports it and stops;
+                # the job keeps its last checkpoint and is resumed once its lease is seen dead
+                raise error
+            elif isinstance(error, ModelError):
+                # a model that cannot load or is corrupt fails every job alike: give the job back
+                # untouched (no attempt counted) and let the command stop with one line
+                final = False
+                with contextlib.suppress(Exception):
+                    self.store.release(job.id, self.owner)
+                raise error
+            elif not isinstance(error, Exception) or (self.stop.requested and isinstance(error, TranscriberError)):
                 # Ctrl-C twice, or ffmpeg killed by the same Ctrl-C (it shares our process group):
                 # an interruption, not a failure of the file
                 with contextlib.suppress(Exception):
                     self.store.release(job.id, self.owner)
-                if isinstance(e, Exception):
-                    return
-                raise
-            if os.environ.get("TRANSCRIBER_DEBUG") and not isinstance(e, TranscriberError):
-                raise
-            final = self._fail(job, e, result)
+                if not isinstance(error, Exception):
+                    raise error
+            elif os.environ.get("TRANSCRIBER_DEBUG") and not isinstance(error, TranscriberError):
+                raise error
+            else:
+                final = self._fail(job, error, result)
         finally:
-            self.reporter.end(counts_as_file=final)
-        if outputs is not None:
-            self.reporter.info(f"done: {job.path} -> {', '.join(outputs)}")
+            self.reporter.end(attempt.bar, counts_as_file=final)
+        if error is None:
+            self.reporter.info(f"done: {job.path} -> {', '.join(attempt.outputs)}")
 
     def _fail(self, job: Job, error: Exception, result: RunResult) -> bool:
         """Record the failed attempt; whether the job is over (False: it is queued again)."""
         message = _one_line(error)
         # The input itself is bad (unreadable, no audio, a bad option for this model): retrying
-        # cannot help until the file or the options change.
-        retryable = not isinstance(error, (AudioError, _SetupError, SourceChanged))
+        # cannot help until the file or the options change. An error may say otherwise itself
+        # (``retryable``: a Ray worker that died on this file once may be retried, not twice).
+        retryable = getattr(error, "retryable", not isinstance(error, (AudioError, _SetupError, SourceChanged)))
         try:
             status = self.store.fail(job.id, self.owner, message, retryable, self.max_attempts)
         except LeaseLost:
@@ -257,89 +425,6 @@ class Runner:
             return True
         self.reporter.info(f"error (will retry): {with_path(job.path, message)}")
         return False
-
-    def _run_job(self, job: Job) -> list[str]:
-        spec = JobSpec.from_dict(job.spec)
-        path = Path(job.path)
-        try:
-            key = content_key(path)
-        except OSError as e:
-            raise AudioError(f"cannot read audio from {job.path!r}: {e.strerror or e}") from e
-        self.pinned = (path, key)  # the content this attempt transcribes: see _check_source
-        duration = job.duration if key == job.content_key and job.duration is not None else probe(path)
-        self.store.start(job.id, self.owner, key, duration)
-        job = self.store.get(job.id)
-        resume = self.store.resume_point(job.id)
-        self.reporter.start(path.name, duration, resume.position)
-        segments, language, model = resume.segments, job.language, job.model
-        probability = job.language_probability
-        if not job.words_complete:
-            try:
-                engine = self.engines.get(spec)
-            except ModelError:
-                raise  # the model, not this file: the whole batch stops (see _process)
-            except (TranscriberError, ValueError) as e:
-                raise _SetupError(str(e)) from e
-            segments, language, probability = self._decode(job, spec, engine, path, resume, duration)
-            model = engine.model_name
-        self._check_source()
-        written = write_outputs(assemble(segments, language, duration, model or "", probability),
-                                Path(job.output_stem), spec.formats, spec.output_options())
-        _kill_hook("outputs")
-        self.store.finish(job.id, self.owner, [str(p) for p in written])
-        return [str(p) for p in written]
-
-    def _decode(self, job: Job, spec: JobSpec, engine, path: Path, resume, duration: float
-                ) -> tuple[list[Segment], Optional[str], Optional[float]]:
-        """Run the engine from the checkpoint, committing every ``checkpoint_seconds``; the
-        segments, the language and how sure its detection was (None: given)."""
-        committed = list(resume.segments)
-        pending: list[Segment] = []
-        state, position, language = None, resume.position, job.language
-        probability = job.language_probability
-        last_checkpoint = resume.position
-        if self.stop.requested:  # asked while the model was loading: nothing new to commit
-            raise Stopped
-        with contextlib.closing(engine.steps(path, resume.state)) as steps:  # closing kills ffmpeg
-            for n, step in enumerate(steps, 1):
-                _kill_hook(f"step:{n}")
-                pending.extend(step.segments)
-                state, language = step.state, step.language
-                probability = step.language_probability if step.language_probability is not None else probability
-                position = min(step.position, duration) if duration else step.position
-                self.reporter.update(position)
-                if position - last_checkpoint >= self.checkpoint_seconds or self.stop.requested:
-                    self._check_source()
-                    seq = self.store.checkpoint(job.id, self.owner, pending, state, position, language,
-                                                engine.model_name, self.lease_seconds,
-                                                language_probability=probability)
-                    committed += pending
-                    pending, state, last_checkpoint = [], None, position
-                    _kill_hook(f"checkpoint:{seq}")
-                    if spec.live:
-                        write_outputs(assemble(committed, language, duration, engine.model_name, probability),
-                                      Path(job.output_stem), spec.formats, spec.output_options())
-                    if self.stop.requested:
-                        raise Stopped
-        self._check_source()
-        self.store.checkpoint(job.id, self.owner, pending, state, position, language, engine.model_name,
-                              self.lease_seconds, complete=True, language_probability=probability)
-        return committed + pending, language, probability
-
-    def _check_source(self) -> None:
-        """The file still holds what this attempt started on; SourceChanged if not.
-
-        Called before every commit (checkpoint, words complete) and before writing outputs, so
-        words of two different recordings are never committed nor spliced into one transcript.
-        A file deleted (or unreadable) since is not a change: the decoder reads what it opened.
-        """
-        path, key = self.pinned
-        try:
-            now = content_key(path)
-        except OSError:
-            return
-        if now != key:
-            raise SourceChanged(f"{path}: file changed while being transcribed")
 
 
 class SourceChanged(TranscriberError):

@@ -5,7 +5,8 @@ Tables (see the migrations below):
 - ``jobs``: one row per input file (its resolved path is unique): content key, options
   fingerprint and spec, status (queued/running/done/failed), progress and duration in seconds,
   runs (times claimed), errors (runs that ended in an error), the last error, output paths, the
-  lease (owner + expiry) and times (unix seconds).
+  lease (owner + expiry), the worker (``host:pid`` of the process decoding it) and times (unix
+  seconds).
 - ``checkpoints``: what a job has committed so far, appended in order: the segments (with their
   words) new since the previous checkpoint, the audio position, and the engine state to resume
   from (only the latest row keeps its state; older ones are cleared to save space). Appending
@@ -81,6 +82,13 @@ def m002_checkpoints(db: Database) -> None:
 def m003_language_probability(db: Database) -> None:
     """How sure the model was of the language it detected (NULL when the language was given)."""
     db["jobs"].add_column("language_probability", float)
+
+
+@migrations()
+def m004_worker(db: Database) -> None:
+    """The process that decodes (or last decoded) the job: ``host:pid`` of the runner itself, or
+    of the Ray worker it handed the job to (NULL before any attempt)."""
+    db["jobs"].add_column("worker", str)
 
 
 class StoreError(Exception):
@@ -189,6 +197,7 @@ class Job:
     language: Optional[str] = None
     model: Optional[str] = None
     language_probability: Optional[float] = None
+    worker: Optional[str] = None  # host:pid of the process that decodes (or last decoded) it
     runs: int = 0
     errors: int = 0
     last_error: Optional[str] = None
@@ -386,7 +395,7 @@ class JobStore:
         self.db.execute(
             "UPDATE jobs SET status = ?, content_key = ?, fingerprint = ?, spec = ?, output_stem = ?, "
             "progress = 0, duration = NULL, words_complete = 0, language = NULL, language_probability = NULL, "
-            "model = NULL, "
+            "model = NULL, worker = NULL, "
             "errors = 0, last_error = NULL, retryable = 1, outputs = '[]', lease_owner = NULL, "
             "lease_expires = NULL, queued_at = ?, updated_at = ?, finished_at = NULL WHERE id = ?",
             [QUEUED, content_key, fingerprint, spec, output_stem, now, now, job_id])
@@ -469,17 +478,23 @@ class JobStore:
 
     # --- running: progress ----------------------------------------------------------------
 
-    def start(self, job_id: int, owner: str, content_key: str, duration: Optional[float]) -> None:
-        """Record what the runner found at the start: the duration, and if the file changed
-        since it was queued, a new content key (its old words are dropped)."""
+    def start(self, job_id: int, owner: str, content_key: str, duration: Optional[float],
+              worker: Optional[str] = None) -> None:
+        """Record what the runner found at the start: the duration, the process that will
+        decode the file (``worker``), and if the file changed since it was queued, a new content
+        key (its old words are dropped)."""
         now = time.time()
         with self.db.atomic():
-            self._fenced(job_id, owner, "duration = ?, updated_at = ?", [duration, now])
+            self._fenced(job_id, owner, "duration = ?, worker = ?, updated_at = ?", [duration, worker, now])
             cursor = self.db.execute(
                 "UPDATE jobs SET content_key = ?, progress = 0, words_complete = 0 "
                 "WHERE id = ? AND content_key != ?", [content_key, job_id, content_key])
             if cursor.rowcount:
                 self.db.execute("DELETE FROM checkpoints WHERE job_id = ?", [job_id])
+
+    def set_worker(self, job_id: int, owner: str, worker: str) -> None:
+        """The job moved to another process (a Ray worker restarted elsewhere)."""
+        self._fenced(job_id, owner, "worker = ?, updated_at = ?", [worker, time.time()])
 
     def checkpoint(self, job_id: int, owner: str, segments: Sequence[Segment], state: Optional[dict],
                    position: float, language: Optional[str], model: Optional[str], lease_seconds: float,

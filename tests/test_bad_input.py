@@ -266,10 +266,10 @@ def test_retries_count_once_in_the_batch_bar_and_each_error_prints_once(tmp_path
 
     real_end = jobs.progress.Reporter.end
 
-    def end(self, counts_as_file=True):
+    def end(self, file, counts_as_file=True):
         if counts_as_file and self.batch is not None:
             totals.append(self.batch.total)
-        return real_end(self, counts_as_file)
+        return real_end(self, file, counts_as_file)
 
     monkeypatch.setattr(jobs.progress.Reporter, "end", end)
     result = invoke("--db", str(db), str(media), str(other), "-f", "json", "--max-attempts", "3")

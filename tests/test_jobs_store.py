@@ -64,7 +64,7 @@ def test_databases_opened_together_migrate_once(tmp_path):
     assert not errors
     with JobStore(path) as s:
         names = [r["name"] for r in s.db.query("SELECT name FROM _sqlite_migrations")]
-        assert names == ["m001_jobs", "m002_checkpoints", "m003_language_probability"]  # each once
+        assert names == ["m001_jobs", "m002_checkpoints", "m003_language_probability", "m004_worker"]  # each once
 
 
 def test_a_database_of_an_earlier_version_gains_the_new_column(tmp_path):
@@ -81,7 +81,21 @@ def test_a_database_of_an_earlier_version_gains_the_new_column(tmp_path):
     db.conn.close()
     with JobStore(path) as s:
         job = s.jobs()[0]
-        assert job.language == "de" and job.language_probability is None
+        assert job.language == "de" and job.language_probability is None and job.worker is None
+
+
+def test_the_worker_is_recorded_at_the_start_and_cleared_by_a_redo(store, tmp_path):
+    job, _ = store.enqueue(request(stem=str(tmp_path / "a")))
+    owner = "me:1:x"
+    store.claim(owner, [job.id], 60)
+    store.start(job.id, owner, job.content_key, 2.0, worker="node-a:4242")
+    assert store.get(job.id).worker == "node-a:4242"
+    store.set_worker(job.id, owner, "node-b:77")  # a Ray worker restarted on another node
+    assert store.get(job.id).worker == "node-b:77"
+    store.release(job.id, owner)
+    assert store.get(job.id).worker == "node-b:77"  # who had it last, until it runs again
+    job, action = store.enqueue(request(stem=str(tmp_path / "a")), force=True)
+    assert action == REDO and job.worker is None
 
 
 def test_enqueue_decisions(store, tmp_path):

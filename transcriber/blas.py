@@ -29,6 +29,10 @@ its own BLAS with one logged note.
   ``bundled``): measure only these and use the fastest;
 - a path containing ``/``: use that shared library (it must export ``cblas_sgemm`` or
   ``scipy_cblas_sgemm``), without measuring.
+
+``TRANSCRIBER_BLAS_THREADS=N`` overrides the measured thread count (several processes sharing the
+cores, such as Ray workers, each want fewer threads than one process alone); ``set_threads``
+does the same from Python.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from dataclasses import asdict, dataclass
 log = logging.getLogger(__name__)
 
 ENV = "TRANSCRIBER_BLAS"
+THREADS_ENV = "TRANSCRIBER_BLAS_THREADS"
 BUNDLED = "bundled"
 NAMES = (BUNDLED, "scipy-openblas32", "system-openblas", "mkl")
 CACHE_FORMAT = 1
@@ -326,6 +331,27 @@ def _set_threads(lib: Library, n: int | None) -> None:
         fn(n)
 
 
+def set_threads(n: int) -> None:
+    """Use ``n`` threads in the library serving MLX's sgemm (where it can be told: OpenBLAS, MKL)."""
+    global current
+    if n < 1:
+        raise ValueError(f"BLAS threads must be >= 1, got {n}")
+    if _library is not None and _library.set_threads:
+        _set_threads(_library, n)
+        current = Choice(current.name, current.path, n, current.gflops if n == current.threads else None,
+                         current.note)
+
+
+def _threads_override() -> int | None:
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        log.warning("transcriber: %s=%r is not a positive whole number: ignored", THREADS_ENV, text)
+        return None
+    return int(text)
+
+
 def threads() -> int | None:
     """The thread count of the library serving MLX's sgemm, as the library reports it."""
     lib = _library
@@ -592,6 +618,9 @@ def apply(setting: str | None = None, *, reprobe: bool = False) -> Choice:
                 _bind(lib)
         else:
             lib, n, gflops, note = _decide(setting, reprobe)
+            override = _threads_override()
+            if override and override != n:  # the probe's GFLOP/s were for its own thread count
+                n, gflops = override, None
             _bind(lib)
             _set_threads(lib, n)
     except Exception as e:  # noqa: BLE001 - never let a BLAS choice break the import
