@@ -16,9 +16,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -32,6 +34,7 @@ from .batch import Batch, enqueue_files, summary
 from .discover import discover, has_audio
 from .engines import EngineCache
 from .progress import Reporter
+from .ray_worker import DEFAULT_WORKER_TIMEOUT, ClusterError
 from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, RunResult,
                      Runner, StopFlag, owner_is_dead)
 from .spec import CUE_FIELDS, JobSpec
@@ -53,6 +56,8 @@ Examples:
   transcribe status                            what every job is doing (--json for scripts)
   transcribe retry --failed                    try the failed files again
   transcribe watch incoming/ -f srt,vtt        transcribe files as they arrive
+  transcribe podcasts/ --ray                   on a local Ray instance, one worker per core
+  transcribe /shared/podcasts/ --ray auto      on the Ray cluster of this node (`ray start`)
 \b
 Every file is a job in a SQLite database (--db, else $TRANSCRIBER_DB, else the user data
 folder): a rerun skips what is done, and a killed run resumes where it stopped.
@@ -69,6 +74,7 @@ class DefaultGroup(click.Group):
     def parse_args(self, ctx, args):
         if args and args[0] in ("--help", "-h", "--version"):
             return super().parse_args(ctx, args)
+        args = _optional_values(args)
         i = 0
         while i < len(args) and args[i].startswith("-") and args[i] != "--":
             # an option that takes a value (in any subcommand) skips its value too
@@ -87,9 +93,28 @@ class DefaultGroup(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except (StoreError, ModelError) as e:  # the database or the model, at any point: one line
+        except (StoreError, ModelError, ClusterError) as e:  # the database, the model, Ray: one line
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
+
+
+# Options whose value may be left out (``--ray`` alone: a local instance), and what that means.
+OPTIONAL_VALUES = {"--ray": "local"}
+
+
+def _optional_values(args: list[str]) -> list[str]:
+    """``--ray podcasts/``: Click would take the folder for the option's value; a following word
+    that is an existing file or folder is left to be a path (``--ray=local`` then)."""
+    out = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        following = args[i + 1] if i + 1 < len(args) else None
+        if arg in OPTIONAL_VALUES and following and not following.startswith("-") \
+                and following not in ("auto", "local") and os.path.exists(following):
+            arg = f"{arg}={OPTIONAL_VALUES[arg]}"
+        out.append(arg)
+    return out
 
 
 @click.group(cls=DefaultGroup, help="Speech to subtitles with MLX Whisper.\n" + EXAMPLES,
@@ -133,6 +158,57 @@ def runner_options(f):
         db_option, quiet_option]):
         f = decorator(f)
     return f
+
+
+RAY_INSTALL = "pip install 'transcriber[ray]'"
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """``--ray`` and the flags that go with it (jobs/ray_runner.py)."""
+
+    address: str  # "local": start a local instance; "auto" or HOST:PORT: join a cluster
+    workers: Optional[int]  # None: one per ``threads`` CPUs of the cluster
+    threads: int  # BLAS threads of each worker, and the CPUs it reserves
+    timeout: float  # seconds of silence after which a worker is taken for dead
+
+
+def _needs_ray(ctx, param, value):
+    if value is not None:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise click.BadParameter(f"Ray is not installed: {RAY_INSTALL}") from None
+    return value
+
+
+def ray_options(f):
+    """--ray and its flags, handed to the command as one ``ray`` (RaySettings or None)."""
+
+    @functools.wraps(f)
+    def command(ray_address, workers, worker_threads, worker_timeout, **kwargs):
+        ray = None if ray_address is None else RaySettings(ray_address, workers, worker_threads, worker_timeout)
+        return f(ray=ray, **kwargs)
+
+    for decorator in reversed([
+        click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+                     callback=_needs_ray,
+                     help="Run the files on Ray workers. Alone: a local Ray instance on this machine; "
+                          "'auto': the cluster this node joined (`ray start`, or $RAY_ADDRESS); HOST:PORT: "
+                          f"that cluster's head. Workers read the media by path. Needs {RAY_INSTALL}."),
+        click.option("--workers", type=click.IntRange(min=1), default=None,
+                     help="Ray: model workers. [default: the cluster's CPUs / --worker-threads, at most "
+                          "one per file]"),
+        click.option("--worker-threads", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Ray: BLAS threads of each worker (the CPUs it reserves). One thread per worker "
+                          "does more audio per hour than one worker with all the threads."),
+        click.option("--worker-timeout", type=click.FloatRange(min=1), default=DEFAULT_WORKER_TIMEOUT,
+                     show_default=True,
+                     help="Ray: seconds without progress after which a worker is taken for dead (killed, "
+                          "its file resumed on another)."),
+    ]):
+        command = decorator(command)
+    return command
 
 
 _DEFAULTS = JobSpec()
@@ -228,10 +304,37 @@ def open_store(db: Optional[Path], timeout: float = DEFAULT_DB_TIMEOUT) -> JobSt
         sys.exit(1)
 
 
-def make_runner(store: JobStore, reporter: Reporter, stop: StopFlag, max_attempts: int,
-                checkpoint_seconds: float, lease_seconds: float) -> Runner:
-    return Runner(store, engines=EngineCache(), reporter=reporter, stop=stop, max_attempts=max_attempts,
-                  checkpoint_seconds=checkpoint_seconds, lease_seconds=lease_seconds)
+@contextlib.contextmanager
+def runners(store: JobStore, reporter: Reporter, ray: Optional[RaySettings], files: Optional[int],
+            max_attempts: int, checkpoint_seconds: float, lease_seconds: float):
+    """Yields ``make(stop) -> runner``: the in-process Runner, or with ``ray`` a RayRunner. Ray is
+    joined (or started) here, before the caller installs its StopFlag (``ray.init`` sets its own
+    SIGTERM handler), and its workers (and a local instance) are stopped on the way out.
+    ``files``: how many files the batch has (None: watch mode), at most one worker each."""
+    common = dict(reporter=reporter, max_attempts=max_attempts, checkpoint_seconds=checkpoint_seconds,
+                  lease_seconds=lease_seconds)
+    if ray is None:
+        yield lambda stop: Runner(store, engines=EngineCache(), stop=stop, **common)
+        return
+    from . import ray_runner  # imports Ray: only here, with --ray
+
+    started, line = ray_runner.connect(ray.address)
+    reporter.info(line)
+    made = []
+
+    def make(stop: StopFlag):
+        workers = ray.workers or min(ray_runner.default_workers(ray.threads), files or sys.maxsize)
+        made.append(ray_runner.RayRunner(store, workers=workers, threads_per_worker=ray.threads,
+                                         worker_timeout=ray.timeout, stop=stop, **common))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for runner in made:
+            runner.close()
+        if started:
+            ray_runner.disconnect()
 
 
 def stop_message(reporter_ref: list):
@@ -257,17 +360,18 @@ def closing_on_interrupt(reporter, message: str):
 
 
 def run_batch(store: JobStore, batch: Batch, quiet: bool, max_attempts: int, checkpoint_seconds: float,
-              lease_seconds: float) -> None:
-    """Run a batch's jobs, print the summary, exit with its status."""
+              lease_seconds: float, ray: Optional[RaySettings] = None) -> None:
+    """Run a batch's jobs (in this process, or on Ray), print the summary, exit with its status."""
     result = RunResult()
     if batch.to_run:
         if not quiet and sys.platform.startswith("linux") and not blas.loaded_path:
             click.echo(f"note: {blas.describe()}", err=True)
         reporter = Reporter(total_files=len(batch.to_run), quiet=quiet)
-        with StopFlag(stop_message([reporter])) as stop:
-            with closing_on_interrupt(reporter, "interrupted: unfinished files stay queued; run again to resume"):
-                make_runner(store, reporter, stop, max_attempts, checkpoint_seconds,
-                            lease_seconds).run(batch.to_run, result)
+        with closing_on_interrupt(reporter, "interrupted: unfinished files stay queued; run again to resume"):
+            with runners(store, reporter, ray, len(batch.to_run), max_attempts, checkpoint_seconds,
+                         lease_seconds) as make:
+                with StopFlag(stop_message([reporter])) as stop:
+                    make(stop).run(batch.to_run, result)
     lines, code = summary(batch, result)
     for line in lines:
         click.echo(line, err=True)
@@ -279,7 +383,9 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, max_attempts: int, che
 @spec_options
 @click.option("--force", is_flag=True, help="Redo files that are already done.")
 @runner_options
-def run(paths, spec, output_dir, force, max_attempts, checkpoint_seconds, lease_seconds, db, db_timeout, quiet):
+@ray_options
+def run(paths, spec, output_dir, force, max_attempts, checkpoint_seconds, lease_seconds, db, db_timeout, quiet,
+        ray):
     store = open_store(db, db_timeout)
 
     def is_media(path: Path) -> bool:
@@ -296,7 +402,7 @@ def run(paths, spec, output_dir, force, max_attempts, checkpoint_seconds, lease_
         sys.exit(1)
     batch = Batch(failed=[(str(p), "no such file or folder") for p in missing])
     enqueue_files(store, files, spec, output_dir, force=force, batch=batch)
-    run_batch(store, batch, quiet, max_attempts, checkpoint_seconds, lease_seconds)
+    run_batch(store, batch, quiet, max_attempts, checkpoint_seconds, lease_seconds, ray)
 
 
 def _when(t: Optional[float]) -> str:
@@ -333,9 +439,9 @@ def _language(job: Job) -> str:
 
 def status_table(jobs: list[Job]) -> str:
     now = time.time()
-    header = ("ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "UPDATED", "FILE", "ERROR")
+    header = ("ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "WORKER", "UPDATED", "FILE", "ERROR")
     rows = [(str(j.id), _status_of(j, now), f"{_clock(j.progress)}/{_clock(j.duration)}", str(j.runs),
-             _language(j), _when(j.updated_at), j.path, _note(j)) for j in jobs]
+             _language(j), j.worker or "-", _when(j.updated_at), j.path, _note(j)) for j in jobs]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
     lines = []
     for r in [header, *rows]:
@@ -344,7 +450,9 @@ def status_table(jobs: list[Job]) -> str:
     return "\n".join(lines)
 
 
-@main.command(help="""Show the jobs in the database: a table, or JSON with --json.
+@main.command(help="""Show the jobs in the database: a table, or JSON with --json. WORKER is the
+process that decodes (or last decoded) a file, as host:pid: the transcribe process itself, or
+with --ray the Ray worker it was handed to.
 
 \b
 Examples:
@@ -422,16 +530,17 @@ Examples:
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
               help="Seconds between scans of the folder.")
 @runner_options
+@ray_options
 def watch(folder, spec, output_dir, stable_seconds, interval, max_attempts, checkpoint_seconds, lease_seconds,
-          db, db_timeout, quiet):
+          db, db_timeout, quiet, ray):
     store = open_store(db, db_timeout)
     reporter = Reporter(quiet=quiet)
-    reporter.info(f"watching {folder} (Ctrl-C to stop)")
-    with StopFlag(stop_message([reporter])) as stop:
-        runner = make_runner(store, reporter, stop, max_attempts, checkpoint_seconds, lease_seconds)
-        with closing_on_interrupt(reporter, "interrupted"):
-            result = watch_folder(store, folder, spec, output_dir, runner, reporter, stop,
-                                  interval=interval, stable_seconds=stable_seconds)
+    with closing_on_interrupt(reporter, "interrupted"):
+        with runners(store, reporter, ray, None, max_attempts, checkpoint_seconds, lease_seconds) as make:
+            reporter.info(f"watching {folder} (Ctrl-C to stop)")
+            with StopFlag(stop_message([reporter])) as stop:
+                result = watch_folder(store, folder, spec, output_dir, make(stop), reporter, stop,
+                                      interval=interval, stable_seconds=stable_seconds)
     # each failure was printed as it happened (the runner's "error:" line): only the count here
     click.echo(f"watch stopped: {len(result.done)} done, {len(result.failed)} failed", err=True)
 

@@ -1,0 +1,343 @@
+"""The job runner on a Ray cluster (``transcribe --ray``): the driver owns the store, workers decode.
+
+    driver (this process): the SQLite job store, claims, checkpoints, outputs, progress bars
+      -> N Ray actors (jobs/ray_worker.py), one model each, loaded once:
+         worker.transcribe(...) is a Ray generator, one item per engine step, streamed back
+
+The driver does with each job exactly what the in-process runner does (``Attempt`` in
+jobs/runner.py: check the file, resume from the last checkpoint, commit each checkpoint in one
+transaction, write the outputs atomically, mark it done), except that the engine's steps come from
+a worker instead of a loop in this process. One thread, one event loop: ``ray.wait`` over the
+streams in flight, each item handled as it arrives.
+
+Faults:
+
+- a worker process that dies (kill -9, out of memory, its node lost) ends its stream with an
+  error: the job is queued again and resumes from its last committed checkpoint on the next free
+  worker; Ray restarts the dead actor (``max_restarts=-1``), on another node if its node is gone.
+  A file whose worker dies a second time is failed, with that reason, and the batch goes on;
+- a worker silent for ``worker_timeout`` seconds (no item: hung, or stopped) is killed and
+  treated the same;
+- a file a worker cannot read fails that job only, with the worker's error (ffmpeg's message);
+- the driver killed: its leases are seen dead by the next run, which resumes every file from its
+  checkpoint, as with the in-process runner. Its actors die with it (Ray ends the actors of a
+  driver that is gone).
+
+This module imports Ray: jobs/cli.py imports it only for ``--ray``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import ray
+from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+
+from transcriber import TranscriberError
+
+from .progress import Reporter
+from .ray_worker import DEFAULT_WORKER_TIMEOUT, ClusterError, Started, Worker
+from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, Attempt, Heartbeat,
+                     Runner, RunResult, StopFlag, Stopped, owner_is_dead)
+from .store import JobStore, owner_id
+
+LOCAL_OBJECT_STORE_BYTES = 200 * 2**20  # items are small (a step; a state of a few MB at most)
+WAIT_SECONDS = 1.0  # the event loop wakes up at least this often (hang checks, Ctrl-C)
+DEATHS_ALLOWED = 1  # a file whose worker dies once more than this is failed
+# The driver's environment that its workers need too (the BLAS choice, the model cache, debug
+# and test switches); not the job database's settings, which only the driver uses.
+FORWARDED_ENV_PREFIX = "TRANSCRIBER_"
+NOT_FORWARDED = ("TRANSCRIBER_DB", "TRANSCRIBER_DB_TIMEOUT")
+
+
+class WorkerDied(TranscriberError):
+    """The worker decoding a job died or hung. ``retryable``: the job is queued again (resuming
+    from its checkpoint), unless this file already cost a worker before."""
+
+    def __init__(self, message: str, retryable: bool):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def connect(address: str) -> tuple[bool, str]:
+    """Start a local Ray instance (``address`` "local") or join a cluster ("auto", HOST:PORT);
+    (whether this call started Ray, a line saying what). Ray already initialized in this
+    process (a test, a notebook) is used as it is."""
+    if ray.is_initialized():
+        return False, "ray: using the Ray instance of this process"
+    options = dict(logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
+    if address == "local":
+        options.update(num_cpus=os.cpu_count(), object_store_memory=LOCAL_OBJECT_STORE_BYTES)
+    start = time.monotonic()
+    try:
+        ray.init(address=address, **options)
+    except Exception as e:  # ConnectionError, ValueError, RuntimeError... from a bad address
+        where = "start a local Ray instance" if address == "local" else f"join the Ray cluster at {address}"
+        raise ClusterError(f"cannot {where}: {' '.join(str(e).split()) or type(e).__name__}") from e
+    took = time.monotonic() - start
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    what = "started a local Ray instance" if address == "local" else f"joined the Ray cluster at {address}"
+    return True, f"ray: {what} ({cpus} CPUs) in {took:.1f} s"
+
+
+def disconnect() -> None:
+    """Leave Ray (a local instance started by ``connect`` stops with it)."""
+    ray.shutdown()
+
+
+def default_workers(threads_per_worker: int) -> int:
+    """One worker per ``threads_per_worker`` CPUs of the cluster (at least one): each worker
+    reserves that many CPUs from Ray and runs its BLAS with that many threads."""
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    return max(1, cpus // threads_per_worker)
+
+
+def forwarded_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIX) and k not in NOT_FORWARDED}
+
+
+@dataclass
+class Slot:
+    """One worker actor, and the job it is decoding if any."""
+
+    actor: object
+    name: Optional[str] = None  # host:pid, once the worker has answered
+    ready: Optional[ray.ObjectRef] = None  # the worker is (re)starting: its identity() call
+    since: float = 0.0  # monotonic time of the last news: started waiting, or the last item
+    attempt: Optional[Attempt] = None
+    stream: Optional[object] = None  # the ObjectRefGenerator of ``transcribe``
+    heartbeat: Optional[Heartbeat] = None
+
+    @property
+    def idle(self) -> bool:
+        return self.ready is None and self.stream is None
+
+
+class RayRunner:
+    """Runs jobs on Ray workers; the same ``run(ids, result)`` as ``Runner`` (jobs/runner.py),
+    whose ``settle`` it uses to book every attempt's end. The workers are started on the first
+    ``run`` and kept until ``close`` (watch mode runs many batches on them)."""
+
+    def __init__(self, store: JobStore, *, workers: int, threads_per_worker: int = 1,
+                 reporter: Optional[Reporter] = None, stop: Optional[StopFlag] = None,
+                 owner: Optional[str] = None, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS,
+                 lease_seconds: float = DEFAULT_LEASE_SECONDS, worker_timeout: float = DEFAULT_WORKER_TIMEOUT):
+        # the booking of attempts (settle, fail) is the in-process runner's, unchanged
+        self.books = Runner(store, reporter=reporter, stop=stop, owner=owner or owner_id(),
+                            max_attempts=max_attempts, checkpoint_seconds=checkpoint_seconds,
+                            lease_seconds=lease_seconds)
+        self.store, self.reporter, self.stop = store, self.books.reporter, self.books.stop
+        self.workers, self.threads_per_worker, self.worker_timeout = workers, threads_per_worker, worker_timeout
+        self.slots: list[Slot] = []
+        self.deaths: dict[int, int] = {}  # job id -> workers that died on it in this run
+
+    # --- the pool ------------------------------------------------------------------------
+
+    def start_workers(self) -> float:
+        """Start the worker actors and wait until they answer; the seconds it took."""
+        start = time.monotonic()
+        remote = ray.remote(Worker).options(
+            num_cpus=self.threads_per_worker, max_restarts=-1, max_task_retries=0,
+            runtime_env={"env_vars": forwarded_env()})
+        for _ in range(self.workers):
+            slot = Slot(remote.remote(self.threads_per_worker))
+            self._restarting(slot)
+            self.slots.append(slot)
+        while any(s.ready is not None for s in self.slots):
+            self._wait()
+        if not self.slots:
+            raise ClusterError("no Ray worker could be started")
+        return time.monotonic() - start
+
+    def _restarting(self, slot: Slot, clock: bool = True) -> None:
+        """Wait for the worker to answer (it is starting, or Ray restarts it)."""
+        slot.ready = slot.actor.identity.remote()
+        if clock:
+            slot.since = time.monotonic()
+
+    def close(self) -> None:
+        """Stop the workers (a job still in flight keeps its last checkpoint)."""
+        for slot in self.slots:
+            with contextlib.suppress(Exception):
+                ray.kill(slot.actor, no_restart=True)
+        self.slots.clear()
+
+    # --- running -------------------------------------------------------------------------
+
+    def run(self, ids, result: Optional[RunResult] = None) -> RunResult:
+        """Run the jobs among ``ids`` that are queued (or stalled) until none is left, or a stop."""
+        ids = list(ids)
+        result = result or RunResult()
+        if not self.slots:
+            took = self.start_workers()
+            self.reporter.info(f"ray: {len(self.slots)} worker{'s' if len(self.slots) != 1 else ''} "
+                               f"({self.threads_per_worker} BLAS thread{'s' if self.threads_per_worker != 1 else ''}"
+                               f" each) ready in {took:.1f} s")
+        try:
+            drained = False
+            while self.slots:
+                if not self.stop.requested and not drained:
+                    drained = self._dispatch(ids, result)
+                if not any(s.stream is not None for s in self.slots):
+                    if drained or self.stop.requested:
+                        break
+                    if all(s.idle for s in self.slots):
+                        continue  # every job handed out ended at once (done already, failed): more
+                self._wait(result)
+        except BaseException:
+            self._abandon(result)
+            raise
+        if not self.slots:
+            raise ClusterError("every Ray worker is gone; unfinished files stay queued")
+        if self.stop.requested:
+            result.stopped = self.stop.signum
+        return result
+
+    def _dispatch(self, ids: list[int], result: RunResult) -> bool:
+        """Hand a job to every idle worker; True when no job is left to claim."""
+        for slot in self.slots:
+            if not slot.idle or self.stop.requested:
+                continue
+            self.store.expire_dead_leases(owner_is_dead)
+            job = self.store.claim(self.books.owner, ids, self.books.lease_seconds)
+            if job is None:
+                return True
+            slot.attempt = attempt = Attempt(self.books, job, slot.name)
+            slot.heartbeat = Heartbeat(self.store.path, job.id, self.books.owner, self.books.lease_seconds)
+            slot.heartbeat.__enter__()
+            try:
+                resume = attempt.begin()
+                if resume is None:  # the words are complete: only the outputs are left, here
+                    attempt.finish()
+                    self._end(slot, result)
+                    continue
+                slot.stream = slot.actor.transcribe.remote(
+                    attempt.spec.to_dict(), str(attempt.path), resume.state, resume.position,
+                    self.books.checkpoint_seconds)
+                slot.since = time.monotonic()
+            except BaseException as e:
+                self._end(slot, result, e)
+        return False
+
+    def _wait(self, result: Optional[RunResult] = None) -> None:
+        """Wait (at most WAIT_SECONDS) for news from the workers, and handle all there is."""
+        waitables = {id(w): (slot, w) for slot in self.slots for w in (slot.stream, slot.ready) if w is not None}
+        if waitables:
+            refs = [w for _, w in waitables.values()]
+            ready, _ = ray.wait(refs, num_returns=1, timeout=WAIT_SECONDS)
+            if ready:  # then everything else that is ready too, so that no worker waits behind another
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for w in ready:
+                slot, _ = waitables[id(w)]
+                if w is slot.ready:
+                    self._came_up(slot)
+                elif w is slot.stream:
+                    self._next_item(slot, result)
+        self._check_silence(result)
+
+    def _came_up(self, slot: Slot) -> None:
+        try:
+            slot.name = ray.get(slot.ready)
+        except ActorUnavailableError:  # asked while Ray was restarting it: ask again
+            self._restarting(slot, clock=False)
+            return
+        except RayActorError as e:  # dead for good (it cannot be restarted): do without it
+            self._drop(slot)
+            self.reporter.error(f"warning: a Ray worker is gone ({_first_line(e)}); {len(self.slots)} left")
+            return
+        slot.ready = None
+
+    def _next_item(self, slot: Slot, result: RunResult) -> None:
+        attempt = slot.attempt
+        try:
+            try:
+                item = ray.get(next(slot.stream))
+            except StopIteration:  # the end of the file
+                slot.stream = None
+                attempt.complete()
+                attempt.finish()
+                self._end(slot, result)
+                return
+            except RayTaskError as e:  # the worker's own error about this file
+                slot.stream = None
+                raise (e.cause if isinstance(e.cause, BaseException) else e) from None
+            except RayActorError:
+                self._died(slot, result, "died")
+                return
+            slot.since = time.monotonic()
+            if isinstance(item, Started):
+                attempt.model = item.model
+                if item.worker != slot.name:  # restarted elsewhere since we last heard from it
+                    slot.name = attempt.worker = item.worker
+                    self.store.set_worker(attempt.job.id, self.books.owner, item.worker)
+                return
+            commit = item.state is not None
+            attempt.add(item, commit)
+            if commit and self.stop.requested:
+                raise Stopped
+        except BaseException as e:
+            self._end(slot, result, e)
+
+    def _check_silence(self, result: Optional[RunResult]) -> None:
+        now = time.monotonic()
+        for slot in list(self.slots):
+            if now - slot.since <= self.worker_timeout:
+                continue
+            if slot.stream is not None:
+                with contextlib.suppress(Exception):
+                    ray.kill(slot.actor, no_restart=False)  # Ray starts it again
+                self._died(slot, result, f"hung (no progress for {self.worker_timeout:g} s) and was killed")
+            elif slot.ready is not None:  # never came (back) up: no node can take it
+                self._drop(slot)
+                self.reporter.error(f"warning: a Ray worker did not come (back) up within {self.worker_timeout:g} s; "
+                                    f"{len(self.slots)} left")
+
+    def _died(self, slot: Slot, result: RunResult, how: str) -> None:
+        """The worker of a job died (or hung): the job is queued again from its checkpoint, or
+        failed if this file already cost a worker; the worker is restarted by Ray."""
+        job = slot.attempt.job
+        self.deaths[job.id] = deaths = self.deaths.get(job.id, 0) + 1
+        again = deaths <= DEATHS_ALLOWED
+        message = f"the Ray worker {slot.name} transcribing it {how}"
+        if not again:
+            message += f"; {deaths} workers died on this file: given up"
+        slot.stream = None
+        self._restarting(slot)
+        self._end(slot, result, WorkerDied(message, retryable=again))
+
+    def _end(self, slot: Slot, result: RunResult, error: Optional[BaseException] = None) -> None:
+        """Book the end of the slot's attempt (Runner.settle); a worker still decoding a job
+        that ended here (a stop, the file changed...) is restarted, so that it stops."""
+        attempt, heartbeat = slot.attempt, slot.heartbeat
+        if slot.stream is not None:
+            slot.stream = None
+            with contextlib.suppress(Exception):
+                ray.kill(slot.actor, no_restart=False)
+            self._restarting(slot)
+        slot.attempt = slot.heartbeat = None
+        if heartbeat is not None:
+            heartbeat.__exit__(None, None, None)
+        self.books.settle(attempt, result, error)
+
+    def _drop(self, slot: Slot) -> None:
+        with contextlib.suppress(Exception):
+            ray.kill(slot.actor, no_restart=True)
+        self.slots.remove(slot)
+
+    def _abandon(self, result: RunResult) -> None:
+        """The run ends on an error (the database, the model, a second Ctrl-C): give every job in
+        flight back to the queue, its checkpoint kept."""
+        for slot in self.slots:
+            if slot.attempt is not None:
+                with contextlib.suppress(BaseException):
+                    self._end(slot, result, Stopped())
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
