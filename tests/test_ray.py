@@ -114,12 +114,13 @@ def test_four_files_on_two_workers_give_the_in_process_words(ray_address, folder
     assert "WORKER" in status.splitlines()[0] and all(w in status for w in workers)
 
 
-def stopped(pid: int) -> bool:
+def process_state(pid: int):
+    """The state letter of a process (b"T": stopped, b"Z": a zombie), None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"T"
+            return f.read().rsplit(b")", 1)[1].split()[0]
     except OSError:
-        return False
+        return None
 
 
 def driver(*args, env_extra: dict) -> subprocess.Popen:
@@ -149,7 +150,7 @@ def stopped_worker(db: Path, name: str):
         if job is None or not job.worker or not store.checkpoints(job.id):
             return None
     pid = pid_of(job.worker)
-    return pid if stopped(pid) else None
+    return pid if process_state(pid) == b"T" else None
 
 
 def test_a_worker_killed_mid_file_is_replaced_and_the_file_resumes(ray_address, folder, reference, tmp_path):
@@ -176,6 +177,30 @@ def test_a_worker_killed_mid_file_is_replaced_and_the_file_resumes(ray_address, 
     assert "4 done, 0 skipped, 0 failed" in err
 
 
+def test_the_driver_killed_mid_file_then_a_rerun_resumes_it(ray_address, folder, reference, tmp_path):
+    work = copy_of(folder, tmp_path, names={"jfk.flac"})
+    db = tmp_path / "jobs.db"
+    args = (work, "--ray", ray_address, "--db", db, "-f", "json", "--checkpoint-seconds", "1", "--workers", "1")
+    proc = driver(*args, env_extra={HOOK: "SIGSTOP@jfk.flac:4"})
+    try:
+        pid = wait_for(lambda: stopped_worker(db, "jfk.flac"), "the worker of jfk.flac to stop at step 4")
+        proc.kill()
+        proc.wait()
+    finally:
+        proc.kill()
+    wait_for(lambda: process_state(pid) in (None, b"Z"), "Ray to end the workers of the dead driver")
+    proc = driver(*args, env_extra={})
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert words_of(work) == {"jfk": reference["jfk"]}
+    job = jobs_in(db)["jfk.flac"]
+    assert job.status == "done" and job.runs == 2 and job.errors == 0  # resumed, not counted as a failure
+    with JobStore(db) as store:
+        owners = [c["owner"] for c in store.checkpoints(job.id)]
+    assert len(set(owners)) == 2 and owners[0] != owners[-1]  # the second driver went on from the first's
+
+
+@pytest.mark.slow
 def test_a_hung_worker_is_killed_after_the_timeout_and_restarted(ray_address, folder, reference, tmp_path):
     work = copy_of(folder, tmp_path, names={"jfk.flac"})
     db = tmp_path / "jobs.db"
