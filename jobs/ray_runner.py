@@ -140,8 +140,13 @@ class RayRunner:
     # --- the pool ------------------------------------------------------------------------
 
     def start_workers(self) -> float:
-        """Start the worker actors and wait until they answer; the seconds it took."""
+        """Start the worker actors and wait until one answers (the others join the run as they
+        come up); the seconds it took."""
         start = time.monotonic()
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        if self.workers * self.threads_per_worker > cpus:
+            self.reporter.error(f"warning: {self.workers} workers x {self.threads_per_worker} CPUs is more than the "
+                                f"{cpus} CPUs of the Ray cluster: some wait for CPUs to free up")
         remote = ray.remote(Worker).options(
             num_cpus=self.threads_per_worker, max_restarts=-1, max_task_retries=0,
             runtime_env={"env_vars": forwarded_env()})
@@ -149,7 +154,7 @@ class RayRunner:
             slot = Slot(remote.remote(self.threads_per_worker))
             self._restarting(slot)
             self.slots.append(slot)
-        while any(s.ready is not None for s in self.slots):
+        while self.slots and not any(s.idle for s in self.slots):
             self._wait()
         if not self.slots:
             raise ClusterError("no Ray worker could be started")
@@ -178,7 +183,7 @@ class RayRunner:
             took = self.start_workers()
             self.reporter.info(f"ray: {len(self.slots)} worker{'s' if len(self.slots) != 1 else ''} "
                                f"({self.threads_per_worker} BLAS thread{'s' if self.threads_per_worker != 1 else ''}"
-                               f" each) ready in {took:.1f} s")
+                               f" each), the first ready in {took:.1f} s")
         try:
             drained = False
             while self.slots:

@@ -103,7 +103,7 @@ def test_four_files_on_two_workers_give_the_in_process_words(ray_address, folder
     # --ray before the folder: taken for a path, not for the Ray address
     result = invoke("--ray", work, "--db", db, "-f", "json", "--checkpoint-seconds", "2")
     assert result.exit_code == 0, result.output
-    assert "2 workers (1 BLAS thread each) ready" in result.output
+    assert "2 workers (1 BLAS thread each), the first ready in" in result.output
     assert "4 done, 0 skipped, 0 failed" in result.output
     assert words_of(work) == reference
     jobs = jobs_in(db)
