@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -47,6 +48,8 @@ from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_
 from .store import JobStore, owner_id
 
 LOCAL_OBJECT_STORE_BYTES = 200 * 2**20  # items are small (a step; a state of a few MB at most)
+START_SECONDS = 120.0  # a worker (re)starting (a process, imports; maybe a node to come up) gets this long
+CONNECT_SECONDS = 10.0  # a cluster's head that does not accept a connection in this long is not there
 WAIT_SECONDS = 1.0  # the event loop wakes up at least this often (hang checks, Ctrl-C)
 DEATHS_ALLOWED = 1  # a file whose worker dies once more than this is failed
 # The driver's environment that its workers need too (the BLAS choice, the model cache, debug
@@ -73,6 +76,9 @@ def connect(address: str) -> tuple[bool, str]:
     options = dict(logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
     if address == "local":
         options.update(num_cpus=os.cpu_count(), object_store_memory=LOCAL_OBJECT_STORE_BYTES)
+    unreachable = _unreachable(address)
+    if unreachable:  # Ray itself would retry for many minutes
+        raise ClusterError(f"cannot join the Ray cluster at {address}: {unreachable}")
     start = time.monotonic()
     try:
         ray.init(address=address, **options)
@@ -83,6 +89,18 @@ def connect(address: str) -> tuple[bool, str]:
     cpus = int(ray.cluster_resources().get("CPU", 0))
     what = "started a local Ray instance" if address == "local" else f"joined the Ray cluster at {address}"
     return True, f"ray: {what} ({cpus} CPUs) in {took:.1f} s"
+
+
+def _unreachable(address: str) -> Optional[str]:
+    """Why nothing answers at HOST:PORT (None: something does, or not that form of address)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS).close()
+    except OSError as e:
+        return e.strerror or str(e) or type(e).__name__
+    return None
 
 
 def disconnect() -> None:
@@ -298,10 +316,11 @@ class RayRunner:
                 with contextlib.suppress(Exception):
                     ray.kill(slot.actor, no_restart=False)  # Ray starts it again
                 self._died(slot, result, f"hung (no progress for {self.worker_timeout:g} s) and was killed")
-            elif slot.ready is not None:  # never came (back) up: no node can take it
+            elif slot.ready is not None and now - slot.since > max(self.worker_timeout, START_SECONDS):
+                # never came (back) up: no node can take it
                 self._drop(slot)
-                self.reporter.error(f"warning: a Ray worker did not come (back) up within {self.worker_timeout:g} s; "
-                                    f"{len(self.slots)} left")
+                self.reporter.error(f"warning: a Ray worker did not come (back) up within "
+                                    f"{max(self.worker_timeout, START_SECONDS):g} s; {len(self.slots)} left")
 
     def _died(self, slot: Slot, result: RunResult, how: str) -> None:
         """The worker of a job died (or hung): the job is queued again from its checkpoint, or

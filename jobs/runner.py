@@ -9,6 +9,10 @@ For each job it claims (a lease in the store, kept alive by a heartbeat thread):
    transaction; nothing is committed twice, so no word is lost or repeated across a crash;
 3. write the outputs atomically from the committed words, then mark the job done.
 
+These steps are an ``Attempt``'s, and how an attempt ends is booked by ``Runner.settle``: the
+same code whether the engine runs in this process (``Runner``) or on a Ray worker that streams
+its steps back (``RayRunner``, jobs/ray_runner.py).
+
 A crash between any two steps is safe: the next runner resumes from the last checkpoint (or, if
 the words were complete, only rewrites the outputs). A failure is recorded with its error; the
 job is queued again until it has failed ``max_attempts`` times, except for an unreadable input,

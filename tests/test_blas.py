@@ -88,6 +88,18 @@ def test_pip_only_blas_is_5x_faster_and_cached(tmp_path):
     assert again["threads"] == fast["threads"] and not notes(err), err
 
 
+def test_thread_count_from_the_environment_or_set_threads(monkeypatch):
+    """TRANSCRIBER_BLAS_THREADS (Ray workers' --worker-threads) and blas.set_threads override
+    the probe's thread count; the library itself reports the new count."""
+    monkeypatch.setenv("TRANSCRIBER_BLAS_THREADS", "1")
+    one, err = run_python("from transcriber import blas", PIP_ONLY, extra='{"library": blas.threads()}')
+    assert one["threads"] == one["library"] == 1 and one["matmul_ok"] and not notes(err), one
+    monkeypatch.delenv("TRANSCRIBER_BLAS_THREADS")
+    two, err = run_python("from transcriber import blas\nblas.set_threads(2)", PIP_ONLY,
+                          extra='{"library": blas.threads()}')
+    assert two["threads"] == two["library"] == 2 and two["matmul_ok"] and not notes(err), two
+
+
 @pytest.mark.slow
 def test_jfk_same_words_on_both_blas():
     code = ("t0 = time.perf_counter()\n"

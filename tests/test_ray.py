@@ -38,10 +38,12 @@ HOOK = "TRANSCRIBER_TEST_WORKER_SIGNAL_AT"
 @pytest.fixture(scope="module")
 def ray_address():
     """A local Ray instance for this module; its GCS address (what ``--ray ADDRESS`` joins)."""
+    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init installs its own: the other tests keep pytest's
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20,
              logging_level=logging.ERROR, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
+    signal.signal(signal.SIGTERM, sigterm)
 
 
 @pytest.fixture(scope="module")
@@ -205,10 +207,10 @@ def test_a_hung_worker_is_killed_after_the_timeout_and_restarted(ray_address, fo
     work = copy_of(folder, tmp_path, names={"jfk.flac"})
     db = tmp_path / "jobs.db"
     proc = driver(work, "--ray", ray_address, "--db", db, "-f", "json", "--checkpoint-seconds", "1",
-                  "--workers", "1", "--worker-timeout", "15", env_extra={HOOK: "SIGSTOP@jfk.flac:4"})
+                  "--workers", "1", "--worker-timeout", "20", env_extra={HOOK: "SIGSTOP@jfk.flac:4"})
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
-    assert "hung (no progress for 15 s) and was killed" in err
+    assert "hung (no progress for 20 s) and was killed" in err
     assert words_of(work) == {"jfk": reference["jfk"]}
     job = jobs_in(db)["jfk.flac"]
     assert job.status == "done" and job.runs == 2  # resumed on the worker Ray restarted
@@ -261,3 +263,11 @@ def test_ray_is_not_imported_without_the_flag(tmp_path):
                            "-q", "-f", "json"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert json.loads(proc.stdout.splitlines()[-1]) == {"code": 0, "ray": []}
     assert (tmp_path / "a.json").exists()
+
+
+def test_a_cluster_address_where_nothing_answers_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "jobs", str(PRESS_YARD), "--ray", "127.0.0.1:1", "--db",
+                           str(tmp_path / "jobs.db"), "-q"], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == ["error: cannot join the Ray cluster at 127.0.0.1:1: Connection refused"]
