@@ -153,6 +153,7 @@ class RayRunner:
         self.store, self.reporter, self.stop = store, self.books.reporter, self.books.stop
         self.workers, self.threads_per_worker, self.worker_timeout = workers, threads_per_worker, worker_timeout
         self.slots: list[Slot] = []
+        self.drained = False
         self.deaths: dict[int, int] = {}  # job id -> workers that died on it in this run
 
     # --- the pool ------------------------------------------------------------------------
@@ -202,13 +203,13 @@ class RayRunner:
             self.reporter.info(f"ray: {len(self.slots)} worker{'s' if len(self.slots) != 1 else ''} "
                                f"({self.threads_per_worker} BLAS thread{'s' if self.threads_per_worker != 1 else ''}"
                                f" each), the first ready in {took:.1f} s")
+        self.drained = False  # set when a claim finds nothing; cleared when a job may be queued again
         try:
-            drained = False
             while self.slots:
-                if not self.stop.requested and not drained:
-                    drained = self._dispatch(ids, result)
+                if not self.stop.requested and not self.drained:
+                    self.drained = self._dispatch(ids, result)
                 if not any(s.stream is not None for s in self.slots):
-                    if drained or self.stop.requested:
+                    if self.drained or self.stop.requested:
                         break
                     if all(s.idle for s in self.slots):
                         continue  # every job handed out ended at once (done already, failed): more
@@ -347,6 +348,8 @@ class RayRunner:
         slot.attempt = slot.heartbeat = None
         if heartbeat is not None:
             heartbeat.__exit__(None, None, None)
+        if error is not None:
+            self.drained = False  # the job may be queued again (a retry): claim again
         self.books.settle(attempt, result, error)
 
     def _drop(self, slot: Slot) -> None:

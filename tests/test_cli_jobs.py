@@ -53,7 +53,7 @@ def db(tmp_path, data_dir) -> Path:
         store.claim(f"{socket.gethostname()}:{dead.pid}:gone", [stalled], 3600)
         real = store.enqueue(request_for(tmp_path / "real.flac", None, None, JobSpec(formats=("srt", "json"))))[0].id
         store.claim(OWNER, [real], 60)
-        store.start(real, OWNER, store.get(real).content_key, 2.74)
+        store.start(real, OWNER, store.get(real).content_key, 2.74, worker="node-a:42")
         store.checkpoint(real, OWNER, [words_segment()], {"seek": 274}, 2.74, "en", "tiny.en", 60, complete=True)
         store.fail(real, OWNER, "cannot write real.srt: No space left on device", True, 1)
     return path
@@ -67,8 +67,10 @@ def test_status_table(db):
     result = invoke("status", "--db", str(db))
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "UPDATED", "FILE", "ERROR"]
-    rows = {Path(line.split()[7]).name: line for line in lines[1:6]}
+    assert lines[0].split() == ["ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "WORKER", "UPDATED", "FILE", "ERROR"]
+    rows = {Path(line.split()[8]).name: line for line in lines[1:6]}
+    assert rows["real.flac"].split()[5] == "node-a:42"  # the process that decoded it
+    assert rows["queued.wav"].split()[5] == "-"  # never started
     assert rows["gone.wav"].split()[1] == "failed" and rows["gone.wav"].endswith("file is empty")
     assert rows["done.wav"].split()[1] == "done" and "0:02/" in rows["done.wav"]
     assert rows["queued.wav"].split()[1] == "queued"

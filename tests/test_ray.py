@@ -160,8 +160,13 @@ def test_a_worker_killed_mid_file_is_replaced_and_the_file_resumes(ray_address, 
     db = tmp_path / "jobs.db"
     proc = driver(work, "--ray", ray_address, "--db", db, "-f", "json", "--checkpoint-seconds", "1",
                   env_extra={HOOK: "SIGSTOP@jfk.flac:4"})
+    def others_done() -> bool:
+        return db.exists() and all(j.status == "done" for name, j in jobs_in(db).items() if name != "jfk.flac")
+
     try:
         pid = wait_for(lambda: stopped_worker(db, "jfk.flac"), "the worker of jfk.flac to stop at step 4")
+        # the other files done first: the driver has no job left to hand out, then gets one back
+        wait_for(others_done, "the other files to be done")
         os.kill(pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=240)
     finally:
