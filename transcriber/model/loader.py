@@ -29,8 +29,8 @@ import numpy as np
 from mlx.utils import tree_flatten
 
 from ..errors import ModelError
-from . import ct2, hf
 from ..tokenizer import LANGUAGES, load_tokenizer
+from . import ct2, hf
 from .whisper import ModelDimensions, ModelInfo, Whisper
 
 DEFAULT_MODEL = "tiny.en"
