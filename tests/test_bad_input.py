@@ -63,6 +63,11 @@ def no_traceback(result) -> None:
     assert "Traceback" not in result.output and not isinstance(result.exception, sqlite3.Error)
 
 
+def locked_line(db: Path, waited: str) -> str:
+    """The one line a command prints when the job database stayed locked too long."""
+    return f"error: the job database {db} is locked by another process (waited {waited} s; see --db-timeout)"
+
+
 def words_of(media: Path) -> list[str]:
     data = json.loads(media.with_suffix(".json").read_text())
     return [w["word"] for s in data["segments"] for w in s["words"]]
@@ -156,8 +161,7 @@ def test_a_database_locked_before_the_run_is_one_line_and_exit_1(locked, media, 
     result = invoke(*args, "--db", str(db), "--db-timeout", "0.3")
     no_traceback(result)
     assert result.exit_code == 1
-    assert result.stderr.splitlines() == [
-        f"error: the job database {db} is locked by another process (waited 0.3 s; see --db-timeout)"]
+    assert result.stderr.splitlines() == [locked_line(db, "0.3")]
     assert not media.with_suffix(".srt").exists()
     unlock()
     conn = sqlite3.connect(db)
@@ -172,8 +176,7 @@ def test_a_long_wait_is_told_once_and_the_env_var_sets_the_timeout(locked, media
     result = invoke("--db", str(db), str(media))
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [
-        f"waiting for the job database {db}, locked by another process",
-        f"error: the job database {db} is locked by another process (waited 3.4 s; see --db-timeout)"]
+        f"waiting for the job database {db}, locked by another process", locked_line(db, "3.4")]
 
 
 def test_a_database_locked_mid_run_stops_with_one_line_and_resumes(locked, media, monkeypatch):
@@ -189,8 +192,7 @@ def test_a_database_locked_mid_run_stops_with_one_line_and_resumes(locked, media
     result = invoke(*args)
     no_traceback(result)
     assert result.exit_code == 1
-    assert result.stderr.splitlines() == [
-        f"error: the job database {db} is locked by another process (waited 0.3 s; see --db-timeout)"]
+    assert result.stderr.splitlines() == [locked_line(db, "0.3")]
     assert not media.with_suffix(".json").exists()
     unlock()
     row = intact(db, media)
