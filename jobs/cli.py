@@ -31,7 +31,7 @@ from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, ModelError
 from .batch import Batch, enqueue_files, summary
 from .discover import discover, has_audio
 from .engines import EngineCache
-from .progress import Reporter
+from .progress import Reporter, printable
 from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, RunResult,
                      Runner, StopFlag, owner_is_dead)
 from .spec import CUE_FIELDS, JobSpec
@@ -270,12 +270,13 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, max_attempts: int, che
                             lease_seconds).run(batch.to_run, result)
     lines, code = summary(batch, result)
     for line in lines:
-        click.echo(line, err=True)
+        click.echo(printable(line), err=True)
     sys.exit(code)
 
 
 @main.command("run", help="Transcribe media files and folders (the default command).\n" + EXAMPLES)
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+# readable=False: an unreadable file fails as a job of the batch (one line), not the whole command
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False, path_type=Path))
 @spec_options
 @click.option("--force", is_flag=True, help="Redo files that are already done.")
 @runner_options
@@ -292,9 +293,9 @@ def run(paths, spec, output_dir, force, max_attempts, checkpoint_seconds, lease_
 
     files, missing = discover(paths, check=is_media)
     if not files and not missing:
-        click.echo(f"error: no media files found in {', '.join(str(p) for p in paths)}", err=True)
+        click.echo(printable(f"error: no media files found in {', '.join(str(p) for p in paths)}"), err=True)
         sys.exit(1)
-    batch = Batch(failed=[(str(p), "no such file or folder") for p in missing])
+    batch = Batch(failed=[(str(p), why) for p, why in missing])
     enqueue_files(store, files, spec, output_dir, force=force, batch=batch)
     run_batch(store, batch, quiet, max_attempts, checkpoint_seconds, lease_seconds)
 

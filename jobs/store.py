@@ -22,8 +22,10 @@ no longer write anything for that job (``LeaseLost``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import sys
@@ -91,6 +93,10 @@ class DatabaseLocked(StoreError):
     """Another process held the database's lock for longer than the store's timeout."""
 
 
+class NewerDatabase(StoreError):
+    """The database was migrated by a newer version of this program."""
+
+
 DEFAULT_TIMEOUT = 30.0  # seconds a statement waits for another process's lock
 NOTICE_AFTER = 3.0  # a wait this long is told to the user (``on_wait``), once per wait
 
@@ -100,6 +106,9 @@ class _Database(Database):
     for ``NOTICE_AFTER`` seconds (SQLite's own busy timeout), then, after telling ``on_wait``,
     for the rest of ``timeout``; past that, ``DatabaseLocked`` (one line naming the file)
     instead of sqlite3's bare "database is locked".
+
+    A database SQLite cannot write (a full disk, an I/O error, a read-only file) is a
+    ``StoreError`` too, one line naming it.
 
     Retrying the statement that hit the lock is safe here: every write transaction of the store
     starts with its write statement (see the module's docstring), so a statement that found the
@@ -121,6 +130,7 @@ class _Database(Database):
             return super().execute(sql, parameters)
         except sqlite3.OperationalError as e:
             if not _is_locked(e):
+                _raise_if_unusable(self.path, e)
                 raise
         rest = self.timeout - self.first_wait
         if rest > 0:
@@ -131,16 +141,44 @@ class _Database(Database):
                 return super().execute(sql, parameters)
             except sqlite3.OperationalError as e:
                 if not _is_locked(e):
+                    _raise_if_unusable(self.path, e)
                     raise
             finally:
                 self._busy_ms(self.first_wait)
         raise DatabaseLocked(f"the job database {self.path} is locked by another process "
                              f"(waited {self.timeout:g} s; see --db-timeout)") from None
 
+    @contextlib.contextmanager
+    def atomic(self):
+        """sqlite-utils' transaction; its COMMIT (not a statement through ``execute``) can find
+        the disk full too."""
+        try:
+            with super().atomic():
+                yield self
+        except sqlite3.OperationalError as e:
+            _raise_if_unusable(self.path, e)
+            raise
+
 
 def _is_locked(error: sqlite3.OperationalError) -> bool:
     text = str(error)
     return "database is locked" in text or "database is busy" in text
+
+
+# SQLite's words for a database file it cannot use whatever the statement: the disk, not the code
+_UNUSABLE = ("database or disk is full", "disk I/O error", "attempt to write a readonly database",
+             "unable to open database file")
+
+
+def _raise_if_unusable(path: Path, error: sqlite3.OperationalError) -> None:
+    """A full disk, an I/O error, a read-only file: StoreError, one line naming the database,
+    for the CLI. Other errors are left to the caller (sqlite-utils catches some in its work)."""
+    if any(words in str(error) for words in _UNUSABLE):
+        full = ""
+        with contextlib.suppress(OSError):  # SQLite says "disk I/O error" for some writes to a full disk
+            if shutil.disk_usage(path.parent).free < 1 << 20 and "full" not in str(error):
+                full = " (its disk is full)"
+        raise StoreError(f"the job database {path}: {error}{full}") from error
 
 
 class LeaseLost(Exception):
@@ -269,8 +307,11 @@ class JobStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(str(self.path), timeout=min(timeout, NOTICE_AFTER))
             self.db = _Database(conn, self.path, timeout, on_wait)
+            self._refuse_others()  # before the first write: a database not ours is left as it was
             self.db.enable_wal()  # readers never block the runner's checkpoints, nor it them
             self._migrate()
+        except StoreError:
+            raise
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open job database {self.path}: {e}") from e
 
@@ -287,6 +328,21 @@ class JobStore:
         except BaseException:
             self.db.rollback()
             raise
+
+    def _refuse_others(self) -> None:
+        """Refuse, untouched, a database this version must not write: one of another program
+        (tables, but none of our migrations), or one a newer version has migrated (it may hold
+        what this one would misread or destroy)."""
+        applied = [m.name for m in migrations.applied(self.db)]
+        tables = self.db.table_names()
+        if not applied and tables:
+            raise StoreError(f"the job database {self.path} is not one of transcriber's: it holds other "
+                             f"tables ({', '.join(tables[:3])}); use another --db")
+        known = {m.name for m in migrations.pending(Database(memory=True))}  # all of this version's
+        unknown = [name for name in applied if name not in known]
+        if unknown:
+            raise NewerDatabase(f"the job database {self.path} was written by a newer version of transcriber "
+                                f"(migration {unknown[0]}); upgrade transcriber, or use another --db")
 
     def close(self) -> None:
         self.db.close()

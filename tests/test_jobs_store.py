@@ -240,7 +240,7 @@ def test_discovery_by_extension_and_by_probe(tmp_path):
     shutil.copy(JFK, tmp_path / "sub" / "c.wav")
     found, missing = discover([tmp_path, tmp_path / "a.flac", tmp_path / "nope.mp3"])
     assert [f.name for f, _ in found] == ["a.flac", "recording.dat", "c.wav"]
-    assert missing == [tmp_path / "nope.mp3"]
+    assert missing == [(tmp_path / "nope.mp3", "no such file or folder")]
     assert is_temporary(Path("x.crdownload")) and is_temporary(Path("~$x.wav")) and not is_temporary(Path("-a.wav"))
     assert not looks_like_media(tmp_path / "a.srt", check=lambda p: pytest.fail("probed an output"))
 
