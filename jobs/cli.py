@@ -317,10 +317,11 @@ def _status_of(job: Job, now: float) -> str:
 
 
 def _note(job: Job) -> str:
+    """The error of a failed (or retrying) job; the warnings of a done one."""
     if job.status == FAILED or (job.last_error and job.status != "done"):
         prefix = "" if job.status == FAILED else f"error {job.errors}x, retrying: "
         return prefix + (job.last_error or "")
-    return ""
+    return "; ".join(f"warning: {w}" for w in job.warnings)
 
 
 def _language(job: Job) -> str:
@@ -334,9 +335,9 @@ def _language(job: Job) -> str:
 
 def status_table(jobs: list[Job]) -> str:
     now = time.time()
-    header = ("ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "UPDATED", "FILE", "ERROR")
+    header = ("ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "UPDATED", "FILE", "NOTE")
     rows = [(str(j.id), _status_of(j, now), f"{_clock(j.progress)}/{_clock(j.duration)}", str(j.runs),
-             _language(j), _when(j.updated_at), j.path, _note(j)) for j in jobs]
+             _language(j), _when(j.updated_at), printable(j.path), printable(_note(j))) for j in jobs]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
     lines = []
     for r in [header, *rows]:

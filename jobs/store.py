@@ -4,8 +4,9 @@ Tables (see the migrations below):
 
 - ``jobs``: one row per input file (its resolved path is unique): content key, options
   fingerprint and spec, status (queued/running/done/failed), progress and duration in seconds,
-  runs (times claimed), errors (runs that ended in an error), the last error, output paths, the
-  lease (owner + expiry) and times (unix seconds).
+  runs (times claimed), errors (runs that ended in an error), the last error, warnings (what
+  the decoder reported about media it still read in full), output paths, the lease (owner +
+  expiry) and times (unix seconds).
 - ``checkpoints``: what a job has committed so far, appended in order: the segments (with their
   words) new since the previous checkpoint, the audio position, and the engine state to resume
   from (only the latest row keeps its state; older ones are cleared to save space). Appending
@@ -83,6 +84,13 @@ def m002_checkpoints(db: Database) -> None:
 def m003_language_probability(db: Database) -> None:
     """How sure the model was of the language it detected (NULL when the language was given)."""
     db["jobs"].add_column("language_probability", float)
+
+
+@migrations()
+def m005_warnings(db: Database) -> None:
+    """What the decoder reported about a file it still read in full (ffmpeg's errors on a
+    damaged frame): a JSON list of one-line messages; NULL when there was nothing to say."""
+    db["jobs"].add_column("warnings", str)
 
 
 class StoreError(Exception):
@@ -227,6 +235,7 @@ class Job:
     language: Optional[str] = None
     model: Optional[str] = None
     language_probability: Optional[float] = None
+    warnings: tuple[str, ...] = ()
     runs: int = 0
     errors: int = 0
     last_error: Optional[str] = None
@@ -245,6 +254,7 @@ class Job:
         d = dict(row)
         d["spec"] = json.loads(d["spec"])
         d["outputs"] = tuple(json.loads(d["outputs"] or "[]"))
+        d["warnings"] = tuple(json.loads(d["warnings"] or "[]"))
         d["words_complete"] = bool(d["words_complete"])
         d["retryable"] = bool(d["retryable"])
         for name in _FLOAT_COLUMNS:  # UPDATE ... RETURNING can hand back a whole REAL as an int
@@ -259,6 +269,7 @@ class Job:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["outputs"] = list(self.outputs)
+        d["warnings"] = list(self.warnings)
         d["stalled"] = self.stalled()
         return d
 
@@ -442,7 +453,7 @@ class JobStore:
         self.db.execute(
             "UPDATE jobs SET status = ?, content_key = ?, fingerprint = ?, spec = ?, output_stem = ?, "
             "progress = 0, duration = NULL, words_complete = 0, language = NULL, language_probability = NULL, "
-            "model = NULL, "
+            "model = NULL, warnings = NULL, "
             "errors = 0, last_error = NULL, retryable = 1, outputs = '[]', lease_owner = NULL, "
             "lease_expires = NULL, queued_at = ?, updated_at = ?, finished_at = NULL WHERE id = ?",
             [QUEUED, content_key, fingerprint, spec, output_stem, now, now, job_id])
@@ -532,23 +543,27 @@ class JobStore:
         with self.db.atomic():
             self._fenced(job_id, owner, "duration = ?, updated_at = ?", [duration, now])
             cursor = self.db.execute(
-                "UPDATE jobs SET content_key = ?, progress = 0, words_complete = 0 "
+                "UPDATE jobs SET content_key = ?, progress = 0, words_complete = 0, warnings = NULL "
                 "WHERE id = ? AND content_key != ?", [content_key, job_id, content_key])
             if cursor.rowcount:
                 self.db.execute("DELETE FROM checkpoints WHERE job_id = ?", [job_id])
 
     def checkpoint(self, job_id: int, owner: str, segments: Sequence[Segment], state: Optional[dict],
                    position: float, language: Optional[str], model: Optional[str], lease_seconds: float,
-                   complete: bool = False, language_probability: Optional[float] = None) -> int:
+                   complete: bool = False, language_probability: Optional[float] = None,
+                   warnings: Sequence[str] = ()) -> int:
         """Commit new segments and the engine state after them, in one transaction; the
-        checkpoint's number. ``state=None`` with ``complete`` only marks the words complete."""
+        checkpoint's number. ``state=None`` with ``complete`` only marks the words complete.
+        ``warnings``: the decoder's, kept on the job (none: those kept stay)."""
         now = time.time()
         with self.db.atomic():
             self._fenced(job_id, owner, "progress = max(progress, ?), language = coalesce(?, language), "
                          "language_probability = coalesce(?, language_probability), "
-                         "model = coalesce(?, model), words_complete = ?, lease_expires = ?, updated_at = ?",
-                         [position, language, language_probability, model, int(complete), now + lease_seconds,
-                          now])
+                         "model = coalesce(?, model), warnings = coalesce(?, warnings), words_complete = ?, "
+                         "lease_expires = ?, updated_at = ?",
+                         [position, language, language_probability, model,
+                          json.dumps(list(warnings), ensure_ascii=False) if warnings else None, int(complete),
+                          now + lease_seconds, now])
             seq = self.db.execute("SELECT coalesce(max(seq), 0) FROM checkpoints WHERE job_id = ?",
                                   [job_id]).fetchone()[0]
             if state is None and not segments:

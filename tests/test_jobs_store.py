@@ -64,7 +64,7 @@ def test_databases_opened_together_migrate_once(tmp_path):
     assert not errors
     with JobStore(path) as s:
         names = [r["name"] for r in s.db.query("SELECT name FROM _sqlite_migrations")]
-        assert names == ["m001_jobs", "m002_checkpoints", "m003_language_probability"]  # each once
+        assert names == ["m001_jobs", "m002_checkpoints", "m003_language_probability", "m005_warnings"]  # each once
 
 
 def test_a_database_of_an_earlier_version_gains_the_new_column(tmp_path):
@@ -81,7 +81,7 @@ def test_a_database_of_an_earlier_version_gains_the_new_column(tmp_path):
     db.conn.close()
     with JobStore(path) as s:
         job = s.jobs()[0]
-        assert job.language == "de" and job.language_probability is None
+        assert job.language == "de" and job.language_probability is None and job.warnings == ()
 
 
 def test_enqueue_decisions(store, tmp_path):
