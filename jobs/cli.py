@@ -31,7 +31,7 @@ from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, ModelError
 from .batch import Batch, enqueue_files, summary
 from .discover import discover, has_audio
 from .engines import EngineCache
-from .progress import Reporter
+from .progress import Reporter, printable
 from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, RunResult,
                      Runner, StopFlag, owner_is_dead)
 from .spec import CUE_FIELDS, JobSpec
@@ -272,12 +272,13 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, max_attempts: int, che
                             lease_seconds).run(batch.to_run, result)
     lines, code = summary(batch, result)
     for line in lines:
-        click.echo(line, err=True)
+        click.echo(printable(line), err=True)
     sys.exit(code)
 
 
 @main.command("run", help="Transcribe media files and folders (the default command).\n" + EXAMPLES)
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+# readable=False: an unreadable file fails as a job of the batch (one line), not the whole command
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False, path_type=Path))
 @spec_options
 @click.option("--force", is_flag=True, help="Redo files that are already done.")
 @runner_options
@@ -294,9 +295,9 @@ def run(paths, spec, output_dir, force, max_attempts, checkpoint_seconds, lease_
 
     files, missing = discover(paths, check=is_media)
     if not files and not missing:
-        click.echo(f"error: no media files found in {', '.join(str(p) for p in paths)}", err=True)
+        click.echo(printable(f"error: no media files found in {', '.join(str(p) for p in paths)}"), err=True)
         sys.exit(1)
-    batch = Batch(failed=[(str(p), "no such file or folder") for p in missing])
+    batch = Batch(failed=[(str(p), why) for p, why in missing])
     enqueue_files(store, files, spec, output_dir, force=force, batch=batch)
     run_batch(store, batch, quiet, max_attempts, checkpoint_seconds, lease_seconds)
 
@@ -318,10 +319,11 @@ def _status_of(job: Job, now: float) -> str:
 
 
 def _note(job: Job) -> str:
+    """The error of a failed (or retrying) job; the warnings of a done one."""
     if job.status == FAILED or (job.last_error and job.status != "done"):
         prefix = "" if job.status == FAILED else f"error {job.errors}x, retrying: "
         return prefix + (job.last_error or "")
-    return ""
+    return "; ".join(f"warning: {w}" for w in job.warnings)
 
 
 def _language(job: Job) -> str:
@@ -335,9 +337,9 @@ def _language(job: Job) -> str:
 
 def status_table(jobs: list[Job]) -> str:
     now = time.time()
-    header = ("ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "UPDATED", "FILE", "ERROR")
+    header = ("ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "UPDATED", "FILE", "NOTE")
     rows = [(str(j.id), _status_of(j, now), f"{_clock(j.progress)}/{_clock(j.duration)}", str(j.runs),
-             _language(j), _when(j.updated_at), j.path, _note(j)) for j in jobs]
+             _language(j), _when(j.updated_at), printable(j.path), printable(_note(j))) for j in jobs]
     return "\n".join(_table(header, rows))
 
 

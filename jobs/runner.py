@@ -9,6 +9,9 @@ For each job it claims (a lease in the store, kept alive by a heartbeat thread):
    transaction; nothing is committed twice, so no word is lost or repeated across a crash;
 3. write the outputs atomically from the committed words, then mark the job done.
 
+What the engine's last steps report about the audio (``Step.warnings``: ffmpeg's errors on a file
+it still decoded in full) is kept on the job with its words, and told on the job's ``done:`` line.
+
 A crash between any two steps is safe: the next runner resumes from the last checkpoint (or, if
 the words were complete, only rewrites the outputs). A failure is recorded with its error; the
 job is queued again until it has failed ``max_attempts`` times, except for an unreadable input,
@@ -198,12 +201,13 @@ class Runner:
         return result
 
     def _process(self, job: Job, result: RunResult) -> None:
-        outputs = None
+        outputs, done = None, None
         final = True  # the batch bar counts files, not attempts: False when the job is queued again
         try:
             with Heartbeat(self.store.path, job.id, self.owner, self.lease_seconds):
                 outputs = self._run_job(job)
-            result.done.append(self.store.get(job.id))
+            done = self.store.get(job.id)
+            result.done.append(done)
         except Stopped:
             final = False
             with contextlib.suppress(LeaseLost):
@@ -237,7 +241,8 @@ class Runner:
         finally:
             self.reporter.end(counts_as_file=final)
         if outputs is not None:
-            self.reporter.info(f"done: {job.path} -> {', '.join(outputs)}")
+            warned = "".join(f" (warning: {w})" for w in done.warnings)
+            self.reporter.info(f"done: {job.path} -> {', '.join(outputs)}{warned}")
 
     def _fail(self, job: Job, error: Exception, result: RunResult) -> bool:
         """Record the failed attempt; whether the job is over (False: it is queued again)."""
@@ -297,6 +302,7 @@ class Runner:
         pending: list[Segment] = []
         state, position, language = None, resume.position, job.language
         probability = job.language_probability
+        warnings: tuple[str, ...] = ()  # the audio's (ffmpeg's), known at its end: kept on the job
         last_checkpoint = resume.position
         if self.stop.requested:  # asked while the model was loading: nothing new to commit
             raise Stopped
@@ -306,6 +312,7 @@ class Runner:
                 pending.extend(step.segments)
                 state, language = step.state, step.language
                 probability = step.language_probability if step.language_probability is not None else probability
+                warnings = step.warnings or warnings
                 position = min(step.position, duration) if duration else step.position
                 self.reporter.update(position)
                 if position - last_checkpoint >= self.checkpoint_seconds or self.stop.requested:
@@ -323,7 +330,8 @@ class Runner:
                         raise Stopped
         self._check_source()
         self.store.checkpoint(job.id, self.owner, pending, state, position, language, engine.model_name,
-                              self.lease_seconds, complete=True, language_probability=probability)
+                              self.lease_seconds, complete=True, language_probability=probability,
+                              warnings=warnings)
         return committed + pending, language, probability
 
     def _check_source(self) -> None:

@@ -67,7 +67,7 @@ def test_status_table(db):
     result = invoke("status", "--db", str(db))
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "UPDATED", "FILE", "ERROR"]
+    assert lines[0].split() == ["ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "UPDATED", "FILE", "NOTE"]
     rows = {Path(line.split()[7]).name: line for line in lines[1:6]}
     assert rows["gone.wav"].split()[1] == "failed" and rows["gone.wav"].endswith("file is empty")
     assert rows["done.wav"].split()[1] == "done" and "0:02/" in rows["done.wav"]

@@ -259,7 +259,8 @@ def load_model(model: str | os.PathLike = DEFAULT_MODEL, dtype: mx.Dtype = mx.fl
         raise
     except (OSError, KeyError, ValueError, TypeError, RuntimeError) as e:
         # RuntimeError: MLX's reader on a truncated or garbage file
-        raise ModelError(f"cannot load model from {folder} ({path.name}): {e}; {_rebuild_hint(folder)}") from e
+        cause = " ".join(str(e).split())  # one line: MLX's messages can list names line by line
+        raise ModelError(f"cannot load model from {folder} ({path.name}): {cause}; {_rebuild_hint(folder)}") from e
     mx.eval(whisper.parameters())
     check_model(whisper, folder, path)
     return whisper
