@@ -232,11 +232,12 @@ class StreamingSession:
 
     def _slide(self, hard_only: bool) -> None:
         """Keep the buffer under ``audio_max_len``; past ``audio_trim_len`` drop committed
-        sentences. Committed words before the cut go to the prompt context."""
+        sentences down to ``audio_keep_len``. Committed words before the cut go to the prompt
+        context."""
         s, buf, o = self._s, self._s.buffer, self.options
-        cut, keep = cut_frame(s.words, buf.start, buf.end, o.audio_max_len * FRAMES_PER_SECOND,
-                              None if hard_only or o.audio_trim_len is None
-                              else o.audio_trim_len * FRAMES_PER_SECOND)
+        trim = None if hard_only or o.audio_trim_len is None else o.audio_trim_len * FRAMES_PER_SECOND
+        keep_frames = None if o.audio_keep_len is None else o.audio_keep_len * FRAMES_PER_SECOND
+        cut, keep = cut_frame(s.words, buf.start, buf.end, o.audio_max_len * FRAMES_PER_SECOND, trim, keep_frames)
         if cut is None:
             return
         gone, s.words = s.words[:keep], s.words[keep:]
