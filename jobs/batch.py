@@ -66,7 +66,7 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
             batch.failed.append((str(source), f"cannot read {str(source)!r}: {e.strerror or e}"))
             continue
         except ValueError as e:
-            batch.failed.append((str(source).encode("utf-8", "replace").decode(), str(e)))
+            batch.failed.append((str(source), str(e)))  # printed escaped (progress.printable)
             continue
         batch.add(*store.enqueue(request, force=force))
     return batch

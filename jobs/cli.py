@@ -28,12 +28,12 @@ import click
 from tqdm import tqdm
 
 from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, ModelError, StreamingOptions, blas,
-                         doctor_report)
+                         doctor_report, list_models)
 
 from .batch import Batch, enqueue_files, summary
 from .discover import discover, has_audio
 from .engines import EngineCache
-from .progress import Reporter
+from .progress import Reporter, printable
 from .ray_worker import DEFAULT_WORKER_TIMEOUT, ClusterError
 from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, RunResult,
                      Runner, StopFlag, owner_is_dead)
@@ -58,6 +58,7 @@ Examples:
   transcribe watch incoming/ -f srt,vtt        transcribe files as they arrive
   transcribe podcasts/ --ray                   on a local Ray instance, one worker per core
   transcribe /shared/podcasts/ --ray auto      on the Ray cluster of this node (`ray start`)
+  transcribe models                            the models: installed? languages, size, cache
 \b
 Every file is a job in a SQLite database (--db, else $TRANSCRIBER_DB, else the user data
 folder): a rerun skips what is done, and a killed run resumes where it stopped.
@@ -230,7 +231,8 @@ def spec_options(f):
         click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path),
                      help="Write outputs here (mirroring subfolders) instead of next to each input."),
         click.option("-m", "--model", default=DEFAULT_MODEL, show_default=True,
-                     help="Model name (tiny.en, base) or a model folder."),
+                     help="Model name (see `transcribe models`) or a model folder: CTranslate2, "
+                          "Hugging Face transformers or MLX layout."),
         click.option("-l", "--language", default=None,
                      help="Spoken language code (default: detect; 'en' for .en models)."),
         click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe",
@@ -374,12 +376,13 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, max_attempts: int, che
                     make(stop).run(batch.to_run, result)
     lines, code = summary(batch, result)
     for line in lines:
-        click.echo(line, err=True)
+        click.echo(printable(line), err=True)
     sys.exit(code)
 
 
 @main.command("run", help="Transcribe media files and folders (the default command).\n" + EXAMPLES)
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+# readable=False: an unreadable file fails as a job of the batch (one line), not the whole command
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False, path_type=Path))
 @spec_options
 @click.option("--force", is_flag=True, help="Redo files that are already done.")
 @runner_options
@@ -398,9 +401,9 @@ def run(paths, spec, output_dir, force, max_attempts, checkpoint_seconds, lease_
 
     files, missing = discover(paths, check=is_media)
     if not files and not missing:
-        click.echo(f"error: no media files found in {', '.join(str(p) for p in paths)}", err=True)
+        click.echo(printable(f"error: no media files found in {', '.join(str(p) for p in paths)}"), err=True)
         sys.exit(1)
-    batch = Batch(failed=[(str(p), "no such file or folder") for p in missing])
+    batch = Batch(failed=[(str(p), why) for p, why in missing])
     enqueue_files(store, files, spec, output_dir, force=force, batch=batch)
     run_batch(store, batch, quiet, max_attempts, checkpoint_seconds, lease_seconds, ray)
 
@@ -422,10 +425,11 @@ def _status_of(job: Job, now: float) -> str:
 
 
 def _note(job: Job) -> str:
+    """The error of a failed (or retrying) job; the warnings of a done one."""
     if job.status == FAILED or (job.last_error and job.status != "done"):
         prefix = "" if job.status == FAILED else f"error {job.errors}x, retrying: "
         return prefix + (job.last_error or "")
-    return ""
+    return "; ".join(f"warning: {w}" for w in job.warnings)
 
 
 def _language(job: Job) -> str:
@@ -439,15 +443,11 @@ def _language(job: Job) -> str:
 
 def status_table(jobs: list[Job]) -> str:
     now = time.time()
-    header = ("ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "WORKER", "UPDATED", "FILE", "ERROR")
+    header = ("ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "WORKER", "UPDATED", "FILE", "NOTE")
     rows = [(str(j.id), _status_of(j, now), f"{_clock(j.progress)}/{_clock(j.duration)}", str(j.runs),
-             _language(j), j.worker or "-", _when(j.updated_at), j.path, _note(j)) for j in jobs]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
-    lines = []
-    for r in [header, *rows]:
-        cells = [c.ljust(w) for c, w in zip(r[:-1], widths)] + [r[-1]]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
+             _language(j), j.worker or "-", _when(j.updated_at), printable(j.path), printable(_note(j)))
+            for j in jobs]
+    return "\n".join(_table(header, rows))
 
 
 @main.command(help="""Show the jobs in the database: a table, or JSON with --json. WORKER is the
@@ -550,3 +550,51 @@ serves MLX's matmuls (and how fast it measures now), the cache folder and the mo
 @click.option("--probe", is_flag=True, help="Measure the BLAS candidates again (refreshes the cached choice).")
 def doctor(probe):
     click.echo(doctor_report(probe=probe))
+
+
+def _megabytes(size: Optional[int]) -> str:
+    return "-" if size is None else f"{size / 1e6:.0f} MB"
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """Left-aligned columns; the last one is not padded."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    return ["  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths)), r[-1]]).rstrip() for r in [header, *rows]]
+
+
+def models_table(catalog) -> str:
+    """The known models as a table, then the cache's conversions of model folders."""
+    rows = []
+    for m in (m for m in catalog.models if m.known):
+        if not m.installed:
+            cache = m.install
+        elif not m.converted:
+            cache = "not converted yet (done once, at first use)"
+        else:
+            cache = (f"converted{', checked' if m.checked else ', not checked yet'}, "
+                     f"{_megabytes(m.cache_size)}: {m.cache}")
+        rows.append((m.name, m.languages, "yes" if m.installed else "no", _megabytes(m.size), cache))
+    lines = _table(("NAME", "LANGUAGES", "INSTALLED", "SIZE", "CACHE"), rows)
+    others = [(m.name, m.languages, _megabytes(m.cache_size), f"{m.source or '?'}{'' if m.installed else ' (gone)'}")
+              for m in catalog.models if not m.known]
+    if others:
+        lines += ["", "Converted from model folders (--model PATH):",
+                  *_table(("CACHED AS", "LANGUAGES", "SIZE", "FROM"), others)]
+    lines += ["", f"Cache folder: {catalog.folder} ($TRANSCRIBER_CACHE moves it)"]
+    return "\n".join(lines)
+
+
+@main.command(help="""List the models: the names --model knows, whether each is installed (else
+the pip install line), its languages, its size on disk, and its MLX conversion in the cache
+folder (made once, at first use, then checked). Conversions of model folders given as --model
+PATH are listed too; deleting a cache folder only makes the next run convert again.
+
+\b
+Examples:
+  transcribe models
+  transcribe models --json | jq '.models[] | select(.installed) | .name'
+""")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the cache folder and the models.")
+def models(as_json):
+    catalog = list_models()
+    click.echo(json.dumps(catalog.to_dict(), indent=2) if as_json else models_table(catalog))

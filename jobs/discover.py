@@ -63,12 +63,27 @@ def looks_like_media(path: Path, check: Callable[[Path], bool] = has_audio) -> b
     return check(path)
 
 
+def broken_link(path: Path) -> Optional[str]:
+    """Why ``path``, a symbolic link, leads nowhere ("symbolic link to gone.wav: No such file
+    or directory", a loop...); None if it is not a link or leads to something."""
+    if not path.is_symlink():
+        return None
+    try:
+        os.stat(path)
+        return None
+    except OSError as e:
+        return f"symbolic link to {os.readlink(path)}: {e.strerror or e}"
+
+
 def discover(paths: Iterable[Path], check: Callable[[Path], bool] = has_audio
-             ) -> tuple[list[tuple[Path, Optional[Path]]], list[Path]]:
+             ) -> tuple[list[tuple[Path, Optional[Path]]], list[tuple[Path, str]]]:
     """Expand paths into (file, the folder it was found under or None), in a stable order,
-    without duplicates; and the paths that do not exist."""
+    without duplicates; and (path, why) for the paths that lead nowhere: a path that does not
+    exist, a broken symbolic link named, or one with a media name found in a folder.
+
+    Symbolic links to folders are not followed in a folder (a link to ``..`` would loop)."""
     found: list[tuple[Path, Optional[Path]]] = []
-    missing: list[Path] = []
+    missing: list[tuple[Path, str]] = []
     seen: set[Path] = set()
 
     def add(f: Path, root: Optional[Path]) -> None:
@@ -79,14 +94,17 @@ def discover(paths: Iterable[Path], check: Callable[[Path], bool] = has_audio
 
     for path in paths:
         if path.is_dir():
-            for f in sorted(p for p in path.rglob("*") if p.is_file()):
-                if not any(is_temporary(Path(part)) for part in f.relative_to(path).parts[:-1]) \
-                        and looks_like_media(f, check):
+            for f in sorted(path.rglob("*")):
+                if any(is_temporary(Path(part)) for part in f.relative_to(path).parts[:-1]):
+                    continue
+                if f.is_file() and looks_like_media(f, check):
                     add(f, path)
+                elif is_media_name(f) and broken_link(f):
+                    missing.append((f, broken_link(f)))
         elif path.exists():
             add(path, None)
         else:
-            missing.append(path)
+            missing.append((path, broken_link(path) or "no such file or folder"))
     return found, missing
 
 

@@ -15,6 +15,23 @@ import click
 from tqdm import tqdm
 
 
+def printable(text: str) -> str:
+    """``text`` with whatever would break a terminal line escaped: control characters (a
+    newline in a file name) as ``\\n``, ``\\x1b``..., the undecodable bytes of a name that is
+    not UTF-8 as ``\\xe9``. Text without them comes back as it is."""
+    if text.isprintable():
+        return text
+    out = []
+    for c in text:
+        if c.isprintable():
+            out.append(c)
+        elif 0xDC80 <= ord(c) <= 0xDCFF:  # a byte os.fsdecode could not decode (surrogateescape)
+            out.append(f"\\x{ord(c) - 0xDC00:02x}")
+        else:
+            out.append(repr(c)[1:-1])
+    return "".join(out)
+
+
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)
@@ -66,7 +83,7 @@ class Reporter:
         bar, line = None, self._free_line()
         if not self.quiet:
             total = round(total, 1) if total else None
-            bar = tqdm(total=total, initial=round(min(initial, total or initial), 1), desc=name[:40],
+            bar = tqdm(total=total, initial=round(min(initial, total or initial), 1), desc=printable(name)[:40],
                        unit="s", leave=False, dynamic_ncols=True, file=sys.stderr, position=line,
                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total_fmt} s [{elapsed}<{remaining}]")
         file = FileBar(bar, initial, line)
@@ -101,6 +118,7 @@ class Reporter:
         self.write(message)
 
     def write(self, message: str) -> None:
+        message = printable(message)  # one line, whatever a file name holds
         if self.batch is not None or any(f.bar is not None for f in self.files):
             tqdm.write(message, file=sys.stderr)
         else:

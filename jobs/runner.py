@@ -13,6 +13,9 @@ These steps are an ``Attempt``'s, and how an attempt ends is booked by ``Runner.
 same code whether the engine runs in this process (``Runner``) or on a Ray worker that streams
 its steps back (``RayRunner``, jobs/ray_runner.py).
 
+What the engine's last steps report about the audio (``Step.warnings``: ffmpeg's errors on a file
+it still decoded in full) is kept on the job with its words, and told on the job's ``done:`` line.
+
 A crash between any two steps is safe: the next runner resumes from the last checkpoint (or, if
 the words were complete, only rewrites the outputs). A failure is recorded with its error; the
 job is queued again until it has failed ``max_attempts`` times, except for an unreadable input,
@@ -224,6 +227,7 @@ class Attempt:
         self.bar: Optional[FileBar] = None
         self.model: Optional[str] = job.model  # the engine's model name, once known
         self.outputs: list[str] = []
+        self.warnings: tuple[str, ...] = ()  # the audio's (ffmpeg's), known at its end: kept on the job
 
     @property
     def owner(self) -> str:
@@ -256,6 +260,7 @@ class Attempt:
         self.state, self.language = step.state, step.language
         if step.language_probability is not None:
             self.probability = step.language_probability
+        self.warnings = step.warnings or self.warnings
         self.position = min(step.position, self.duration) if self.duration else step.position
         self.runner.reporter.update(self.bar, self.position)
         if not commit:
@@ -274,7 +279,7 @@ class Attempt:
         self.check_source()
         self.store.checkpoint(self.job.id, self.owner, self.pending, self.state, self.position, self.language,
                               self.model, self.runner.lease_seconds, complete=True,
-                              language_probability=self.probability)
+                              language_probability=self.probability, warnings=self.warnings)
         self.committed += self.pending
         self.pending = []
 
@@ -375,7 +380,8 @@ class Runner:
         final = True  # the batch bar counts files, not attempts: False when the job is queued again
         try:
             if error is None:
-                result.done.append(self.store.get(job.id))
+                done = self.store.get(job.id)
+                result.done.append(done)
             elif isinstance(error, Stopped):
                 final = False
                 with contextlib.suppress(LeaseLost):
@@ -408,7 +414,8 @@ class Runner:
         finally:
             self.reporter.end(attempt.bar, counts_as_file=final)
         if error is None:
-            self.reporter.info(f"done: {job.path} -> {', '.join(attempt.outputs)}")
+            warned = "".join(f" (warning: {w})" for w in done.warnings)
+            self.reporter.info(f"done: {job.path} -> {', '.join(attempt.outputs)}{warned}")
 
     def _fail(self, job: Job, error: Exception, result: RunResult) -> bool:
         """Record the failed attempt; whether the job is over (False: it is queued again)."""

@@ -4,9 +4,9 @@ Tables (see the migrations below):
 
 - ``jobs``: one row per input file (its resolved path is unique): content key, options
   fingerprint and spec, status (queued/running/done/failed), progress and duration in seconds,
-  runs (times claimed), errors (runs that ended in an error), the last error, output paths, the
-  lease (owner + expiry), the worker (``host:pid`` of the process decoding it) and times (unix
-  seconds).
+  runs (times claimed), errors (runs that ended in an error), the last error, warnings (what
+  the decoder reported about media it still read in full), output paths, the lease (owner +
+  expiry), the worker (``host:pid`` of the process decoding it) and times (unix seconds).
 - ``checkpoints``: what a job has committed so far, appended in order: the segments (with their
   words) new since the previous checkpoint, the audio position, and the engine state to resume
   from (only the latest row keeps its state; older ones are cleared to save space). Appending
@@ -23,8 +23,10 @@ no longer write anything for that job (``LeaseLost``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import sys
@@ -91,12 +93,23 @@ def m004_worker(db: Database) -> None:
     db["jobs"].add_column("worker", str)
 
 
+@migrations()
+def m005_warnings(db: Database) -> None:
+    """What the decoder reported about a file it still read in full (ffmpeg's errors on a
+    damaged frame): a JSON list of one-line messages; NULL when there was nothing to say."""
+    db["jobs"].add_column("warnings", str)
+
+
 class StoreError(Exception):
     """The database cannot be opened or used (one line, for the CLI)."""
 
 
 class DatabaseLocked(StoreError):
     """Another process held the database's lock for longer than the store's timeout."""
+
+
+class NewerDatabase(StoreError):
+    """The database was migrated by a newer version of this program."""
 
 
 DEFAULT_TIMEOUT = 30.0  # seconds a statement waits for another process's lock
@@ -108,6 +121,9 @@ class _Database(Database):
     for ``NOTICE_AFTER`` seconds (SQLite's own busy timeout), then, after telling ``on_wait``,
     for the rest of ``timeout``; past that, ``DatabaseLocked`` (one line naming the file)
     instead of sqlite3's bare "database is locked".
+
+    A database SQLite cannot write (a full disk, an I/O error, a read-only file) is a
+    ``StoreError`` too, one line naming it.
 
     Retrying the statement that hit the lock is safe here: every write transaction of the store
     starts with its write statement (see the module's docstring), so a statement that found the
@@ -129,6 +145,7 @@ class _Database(Database):
             return super().execute(sql, parameters)
         except sqlite3.OperationalError as e:
             if not _is_locked(e):
+                _raise_if_unusable(self.path, e)
                 raise
         rest = self.timeout - self.first_wait
         if rest > 0:
@@ -139,16 +156,44 @@ class _Database(Database):
                 return super().execute(sql, parameters)
             except sqlite3.OperationalError as e:
                 if not _is_locked(e):
+                    _raise_if_unusable(self.path, e)
                     raise
             finally:
                 self._busy_ms(self.first_wait)
         raise DatabaseLocked(f"the job database {self.path} is locked by another process "
                              f"(waited {self.timeout:g} s; see --db-timeout)") from None
 
+    @contextlib.contextmanager
+    def atomic(self):
+        """sqlite-utils' transaction; its COMMIT (not a statement through ``execute``) can find
+        the disk full too."""
+        try:
+            with super().atomic():
+                yield self
+        except sqlite3.OperationalError as e:
+            _raise_if_unusable(self.path, e)
+            raise
+
 
 def _is_locked(error: sqlite3.OperationalError) -> bool:
     text = str(error)
     return "database is locked" in text or "database is busy" in text
+
+
+# SQLite's words for a database file it cannot use whatever the statement: the disk, not the code
+_UNUSABLE = ("database or disk is full", "disk I/O error", "attempt to write a readonly database",
+             "unable to open database file")
+
+
+def _raise_if_unusable(path: Path, error: sqlite3.OperationalError) -> None:
+    """A full disk, an I/O error, a read-only file: StoreError, one line naming the database,
+    for the CLI. Other errors are left to the caller (sqlite-utils catches some in its work)."""
+    if any(words in str(error) for words in _UNUSABLE):
+        full = ""
+        with contextlib.suppress(OSError):  # SQLite says "disk I/O error" for some writes to a full disk
+            if shutil.disk_usage(path.parent).free < 1 << 20 and "full" not in str(error):
+                full = " (its disk is full)"
+        raise StoreError(f"the job database {path}: {error}{full}") from error
 
 
 class LeaseLost(Exception):
@@ -198,6 +243,7 @@ class Job:
     model: Optional[str] = None
     language_probability: Optional[float] = None
     worker: Optional[str] = None  # host:pid of the process that decodes (or last decoded) it
+    warnings: tuple[str, ...] = ()
     runs: int = 0
     errors: int = 0
     last_error: Optional[str] = None
@@ -216,6 +262,7 @@ class Job:
         d = dict(row)
         d["spec"] = json.loads(d["spec"])
         d["outputs"] = tuple(json.loads(d["outputs"] or "[]"))
+        d["warnings"] = tuple(json.loads(d["warnings"] or "[]"))
         d["words_complete"] = bool(d["words_complete"])
         d["retryable"] = bool(d["retryable"])
         for name in _FLOAT_COLUMNS:  # UPDATE ... RETURNING can hand back a whole REAL as an int
@@ -230,6 +277,7 @@ class Job:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["outputs"] = list(self.outputs)
+        d["warnings"] = list(self.warnings)
         d["stalled"] = self.stalled()
         return d
 
@@ -278,8 +326,11 @@ class JobStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(str(self.path), timeout=min(timeout, NOTICE_AFTER))
             self.db = _Database(conn, self.path, timeout, on_wait)
+            self._refuse_others()  # before the first write: a database not ours is left as it was
             self.db.enable_wal()  # readers never block the runner's checkpoints, nor it them
             self._migrate()
+        except StoreError:
+            raise
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open job database {self.path}: {e}") from e
 
@@ -296,6 +347,21 @@ class JobStore:
         except BaseException:
             self.db.rollback()
             raise
+
+    def _refuse_others(self) -> None:
+        """Refuse, untouched, a database this version must not write: one of another program
+        (tables, but none of our migrations), or one a newer version has migrated (it may hold
+        what this one would misread or destroy)."""
+        applied = [m.name for m in migrations.applied(self.db)]
+        tables = self.db.table_names()
+        if not applied and tables:
+            raise StoreError(f"the job database {self.path} is not one of transcriber's: it holds other "
+                             f"tables ({', '.join(tables[:3])}); use another --db")
+        known = {m.name for m in migrations.pending(Database(memory=True))}  # all of this version's
+        unknown = [name for name in applied if name not in known]
+        if unknown:
+            raise NewerDatabase(f"the job database {self.path} was written by a newer version of transcriber "
+                                f"(migration {unknown[0]}); upgrade transcriber, or use another --db")
 
     def close(self) -> None:
         self.db.close()
@@ -395,7 +461,7 @@ class JobStore:
         self.db.execute(
             "UPDATE jobs SET status = ?, content_key = ?, fingerprint = ?, spec = ?, output_stem = ?, "
             "progress = 0, duration = NULL, words_complete = 0, language = NULL, language_probability = NULL, "
-            "model = NULL, worker = NULL, "
+            "model = NULL, worker = NULL, warnings = NULL, "
             "errors = 0, last_error = NULL, retryable = 1, outputs = '[]', lease_owner = NULL, "
             "lease_expires = NULL, queued_at = ?, updated_at = ?, finished_at = NULL WHERE id = ?",
             [QUEUED, content_key, fingerprint, spec, output_stem, now, now, job_id])
@@ -487,7 +553,7 @@ class JobStore:
         with self.db.atomic():
             self._fenced(job_id, owner, "duration = ?, worker = ?, updated_at = ?", [duration, worker, now])
             cursor = self.db.execute(
-                "UPDATE jobs SET content_key = ?, progress = 0, words_complete = 0 "
+                "UPDATE jobs SET content_key = ?, progress = 0, words_complete = 0, warnings = NULL "
                 "WHERE id = ? AND content_key != ?", [content_key, job_id, content_key])
             if cursor.rowcount:
                 self.db.execute("DELETE FROM checkpoints WHERE job_id = ?", [job_id])
@@ -498,16 +564,20 @@ class JobStore:
 
     def checkpoint(self, job_id: int, owner: str, segments: Sequence[Segment], state: Optional[dict],
                    position: float, language: Optional[str], model: Optional[str], lease_seconds: float,
-                   complete: bool = False, language_probability: Optional[float] = None) -> int:
+                   complete: bool = False, language_probability: Optional[float] = None,
+                   warnings: Sequence[str] = ()) -> int:
         """Commit new segments and the engine state after them, in one transaction; the
-        checkpoint's number. ``state=None`` with ``complete`` only marks the words complete."""
+        checkpoint's number. ``state=None`` with ``complete`` only marks the words complete.
+        ``warnings``: the decoder's, kept on the job (none: those kept stay)."""
         now = time.time()
         with self.db.atomic():
             self._fenced(job_id, owner, "progress = max(progress, ?), language = coalesce(?, language), "
                          "language_probability = coalesce(?, language_probability), "
-                         "model = coalesce(?, model), words_complete = ?, lease_expires = ?, updated_at = ?",
-                         [position, language, language_probability, model, int(complete), now + lease_seconds,
-                          now])
+                         "model = coalesce(?, model), warnings = coalesce(?, warnings), words_complete = ?, "
+                         "lease_expires = ?, updated_at = ?",
+                         [position, language, language_probability, model,
+                          json.dumps(list(warnings), ensure_ascii=False) if warnings else None, int(complete),
+                          now + lease_seconds, now])
             seq = self.db.execute("SELECT coalesce(max(seq), 0) FROM checkpoints WHERE job_id = ?",
                                   [job_id]).fetchone()[0]
             if state is None and not segments:

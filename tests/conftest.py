@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 from pathlib import Path
 from typing import Optional
@@ -99,3 +100,18 @@ def oneshot_transcripts(model, data_dir):
     import transcriber
 
     return {e["file"]: transcriber.transcribe(data_dir / e["file"], model) for e in scored_entries()}
+
+
+def damaged_flac(dst: Path, src: Path = PRESS_YARD, garbage: int = 20_000) -> Path:
+    """``src`` as 48 kHz stereo 32-bit FLAC with ``garbage`` random bytes written over its middle.
+
+    ffmpeg prints errors on the damaged frames (exit status 0) and decodes the rest: at this bit
+    rate 20 KB is little audio (PRESS_YARD: 1.17 of 1.6 s decoded), inside the truncation rule's
+    1 s tolerance, so the file decodes "in full" with warnings.
+    """
+    ffmpeg("-i", str(src), "-ar", "48000", "-ac", "2", "-sample_fmt", "s32", str(dst))
+    data = bytearray(dst.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + garbage] = random.Random(0).randbytes(garbage)
+    dst.write_bytes(bytes(data))
+    return dst

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from transcriber import audio
 from transcriber.audio import SAMPLE_RATE, iter_audio, load_audio, probe
 from transcriber.errors import AudioError, TranscriberError
 
-from .conftest import JFK, audio_path  # JFK: examples/jfk.flac, 11.0 s, 16 kHz mono
+from .conftest import JFK, PRESS_YARD, audio_path, damaged_flac  # JFK: examples/jfk.flac, 11.0 s, 16 kHz mono
 
 
 def _ffmpeg(*args: str) -> None:
@@ -153,6 +154,23 @@ def test_truncated_file_still_yields_what_it_has_before_failing(media):
         for offset, samples in iter_audio(media["trunc.mp3"], chunk_seconds=1.0):
             got.append((offset, samples.size))
     assert len(got) >= 3 and got[0] == (0, SAMPLE_RATE)
+
+
+def test_a_damaged_frame_ffmpeg_conceals_is_a_warning_on_the_stream(tmp_path):
+    """ffmpeg's errors on a file it still decodes in full: a count and the first message,
+    once the stream has been read to its end; a clean file has none."""
+    damaged = damaged_flac(tmp_path / "damaged.flac")
+    stream = iter_audio(damaged, chunk_seconds=0.5)
+    chunks = []
+    for _, samples in stream:
+        assert stream.warnings == ()  # known at the end only
+        chunks.append(samples)
+    assert 1.0 < sum(c.size for c in chunks) / SAMPLE_RATE < 1.6
+    (warning,) = stream.warnings
+    match = re.fullmatch(r"ffmpeg reported (\d+) error messages? while decoding, the first: (.+)", warning)
+    assert match and int(match.group(1)) >= 1 and "@ 0x" not in match.group(2), warning
+    clean = iter_audio(PRESS_YARD)
+    assert list(clean) and clean.warnings == ()
 
 
 def test_bad_arguments_and_files_raise_at_the_call(media):

@@ -8,6 +8,7 @@ The model is never loaded: a scripted engine (tests/test_jobs_runner.py's) stand
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -23,7 +24,7 @@ from jobs.spec import JobSpec
 from jobs.store import JobStore
 from transcriber import Segment, Step, Word
 
-from .conftest import JFK, PRESS_YARD
+from .conftest import JFK, PRESS_YARD, damaged_flac
 from .test_jobs_runner import ScriptedEngine
 
 
@@ -61,6 +62,11 @@ def intact(db: Path, media: Path) -> dict:
 
 def no_traceback(result) -> None:
     assert "Traceback" not in result.output and not isinstance(result.exception, sqlite3.Error)
+
+
+def locked_line(db: Path, waited: str) -> str:
+    """The one line a command prints when the job database stayed locked too long."""
+    return f"error: the job database {db} is locked by another process (waited {waited} s; see --db-timeout)"
 
 
 def words_of(media: Path) -> list[str]:
@@ -156,8 +162,7 @@ def test_a_database_locked_before_the_run_is_one_line_and_exit_1(locked, media, 
     result = invoke(*args, "--db", str(db), "--db-timeout", "0.3")
     no_traceback(result)
     assert result.exit_code == 1
-    assert result.stderr.splitlines() == [
-        f"error: the job database {db} is locked by another process (waited 0.3 s; see --db-timeout)"]
+    assert result.stderr.splitlines() == [locked_line(db, "0.3")]
     assert not media.with_suffix(".srt").exists()
     unlock()
     conn = sqlite3.connect(db)
@@ -172,8 +177,7 @@ def test_a_long_wait_is_told_once_and_the_env_var_sets_the_timeout(locked, media
     result = invoke("--db", str(db), str(media))
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [
-        f"waiting for the job database {db}, locked by another process",
-        f"error: the job database {db} is locked by another process (waited 3.4 s; see --db-timeout)"]
+        f"waiting for the job database {db}, locked by another process", locked_line(db, "3.4")]
 
 
 def test_a_database_locked_mid_run_stops_with_one_line_and_resumes(locked, media, monkeypatch):
@@ -189,8 +193,7 @@ def test_a_database_locked_mid_run_stops_with_one_line_and_resumes(locked, media
     result = invoke(*args)
     no_traceback(result)
     assert result.exit_code == 1
-    assert result.stderr.splitlines() == [
-        f"error: the job database {db} is locked by another process (waited 0.3 s; see --db-timeout)"]
+    assert result.stderr.splitlines() == [locked_line(db, "0.3")]
     assert not media.with_suffix(".json").exists()
     unlock()
     row = intact(db, media)
@@ -290,3 +293,34 @@ def test_no_media_names_the_folder(tmp_path):
     result = invoke("--db", str(tmp_path / "jobs.db"), str(folder))
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [f"error: no media files found in {folder}"]
+
+
+@pytest.mark.parametrize("mode", ["oneshot", "stream"])
+def test_ffmpeg_errors_on_a_file_it_decodes_are_kept_on_the_job_as_a_warning(tmp_path, monkeypatch, mode):
+    """20 KB of garbage in a FLAC: transcribed (done, exit 0), and ffmpeg's complaint is told in
+    the run's line for the file, by ``status`` and ``status --json``: a count and the first
+    message, not pages of stderr. The real model: the warning comes from decoding the audio."""
+    monkeypatch.delenv("TRANSCRIBER_DB", raising=False)
+    media = damaged_flac(tmp_path / "damaged.flac")
+    db = tmp_path / "jobs.db"
+    result = invoke("--db", str(db), str(media), "--mode", mode, "-f", "json")
+    assert result.exit_code == 0, result.output
+    done = [line[line.index("done: "):] for line in result.stderr.splitlines() if "done: " in line]
+    warning = re.search(r"\(warning: (ffmpeg reported \d+ error messages? while decoding, the first: [^()]+)\)$",
+                        done[0])
+    assert len(done) == 1 and warning, result.stderr
+    assert len(warning.group(1)) < 200
+    assert words_of(media)  # the speech that survived is there
+
+    row = intact(db, media)
+    assert row["status"] == "done" and json.loads(row["warnings"]) == [warning.group(1)]
+    table = invoke("--db", str(db), "status").stdout.splitlines()
+    assert table[0].split()[-1] == "NOTE" and table[1].endswith(f"warning: {warning.group(1)}")
+    (job,) = json.loads(invoke("--db", str(db), "status", "--json").stdout)
+    assert job["warnings"] == [warning.group(1)]
+
+    if mode == "oneshot":  # (the store's part, the same for both modes: once is enough)
+        shutil.copy(PRESS_YARD, media)  # repaired: redone from scratch, its old warning dropped
+        assert invoke("--db", str(db), str(media), "--mode", mode, "-f", "json", "-q").exit_code == 0
+        assert intact(db, media)["warnings"] is None
+        assert json.loads(invoke("--db", str(db), "status", "--json").stdout)[0]["warnings"] == []

@@ -67,7 +67,7 @@ def test_status_table(db):
     result = invoke("status", "--db", str(db))
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "WORKER", "UPDATED", "FILE", "ERROR"]
+    assert lines[0].split() == ["ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "WORKER", "UPDATED", "FILE", "NOTE"]
     rows = {Path(line.split()[8]).name: line for line in lines[1:6]}
     assert rows["real.flac"].split()[5] == "node-a:42"  # the process that decoded it
     assert rows["queued.wav"].split()[5] == "-"  # never started

@@ -64,7 +64,8 @@ def test_databases_opened_together_migrate_once(tmp_path):
     assert not errors
     with JobStore(path) as s:
         names = [r["name"] for r in s.db.query("SELECT name FROM _sqlite_migrations")]
-        assert names == ["m001_jobs", "m002_checkpoints", "m003_language_probability", "m004_worker"]  # each once
+        assert names == ["m001_jobs", "m002_checkpoints", "m003_language_probability", "m004_worker",
+                         "m005_warnings"]  # each once
 
 
 def test_a_database_of_an_earlier_version_gains_the_new_column(tmp_path):
@@ -82,6 +83,7 @@ def test_a_database_of_an_earlier_version_gains_the_new_column(tmp_path):
     with JobStore(path) as s:
         job = s.jobs()[0]
         assert job.language == "de" and job.language_probability is None and job.worker is None
+        assert job.warnings == ()
 
 
 def test_the_worker_is_recorded_at_the_start_and_cleared_by_a_redo(store, tmp_path):
@@ -254,7 +256,7 @@ def test_discovery_by_extension_and_by_probe(tmp_path):
     shutil.copy(JFK, tmp_path / "sub" / "c.wav")
     found, missing = discover([tmp_path, tmp_path / "a.flac", tmp_path / "nope.mp3"])
     assert [f.name for f, _ in found] == ["a.flac", "recording.dat", "c.wav"]
-    assert missing == [tmp_path / "nope.mp3"]
+    assert missing == [(tmp_path / "nope.mp3", "no such file or folder")]
     assert is_temporary(Path("x.crdownload")) and is_temporary(Path("~$x.wav")) and not is_temporary(Path("-a.wav"))
     assert not looks_like_media(tmp_path / "a.srt", check=lambda p: pytest.fail("probed an output"))
 

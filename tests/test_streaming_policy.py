@@ -155,6 +155,9 @@ def test_cut_frame_keeps_the_buffer_under_its_limit():
     assert cut_frame(words[1:], 0, 1000, 3000, 900) == (290, 0)
     # nothing committed late enough: cut at the limit, every committed word leaves
     assert cut_frame(words, 0, 3700, 3000, None) == (700, 3)
+    # a keep length instead of half the trim length: the cut may fall later
+    assert cut_frame(words[1:], 0, 1000, 3000, 900, keep_frames=300) == (590, 1)
+    assert cut_frame(words[1:], 0, 1000, 3000, 900, keep_frames=700) == (290, 0)
 
 
 def test_mel_buffer_equals_the_whole_stream_at_once():
@@ -197,4 +200,7 @@ def test_options_are_checked():
         StreamingOptions(beam_size=0)
     with pytest.raises(ValueError, match="task"):
         StreamingOptions(task="summarise")
+    with pytest.raises(ValueError, match="audio_keep_len"):
+        StreamingOptions(audio_trim_len=4.0)  # keeps 5 s by default: more than it trims to
+    assert StreamingOptions(audio_trim_len=4.0, audio_keep_len=None).audio_keep_len is None
     assert StreamingOptions.from_dict(StreamingOptions(beam_size=3).to_dict()).beam_size == 3

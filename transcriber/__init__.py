@@ -20,6 +20,7 @@ from .decoding.options import DecodingOptions  # noqa: E402
 from .doctor import report as doctor_report  # noqa: E402
 from .engine import Engine, Step, assemble, words_to_transcript  # noqa: E402
 from .errors import AudioError, ModelError, OutputError, TranscriberError  # noqa: E402
+from .model.catalog import ModelStatus, list_models  # noqa: E402
 from .model.loader import DEFAULT_MODEL, load_model as _load_model  # noqa: E402
 from .modes import DEFAULT_MODE, MODES, engine_options, make_engine  # noqa: E402
 from .oneshot import OneShotEngine, TranscribeOptions  # noqa: E402
@@ -69,7 +70,7 @@ def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None
         yield from step.words
 
 
-__all__ = ["transcribe", "stream", "load_model", "DEFAULT_MODEL", "probe",
+__all__ = ["transcribe", "stream", "load_model", "DEFAULT_MODEL", "list_models", "ModelStatus", "probe",
            "Transcript", "Segment", "Word", "Step", "Engine", "assemble", "words_to_transcript",
            "MODES", "DEFAULT_MODE", "engine_options", "make_engine",
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",

@@ -21,8 +21,8 @@ Failure rules (all raise ``AudioError`` with one line naming the file and ffmpeg
   * duration unknown (``N/A``) or merely *estimated* from the bitrate (raw MP3 without a Xing
     header, WAV, ...): no length check; such a file cut short is indistinguishable from a
     shorter one and decodes as that;
-  * errors reported but no shortfall (a damaged frame ffmpeg concealed): a logged warning only,
-    the audio is there.
+  * errors reported but no shortfall (a damaged frame ffmpeg concealed): not an error, the
+    audio is there; the stream's ``warnings`` say so (how many error messages, and the first).
 
   A shortfall under the tolerance (encoder padding, a slightly optimistic header) is accepted.
 """
@@ -52,6 +52,7 @@ _log = logging.getLogger(__name__)
 
 _PROBE_TIMEOUT_S = 120  # a stalled network mount should fail the file, not hang the batch
 _STDERR_KEEP_LINES = 50  # a corrupt file can print an error per frame; keep only the tail
+_WARNING_MAX_CHARS = 160  # the first message, as told in a warning
 _SHORT_ABS_S, _SHORT_REL = 1.0, 0.01  # truncation tolerance, see the module docstring
 
 
@@ -159,7 +160,7 @@ def _probe_ffmpeg(name: str) -> _MediaInfo:
 
 
 def iter_audio(path, chunk_seconds: float = 30.0, start: float = 0.0,
-               duration: float | None = None) -> Iterator[tuple[int, np.ndarray]]:
+               duration: float | None = None) -> "AudioStream":
     """Decode ``path`` to 16 kHz mono float32 and yield it chunk by chunk.
 
     Yields ``(sample_offset, samples)``: ``samples`` has shape ``(n,)``, float32 in [-1, 1],
@@ -168,7 +169,8 @@ def iter_audio(path, chunk_seconds: float = 30.0, start: float = 0.0,
     ``duration`` (seconds) stops decoding early. Closing the iterator kills ffmpeg.
     Bad arguments (``ValueError``) and files ``probe`` rejects (``AudioError``) raise at the
     call; decoding failures, truncation included, raise from the iteration, after the chunks
-    decoded so far (see the module docstring for the truncation rule).
+    decoded so far (see the module docstring for the truncation rule). Once the iteration has
+    ended, the stream's ``warnings`` tell what ffmpeg reported about audio it decoded in full.
     """
     if not chunk_seconds > 0:
         raise ValueError(f"chunk_seconds must be > 0, got {chunk_seconds!r}")
@@ -178,21 +180,46 @@ def iter_audio(path, chunk_seconds: float = 30.0, start: float = 0.0,
         raise ValueError(f"duration must be >= 0, got {duration!r}")
     name = os.fspath(path)
     info = _probe_info(name)
-    return _decode(name, info, max(1, round(chunk_seconds * SAMPLE_RATE)), start, duration)
+    return AudioStream(name, info, max(1, round(chunk_seconds * SAMPLE_RATE)), start, duration)
+
+
+class AudioStream:
+    """What ``iter_audio`` returns: an iterator of ``(sample_offset, samples)`` chunks.
+
+    ``warnings``: empty while the file is being read; once it has been read to its end, what
+    ffmpeg reported about a file it still decoded in full (a damaged frame it concealed), as one
+    short line: ``("ffmpeg reported 3 error messages while decoding, the first: invalid
+    subframe padding",)``. A file decoded without a complaint leaves it empty.
+    """
+
+    def __init__(self, name: str, info: _MediaInfo, chunk_samples: int, start: float,
+                 duration: float | None):
+        self.warnings: tuple[str, ...] = ()
+        self._chunks = _decode(name, info, chunk_samples, start, duration, self)
+
+    def __iter__(self) -> "AudioStream":
+        return self
+
+    def __next__(self) -> tuple[int, np.ndarray]:
+        return next(self._chunks)
+
+    def close(self) -> None:
+        """Stop decoding: ffmpeg is killed and reaped."""
+        self._chunks.close()
 
 
 def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
-            duration: float | None) -> Iterator[tuple[int, np.ndarray]]:
+            duration: float | None, stream: AudioStream) -> Iterator[tuple[int, np.ndarray]]:
     # A generator of its own, so that iter_audio checks its arguments and the file eagerly,
-    # and ffmpeg only starts when the first chunk is asked for.
+    # and ffmpeg only starts when the first chunk is asked for. Sets ``stream.warnings``.
     first_offset = round(start * SAMPLE_RATE)
-    stream = ffmpeg.input(_ffmpeg_path(name), **({"ss": start} if start > 0 else {}))
+    source = ffmpeg.input(_ffmpeg_path(name), **({"ss": start} if start > 0 else {}))
     out_args = {"format": "f32le", "ac": 1, "ar": SAMPLE_RATE}
     if duration is not None:
         out_args["t"] = duration
     # Map the first audio stream explicitly: ffmpeg's default pick is the "best" one.
     # `-v error` keeps stderr to real problems, which the truncation rule relies on.
-    node = stream["a:0"].output("pipe:", **out_args).global_args(
+    node = source["a:0"].output("pipe:", **out_args).global_args(
         "-nostdin", "-hide_banner", "-v", "error")
     try:
         # Its own session: a terminal's Ctrl-C goes to the job runner, which stops at its next
@@ -203,8 +230,8 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
         raise AudioError(_message(name, f"cannot run ffmpeg: {e}")) from e
     # stderr is drained by a thread: a chatty ffmpeg blocked on a full stderr pipe would
     # otherwise never write stdout again, and we would wait on it forever.
-    stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDERR_KEEP_LINES)
-    drain = threading.Thread(target=_drain, args=(proc.stderr, stderr_tail), daemon=True)
+    stderr = _Stderr(name)
+    drain = threading.Thread(target=stderr.drain, args=(proc.stderr,), daemon=True)
     drain.start()
 
     finished = False
@@ -228,11 +255,13 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
             drain.join(timeout=5)
         proc.stdout.close()
 
-    stderr = "\n".join(stderr_tail)
+    tail = "\n".join(stderr.tail)
     if proc.returncode != 0:
-        raise AudioError(_message(name, _reason(stderr, name)
+        raise AudioError(_message(name, _reason(tail, name)
                                   or f"ffmpeg exited with status {proc.returncode}"))
-    _check_length(name, info, start, duration, decoded, stderr)
+    _check_length(name, info, start, duration, decoded, tail)
+    if stderr.count:
+        stream.warnings = (stderr.warning(),)
 
 
 def _check_length(name: str, info: _MediaInfo, start: float, duration: float | None,
@@ -249,8 +278,8 @@ def _check_length(name: str, info: _MediaInfo, start: float, duration: float | N
     if short and (not info.has_video or reason):
         cause = f"truncated: decoded {decoded_end:.2f} s of {expected_end:.2f} s"
         raise AudioError(_message(name, f"{cause} ({reason})" if reason else cause))
-    if reason:
-        _log.warning("%r decoded in full, but ffmpeg reported: %s", name, reason)
+    if reason:  # not an error: the caller is told through AudioStream.warnings
+        _log.info("%r decoded in full, but ffmpeg reported: %s", name, reason)
 
 
 def load_audio(path, start: float = 0.0, duration: float | None = None) -> np.ndarray:
@@ -278,10 +307,32 @@ def _read_samples(pipe, n: int) -> np.ndarray:
     return buf
 
 
-def _drain(pipe, tail: collections.deque) -> None:
-    for raw in iter(pipe.readline, b""):
-        tail.append(raw.decode("utf-8", "replace").rstrip())
-    pipe.close()
+class _Stderr:
+    """ffmpeg's stderr, read by a thread while it decodes: its last lines (the cause of a
+    failure), and how many meaningful messages it printed and the first (a warning)."""
+
+    def __init__(self, name: str):
+        self.paths = _paths(name)
+        self.tail: collections.deque[str] = collections.deque(maxlen=_STDERR_KEEP_LINES)
+        self.count = 0
+        self.first = ""
+
+    def warning(self) -> str:
+        """A count and the first message, not pages of stderr (a corrupt file can print a
+        message per frame)."""
+        first = self.first if len(self.first) <= _WARNING_MAX_CHARS else self.first[:_WARNING_MAX_CHARS - 3] + "..."
+        plural = "s" if self.count > 1 else ""
+        return f"ffmpeg reported {self.count} error message{plural} while decoding, the first: {first}"
+
+    def drain(self, pipe) -> None:
+        for raw in iter(pipe.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip()
+            self.tail.append(line)
+            message = _clean(line, self.paths)
+            if message:
+                self.count += 1
+                self.first = self.first or message
+        pipe.close()
 
 
 def _run(cmd: list[str], name: str) -> subprocess.CompletedProcess:
@@ -308,22 +359,32 @@ _NOISE = ("Error opening input file", "Error opening input files", "Error openin
           "Press [q]")
 
 
+def _paths(name: str) -> set[str]:
+    return {name, os.path.abspath(name), os.path.basename(name)}
+
+
+def _clean(line: str, paths: set[str]) -> str:
+    """A line of ffmpeg's stderr without log/path prefixes; "" if it tells nothing."""
+    line = line.strip()
+    while _PREFIX_RE.match(line):
+        line = _PREFIX_RE.sub("", line, count=1)
+    for p in paths:  # older ffmpeg: "<path>: Invalid data found when processing input"
+        if line.startswith(p + ": "):
+            line = line[len(p) + 2:]
+    for lead in ("Error opening input: ", "Decoding error: ",
+                 "Error submitting packet to decoder: "):
+        line = line.removeprefix(lead)
+    line = line.rstrip(".").strip()
+    return "" if line.startswith(_NOISE) else line
+
+
 def _reason(stderr: str, name: str) -> str:
     """The last one or two meaningful lines of ffmpeg's stderr, without log/path prefixes."""
-    paths = {name, os.path.abspath(name), os.path.basename(name)}
+    paths = _paths(name)
     lines: list[str] = []
     for line in stderr.splitlines():
-        line = line.strip()
-        while _PREFIX_RE.match(line):
-            line = _PREFIX_RE.sub("", line, count=1)
-        for p in paths:  # older ffmpeg: "<path>: Invalid data found when processing input"
-            if line.startswith(p + ": "):
-                line = line[len(p) + 2:]
-        for lead in ("Error opening input: ", "Decoding error: ",
-                     "Error submitting packet to decoder: "):
-            line = line.removeprefix(lead)
-        line = line.rstrip(".").strip()
-        if line and not line.startswith(_NOISE) and line not in lines:
+        line = _clean(line, paths)
+        if line and line not in lines:
             lines.append(line)
     return "; ".join(lines[-2:])
 

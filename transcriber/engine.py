@@ -7,6 +7,9 @@
         step.state      # plain JSON data: engine.steps(path, step.state) continues right after
         step.position   # seconds of the source decoded so far
         step.language   # the language being transcribed
+        step.warnings   # what the media's decoder reported about audio it read in full
+                        # (ffmpeg's errors on a damaged frame): known once the audio has been
+                        # read to its end, so carried by the last steps; () for a clean file
 
 Both modes implement it: one-shot steps once per 30 s window (its seek loop's state), streaming
 once per replayed chunk (the session's state, and the words of the segment still open).
@@ -35,6 +38,7 @@ class Step:
     position: float
     language: str
     language_probability: Optional[float] = None  # when the language was detected, not given
+    warnings: tuple[str, ...] = ()  # the audio stream's warnings (transcriber.audio.AudioStream)
 
 
 class Engine(Protocol):

@@ -136,7 +136,8 @@ class OneShotEngine:
         seek = SeekState.from_dict(state) if state else SeekState(prompt_tokens=self._initial_prompt(),
                                                                   language=self.context.language)
         start = seek.seek * HOP_LENGTH
-        buffer = AudioBuffer(audio_io.iter_audio(source, chunk_seconds=READ_SECONDS, start=start / SAMPLE_RATE), start)
+        audio = audio_io.iter_audio(source, chunk_seconds=READ_SECONDS, start=start / SAMPLE_RATE)
+        buffer = AudioBuffer(audio, start)
         while True:
             samples = buffer.window(seek.seek * HOP_LENGTH, N_SAMPLES)
             if len(samples) < HOP_LENGTH:
@@ -149,7 +150,8 @@ class OneShotEngine:
                     seek.language, seek.language_probability, _ = self.context.detect_language(base)
                 segments, seek = self._decode_window(base, n_frames, seek, self.context.tokenizer(seek.language))
             yield Step(tuple(w for s in segments for w in s.words), tuple(segments), seek.to_dict(),
-                       seek.seek / FRAMES_PER_SECOND, seek.language or "en", seek.language_probability)
+                       seek.seek / FRAMES_PER_SECOND, seek.language or "en", seek.language_probability,
+                       audio.warnings)
             if buffer.eof and seek.seek * HOP_LENGTH >= buffer.offset + len(buffer.samples):
                 break
 

@@ -5,8 +5,10 @@ cannot download those, but every model folder carries the same vocabulary, eithe
 Face ``tokenizer.json`` (``model.vocab``: byte-level string -> id) or as CTranslate2's
 ``vocabulary.txt`` (one byte-level string per line, line index = id). For GPT-2-style BPE a
 token's id *is* its merge rank, so mapping each byte-level string back to raw bytes gives
-tiktoken's ``mergeable_ranks`` directly. The special tokens are then laid out after the regular
-vocabulary exactly as openai/whisper does, and checked against whatever the files list.
+tiktoken's ``mergeable_ranks`` directly; where the files carry the merge list (Hugging Face's
+``tokenizer.json`` or ``merges.txt``), that is checked: each merge must make a later id. The
+special tokens are then laid out after the regular vocabulary exactly as openai/whisper does,
+and checked against whatever the files list (``added_tokens``, ``added_tokens.json``).
 
 English-only models (``*.en``) use GPT-2's vocabulary: 50256 regular tokens, ``<|endoftext|>`` =
 50256. Multilingual models have 50257 regular tokens, ``<|endoftext|>`` = 50257.
@@ -109,23 +111,33 @@ def special_token_names(num_languages: int = 99) -> list[str]:
     ]
 
 
-def _read_vocabulary(model_dir: Path) -> tuple[dict[str, int], dict[str, int], str]:
-    """The model's vocabulary as ``(vocab, listed_specials, source file name)``.
+def _read_vocabulary(model_dir: Path) -> tuple[dict[str, int], dict[str, int], str, list | None]:
+    """The model's vocabulary as ``(vocab, listed_specials, source file name, merges)``.
 
     ``vocab`` maps byte-level strings to ids (it may include ``<|endoftext|>``);
-    ``listed_specials`` maps the special tokens the file names to the ids it gives them.
+    ``listed_specials`` maps the special tokens the file names to the ids it gives them;
+    ``merges`` is the BPE merge list when the files have one (Hugging Face's), else None.
     """
     tokenizer_json = model_dir / "tokenizer.json"
     if tokenizer_json.is_file():
         data = json.loads(tokenizer_json.read_text(encoding="utf-8"))
-        vocab = data.get("model", {}).get("vocab")
-        if vocab:
+        model = data.get("model", {})
+        if model.get("type", "BPE") != "BPE":
+            raise ModelError(f"{tokenizer_json}: a {model['type']} tokenizer; Whisper's is byte-level BPE")
+        if model.get("vocab"):
             listed = {t["content"]: t["id"] for t in data.get("added_tokens", [])}
-            return dict(vocab), listed, tokenizer_json.name
-    vocab_json = model_dir / "vocab.json"  # Hugging Face's slow-tokenizer file
+            return dict(model["vocab"]), listed, tokenizer_json.name, model.get("merges")
+    vocab_json = model_dir / "vocab.json"  # Hugging Face's slow-tokenizer files
     if vocab_json.is_file():
         vocab = json.loads(vocab_json.read_text(encoding="utf-8"))
-        return vocab, {}, vocab_json.name
+        added = model_dir / "added_tokens.json"
+        listed = json.loads(added.read_text(encoding="utf-8")) if added.is_file() else {}
+        merges_txt = model_dir / "merges.txt"
+        merges = None
+        if merges_txt.is_file():
+            lines = merges_txt.read_text(encoding="utf-8").split("\n")
+            merges = [line for line in lines if line and not line.startswith("#version")]
+        return vocab, listed, vocab_json.name, merges
     for name in ("vocabulary.txt", "vocabulary.json"):  # CTranslate2 (.json since 3.x)
         path = model_dir / name
         if path.is_file():
@@ -136,13 +148,28 @@ def _read_vocabulary(model_dir: Path) -> tuple[dict[str, int], dict[str, int], s
                 lines.pop()
             vocab = {line: i for i, line in enumerate(lines)}
             listed = {line: i for line, i in vocab.items() if line.startswith("<|")}
-            return vocab, listed, name
+            return vocab, listed, name, None
     raise ModelError(f"no tokenizer.json, vocab.json or vocabulary.txt in {model_dir}")
+
+
+def _check_merge_order(vocab: dict[str, int], merges: list, where: str) -> None:
+    """tiktoken merges the pair whose result has the lowest id; Hugging Face's BPE the pair
+    listed first in ``merges``. They split text alike when each merge's result has a larger id
+    than the one before (as in GPT-2's and Whisper's vocabularies, numbered in merge order)."""
+    last = -1
+    for n, merge in enumerate(merges, 1):
+        token = "".join(merge.split(" ") if isinstance(merge, str) else merge)
+        if vocab.get(token, -1) <= last:
+            raise ModelError(f"{where}: merge {n} ({merge!r}) does not make the next token by id, so "
+                             f"ids are not merge ranks: not a Whisper vocabulary tiktoken can read")
+        last = vocab[token]
 
 
 @lru_cache(maxsize=8)
 def _build_encoding(model_dir: Path, multilingual: bool, num_languages: int) -> tiktoken.Encoding:
-    vocab, listed, source = _read_vocabulary(model_dir)
+    vocab, listed, source, merges = _read_vocabulary(model_dir)
+    if merges is not None:
+        _check_merge_order(vocab, merges, f"{model_dir / ('merges.txt' if source == 'vocab.json' else source)}")
 
     eot = listed.get("<|endoftext|>", vocab.get("<|endoftext|>"))
     expected_eot = 50257 if multilingual else 50256

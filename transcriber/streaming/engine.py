@@ -46,12 +46,14 @@ class StreamingEngine:
         if session.finished:
             return
         start = session.audio_offset / SAMPLE_RATE
-        for _, samples in audio_io.iter_audio(source, chunk_seconds=self.options.chunk_seconds, start=start):
+        audio = audio_io.iter_audio(source, chunk_seconds=self.options.chunk_seconds, start=start)
+        for _, samples in audio:
             session.insert_audio(samples)
             words = session.process()
             yield self._step(session, grouper, words, grouper.add(words), probability)
         words = session.finish()
-        yield self._step(session, grouper, words, grouper.add(words) + grouper.flush(), probability)
+        yield self._step(session, grouper, words, grouper.add(words) + grouper.flush(), probability,
+                         audio.warnings)
 
     def _language(self, source) -> tuple[Optional[str], Optional[float]]:
         """The language given (probability None), else (multilingual model) detected up front
@@ -66,10 +68,11 @@ class StreamingEngine:
 
     @staticmethod
     def _step(session: StreamingSession, grouper: SegmentGrouper, words, segments,
-              probability: Optional[float]) -> Step:
+              probability: Optional[float], warnings: tuple[str, ...] = ()) -> Step:
         state = {"session": base64.b64encode(pack_state(session.state())).decode("ascii"),
                  "open": grouper.to_list(), "language_probability": probability}
-        return Step(tuple(words), tuple(segments), state, session.time, session.language or "en", probability)
+        return Step(tuple(words), tuple(segments), state, session.time, session.language or "en", probability,
+                    warnings)
 
 
 def pack_state(state: dict) -> bytes:

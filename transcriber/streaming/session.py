@@ -29,7 +29,7 @@ import numpy as np
 from ..constants import FRAMES_PER_SECOND, N_FRAMES
 from ..context import WhisperContext
 from ..model.whisper import Whisper
-from ..nonspeech import is_speech_word
+from ..nonspeech import speech_words
 from ..types import Word
 from .alignatt import BUDGET, EOT, NO_SPEECH, REWIND, AlignAttPass, PassResult
 from .melbuffer import SILENCE, MelBuffer, normalize
@@ -206,6 +206,7 @@ class StreamingSession:
         out: list[Word] = []
         index = 0
         now = buf.end_time
+        last_end = s.last_end
         for text, tokens in zip(texts[:count], groups[:count]):
             frames = result.frames[index: index + len(tokens)]
             probs = np.exp(result.logprobs[index: index + len(tokens)])
@@ -217,24 +218,26 @@ class StreamingSession:
             s.last_frame = buf.start + 2 * frames[-1]
             if "\ufffd" in text or not text.strip():
                 continue  # invalid bytes or bare space at the very end: kept as tokens, not shown
-            begin = min(max(buf.seconds(committed.start), s.last_end), now)
+            begin = min(max(buf.seconds(committed.start), last_end), now)
             finish = min(max(buf.seconds(committed.end), begin), now)
-            word = Word(begin, finish, text, float(np.mean(probs)), emitted_at=now)
-            if not is_speech_word(word):
-                continue  # a sound caption or a guess over music (nonspeech.py): kept as tokens only
-            out.append(word)
-            s.last_end = finish
+            out.append(Word(begin, finish, text, float(np.mean(probs)), emitted_at=now))
+            last_end = finish
+        # sound captions and guesses over music (nonspeech.py) stay in the state as tokens only
+        out = speech_words(out)
+        if out:
+            s.last_end = out[-1].end
         return out
 
     # -- buffer -----------------------------------------------------------------------------------
 
     def _slide(self, hard_only: bool) -> None:
         """Keep the buffer under ``audio_max_len``; past ``audio_trim_len`` drop committed
-        sentences. Committed words before the cut go to the prompt context."""
+        sentences down to ``audio_keep_len``. Committed words before the cut go to the prompt
+        context."""
         s, buf, o = self._s, self._s.buffer, self.options
-        cut, keep = cut_frame(s.words, buf.start, buf.end, o.audio_max_len * FRAMES_PER_SECOND,
-                              None if hard_only or o.audio_trim_len is None
-                              else o.audio_trim_len * FRAMES_PER_SECOND)
+        trim = None if hard_only or o.audio_trim_len is None else o.audio_trim_len * FRAMES_PER_SECOND
+        keep_frames = None if o.audio_keep_len is None else o.audio_keep_len * FRAMES_PER_SECOND
+        cut, keep = cut_frame(s.words, buf.start, buf.end, o.audio_max_len * FRAMES_PER_SECOND, trim, keep_frames)
         if cut is None:
             return
         gone, s.words = s.words[:keep], s.words[keep:]

@@ -73,15 +73,15 @@ def word_frames(frames: Sequence[int], following: Optional[int], n_frames: int) 
 
 
 def cut_frame(words: Sequence[CommittedWord], start: int, end: int, max_frames: float,
-              trim_frames: Optional[float]) -> tuple[Optional[int], int]:
+              trim_frames: Optional[float], keep_frames: Optional[float] = None) -> tuple[Optional[int], int]:
     """Where to cut the buffer (stream mel frame, None: keep it) and how many committed words
     leave with the audio before the cut (their text becomes prompt).
 
     Cuts fall just before a committed word. Past ``max_frames`` the buffer must lose its oldest
     audio: cut before the first committed word that lets it fit, else at the limit (every
     committed word before it leaves). Past ``trim_frames`` the buffer is cut back to between
-    half that and all of it: before the last committed word that follows a sentence end there,
-    else as late as that range allows.
+    ``keep_frames`` (default: half of it) and all of it: before the last committed word that
+    follows a sentence end there, else as late as that range allows.
     """
     def at(i: int) -> int:
         cut = words[i].start - CUT_MARGIN
@@ -94,7 +94,8 @@ def cut_frame(words: Sequence[CommittedWord], start: int, end: int, max_frames: 
                 return at(i), i
         return need, len(words)
     if trim_frames is not None and end - start > trim_frames:
-        candidates = [i for i in range(len(words)) if at(i) > start and end - at(i) >= trim_frames / 2]
+        keep = trim_frames / 2 if keep_frames is None else keep_frames
+        candidates = [i for i in range(len(words)) if at(i) > start and end - at(i) >= keep]
         sentences = [i for i in candidates
                      if i > 0 and words[i - 1].text.rstrip().endswith(tuple(SENTENCE_ENDS))]
         if candidates:

@@ -1,0 +1,429 @@
+"""The bad-input suite (issue 11, point 7): what a careless user, or an attacker, can hand the
+command. One parametrized test per kind: odd file names, symbolic links, databases that are not
+ours, a full disk, model files that are pickles, files that are not media, a file we may not read.
+
+Each asserts the exit status, the one line that names the file and the cause, that no partial
+output is left, and that the job database is intact. (Two runners on one database: see
+test_jobs_e2e.py and test_jobs_store.py.) Short clips from examples/, the real model only where
+the audio must really be decoded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from jobs.progress import printable
+from jobs.store import JobStore
+from transcriber.model import loader
+
+from .conftest import JFK, PRESS_YARD, ffmpeg
+from .test_bad_input import intact, invoke, no_traceback, use_engine
+from .test_jobs_runner import ScriptedEngine
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in ("TRANSCRIBER_DEBUG", "TRANSCRIBER_DB", "TRANSCRIBER_DB_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+BAR = re.compile(r".*\d+%\|.*\| .*\[.*\]\s*")  # tqdm's "talk.flac:  40%|####  | 0.6/1.6 s [00:01<00:01]"
+
+
+def lines(result) -> list[str]:
+    """stderr's lines, without the progress bars drawn between them (a bar is redrawn after a
+    carriage return, and a message can follow a bar on the same line)."""
+    pieces = (piece for line in result.stderr.splitlines() for piece in line.split("\r"))
+    return [piece for piece in pieces if piece.strip() and not BAR.fullmatch(piece)]
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temporary files of the atomic writer, which never outlive a run."""
+    return [p.name for p in folder.rglob("*") if p.name.endswith(".part")]
+
+
+# --- file names -----------------------------------------------------------------------------
+
+NAMES = ["with space.flac", "new\nline.flac", "tab\tand \x1b[31mescape.flac", "it's \"quoted\".flac",
+         "$(touch pwned).flac", "`touch pwned`.flac", "-dash.flac", "; rm -rf x #.flac",
+         "star*?[ab].flac", "ünïcødé 日本.flac"]
+
+
+@pytest.mark.parametrize("name", NAMES, ids=repr)
+def test_odd_file_names_are_transcribed_like_any_other(tmp_path, monkeypatch, name):
+    """Named on the command line (relative, after ``--``, from the folder it is in): transcribed
+    by the real model, outputs beside it, one line telling so (a newline in the name escaped),
+    and no shell ever ran what the name holds."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copy(PRESS_YARD, folder / name)
+    monkeypatch.chdir(folder)
+    db = tmp_path / "jobs.db"
+    result = invoke("--db", str(db), "--mode", "oneshot", "-f", "srt,json", "--", name)
+    no_traceback(result)
+    assert result.exit_code == 0, result.output
+    stem = folder / Path(name).stem
+    outputs = [stem.with_name(stem.name + ext) for ext in (".srt", ".json")]
+    assert lines(result) == [f"done: {printable(str(folder / name))} -> {printable(', '.join(map(str, outputs)))}",
+                             "1 done, 0 skipped, 0 failed"]
+    words = [w["word"] for s in json.loads(outputs[1].read_text())["segments"] for w in s["words"]]
+    assert "press" in "".join(words).lower()
+    assert sorted(p.name for p in folder.iterdir()) == sorted([name] + [p.name for p in outputs])
+    assert not (folder / "pwned").exists() and not (tmp_path / "pwned").exists()
+    assert intact(db, folder / name)["status"] == "done"
+
+
+def test_a_name_that_is_not_utf8_is_refused_with_a_reason(tmp_path):
+    """It cannot be stored in the database (UTF-8 text): one line with its bytes escaped, exit 1;
+    the other file of the folder is done."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    bad = folder / os.fsdecode(b"caf\xe9 \xff.flac")
+    shutil.copy(PRESS_YARD, bad)
+    shutil.copy(PRESS_YARD, folder / "good.flac")
+    db = tmp_path / "jobs.db"
+    engine = ScriptedEngine(n=4)
+    for args in ([str(bad)], [str(folder)]):
+        with pytest.MonkeyPatch.context() as m:
+            use_engine(m, engine)
+            result = invoke("--db", str(db), *args, "-f", "json", "-q")
+        no_traceback(result)
+        assert result.exit_code == 1
+        assert lines(result)[-1] == (f"failed: {folder}/caf\\xe9 \\xff.flac: the file name is not valid UTF-8; "
+                                     "rename it")
+        assert len(lines(result)) == 2
+    assert (folder / "good.json").exists() and not list(folder.glob("caf*.json"))
+    with JobStore(db) as store:
+        assert [Path(j.path).name for j in store.jobs()] == ["good.flac"]
+
+
+# --- symbolic links -------------------------------------------------------------------------
+
+def test_symlink_loops_and_dangling_links_in_a_folder(tmp_path, monkeypatch):
+    """A link to itself, two links to each other, a link to a file that is gone: each named with
+    its cause, exit 1; links to folders (``.``, ``..``) are not followed, so the walk ends and the
+    good file is done once; a folder named like media is a folder."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copy(PRESS_YARD, folder / "good.flac")
+    (folder / "self.flac").symlink_to("self.flac")
+    (folder / "a.mp3").symlink_to("b.mp3")
+    (folder / "b.mp3").symlink_to("a.mp3")
+    (folder / "dangling.wav").symlink_to("gone.wav")
+    (folder / "notes.txt").symlink_to("gone.txt")  # not a media name: not ours to report
+    (folder / "here").symlink_to(".")
+    (folder / "up").symlink_to("..")
+    (folder / "fake.mp3").mkdir()
+    engine = ScriptedEngine(n=4)
+    use_engine(monkeypatch, engine)
+    db = tmp_path / "jobs.db"
+    result = invoke("--db", str(db), str(folder), "-f", "json", "-q")
+    no_traceback(result)
+    assert result.exit_code == 1
+    loop = "Too many levels of symbolic links"
+    assert lines(result) == [
+        "1 done, 0 skipped, 4 failed",
+        f"failed: {folder}/a.mp3: symbolic link to b.mp3: {loop}",
+        f"failed: {folder}/b.mp3: symbolic link to a.mp3: {loop}",
+        f"failed: {folder}/dangling.wav: symbolic link to gone.wav: No such file or directory",
+        f"failed: {folder}/self.flac: symbolic link to self.flac: {loop}"]
+    assert len(engine.started_from) == 1 and (folder / "good.json").exists()
+    assert intact(db, folder / "good.flac")["status"] == "done"
+    named = invoke("--db", str(db), str(folder / "dangling.wav"), "-q")  # named: the same line
+    assert named.exit_code == 1 and lines(named)[-1] == (
+        f"failed: {folder}/dangling.wav: symbolic link to gone.wav: No such file or directory")
+
+
+# --- job databases that are not ours, or not usable --------------------------------------------
+
+def newer_database(db: Path, media: Path) -> None:
+    """A database a later version migrated: a migration this one does not know, a new column."""
+    with JobStore(db) as store:
+        from jobs.batch import request_for
+        from jobs.spec import JobSpec
+
+        store.enqueue(request_for(media, None, None, JobSpec()))
+        store.db.execute("ALTER TABLE jobs ADD COLUMN m099_thing TEXT")
+        store.db["_sqlite_migrations"].insert({"migration_set": "transcriber.jobs", "name": "m099_future",
+                                               "applied_at": "2099-01-01 00:00:00"})
+
+
+def other_programs_database(db: Path, media: Path) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, command TEXT, cron TEXT)")
+    conn.execute("INSERT INTO jobs (command, cron) VALUES ('backup', '0 3 * * *')")
+    conn.commit()
+    conn.close()
+
+
+def garbage(db: Path, media: Path) -> None:
+    db.write_bytes(b"this is not a database\n" * 200)
+
+
+@pytest.mark.parametrize("make, message", [
+    (garbage, "error: cannot open job database {db}: file is not a database"),
+    (newer_database, "error: the job database {db} was written by a newer version of transcriber "
+                     "(migration m099_future); upgrade transcriber, or use another --db"),
+    (other_programs_database, "error: the job database {db} is not one of transcriber's: it holds other tables "
+                              "(jobs); use another --db"),
+], ids=["garbage", "newer version", "another program's"])
+@pytest.mark.parametrize("command", ["run", "status"])
+def test_a_database_that_is_not_ours_is_refused_untouched(tmp_path, make, message, command):
+    media = tmp_path / "talk.flac"
+    shutil.copy(PRESS_YARD, media)
+    db = tmp_path / "jobs.db"
+    make(db, media)
+    before = db.read_bytes()
+    result = invoke("--db", str(db), *([str(media)] if command == "run" else ["status"]))
+    no_traceback(result)
+    assert result.exit_code == 1
+    assert lines(result) == [message.format(db=db)]
+    assert db.read_bytes() == before and not media.with_suffix(".srt").exists()
+
+
+def test_a_folder_as_the_database_is_a_usage_error(tmp_path):
+    result = invoke("--db", str(tmp_path), "status")
+    no_traceback(result)
+    assert result.exit_code == 2 and "is a directory" in result.output
+
+
+# --- a full disk ----------------------------------------------------------------------------
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A 256 KiB tmpfs (Linux, as root where the container allows mounts), and a function that
+    fills it up; skipped, saying why, where it cannot be mounted."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        pytest.skip("a full disk needs a tiny tmpfs: mounting one needs root on Linux")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+
+    def fill() -> Path:
+        filler = mount / "filler"
+        try:
+            with open(filler, "wb") as f:
+                while True:
+                    f.write(b"\0" * 4096)
+                    f.flush()
+        except OSError:  # ENOSPC: full
+            return filler
+
+    yield mount, fill
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_fails_the_outputs_whole_and_keeps_the_words(tmp_path, tiny_fs, monkeypatch):
+    """Outputs into a full filesystem: one line naming the file and "No space left on device",
+    exit 1, no partial output; the job is failed with that error, its words kept, so once there is
+    room ``retry`` writes the outputs without decoding again."""
+    mount, fill = tiny_fs
+    media = tmp_path / "talk.flac"
+    shutil.copy(PRESS_YARD, media)
+    db = tmp_path / "jobs.db"
+    engine = ScriptedEngine(n=4)
+    use_engine(monkeypatch, engine)
+    filler = fill()
+    result = invoke("--db", str(db), str(media), "-o", str(mount), "-f", "srt,json", "-q")
+    no_traceback(result)
+    assert result.exit_code == 1
+    assert lines(result) == [f"error: {media}: cannot write {mount}/talk.srt: No space left on device",
+                             "0 done, 0 skipped, 1 failed"]
+    assert sorted(p.name for p in mount.iterdir()) == ["filler"]
+    row = intact(db, media)
+    assert row["status"] == "failed" and row["words_complete"] == 1 and "No space left" in row["last_error"]
+
+    filler.unlink()
+    again = invoke("--db", str(db), "retry", "--failed", "-q")
+    assert again.exit_code == 0, again.output
+    assert len(engine.started_from) == 1  # the stored words, not a second decoding
+    assert json.loads((mount / "talk.json").read_text())["segments"] and leftovers(mount) == []
+
+
+@pytest.mark.parametrize("when", ["before the run", "mid-run"])
+def test_a_database_on_a_full_disk_stops_with_one_line(tmp_path, tiny_fs, monkeypatch, when):
+    """The job database's disk fills up before the run, or between two checkpoints: one line
+    naming the database, exit 1, no output; once there is room the job resumes and is done."""
+    mount, fill = tiny_fs
+    media = tmp_path / "talk.flac"
+    shutil.copy(PRESS_YARD, media)
+    db = mount / "jobs.db"
+    JobStore(db).close()
+    filled = []
+
+    def fill_at_3(i):
+        if i == 3 and not filled:  # once: the rerun resumes before step 3
+            filled.append(fill())
+
+    use_engine(monkeypatch, ScriptedEngine(fill_at_3 if when == "mid-run" else None, n=6))
+    if when == "before the run":
+        filled.append(fill())
+    args = ("--db", str(db), str(media), "-f", "json", "--checkpoint-seconds", "0.5", "-q")
+    result = invoke(*args)
+    no_traceback(result)
+    assert result.exit_code == 1
+    (line,) = lines(result)  # SQLite's words depend on which write hit the wall
+    assert re.fullmatch(rf"error: (cannot open job database|the job database) {re.escape(str(db))}: "
+                        r"(database or disk is full|disk I/O error \(its disk is full\))", line), line
+    assert not media.with_suffix(".json").exists()
+    filled[0].unlink()
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+    with JobStore(db) as store:  # as the next process sees it (here, the runner's pid still lives)
+        store.expire_dead_leases(lambda owner: True)
+    again = invoke(*args)
+    assert again.exit_code == 0, again.output
+    assert [w["word"] for s in json.loads(media.with_suffix(".json").read_text())["segments"]
+            for w in s["words"]] == [f" w{i}" for i in range(1, 7)]
+
+
+# --- model files that are pickles -----------------------------------------------------------
+
+class Trap:
+    """Unpickling this makes a folder: the proof that something unpickled it."""
+
+    def __init__(self, sentinel: Path):
+        self.sentinel = str(sentinel)
+
+    def __reduce__(self):
+        return os.mkdir, (self.sentinel,)
+
+
+def torch_zip(path: Path, payload: bytes) -> None:
+    """What ``torch.save`` writes: a zip whose ``data.pkl`` is a pickle."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", payload)
+        z.writestr("archive/version", "3\n")
+
+
+def model_folder(folder: Path, weights: str, payload: bytes, as_zip: bool) -> Path:
+    """A model folder with the real tiny.en config and tokenizer, and ``weights`` a pickle."""
+    source, _ = loader.resolve("tiny.en")
+    folder.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(source / name, folder / name)
+    if as_zip:
+        torch_zip(folder / weights, payload)
+    else:
+        (folder / weights).write_bytes(payload)
+    return folder
+
+
+@pytest.mark.parametrize("weights, as_zip, cause", [
+    ("model.pt", False, "is not a folder"),
+    ("weights.safetensors", False, "weights.safetensors"),
+    ("weights.npz", False, "weights.npz"),
+    ("weights.npz", True, "weights.npz"),
+    ("model.bin", True, "model.bin"),
+    ("pytorch_model.bin", True, "has no weights.safetensors, weights.npz, model.safetensors or model.bin"),
+])
+def test_a_pickle_given_as_the_model_is_refused_never_unpickled(tmp_path, monkeypatch, weights, as_zip, cause):
+    monkeypatch.setenv("TRANSCRIBER_CACHE", str(tmp_path / "cache"))
+    sentinel = tmp_path / "unpickled"
+    payload = pickle.dumps({"model_state_dict": Trap(sentinel)})
+    if weights == "model.pt":
+        model = tmp_path / weights
+        model.write_bytes(payload)
+    else:
+        model = model_folder(tmp_path / "evil-model", weights, payload, as_zip)
+    media = tmp_path / "talk.flac"
+    shutil.copy(PRESS_YARD, media)
+    db = tmp_path / "jobs.db"
+    result = invoke("--db", str(db), str(media), "--model", str(model), "-q")
+    no_traceback(result)
+    assert result.exit_code == 1
+    (line,) = lines(result)
+    assert line.startswith("error: ") and str(model) in line and cause in line, line
+    assert not sentinel.exists()
+    assert not media.with_suffix(".srt").exists()
+    row = intact(db, media)
+    assert row["status"] == "queued" and row["errors"] == 0  # the model, not the file: nothing counted
+
+
+# --- files that are not media ---------------------------------------------------------------
+
+def not_media(folder: Path) -> dict[str, Path]:
+    made = {name: folder / name for name in ("empty.flac", "notes.txt", "cover.png", "subtitles.srt",
+                                             "pickle.mp3", "cut.flac")}
+    made["empty.flac"].write_bytes(b"")
+    made["notes.txt"].write_text("shopping list\n" * 100)
+    ffmpeg("-f", "lavfi", "-i", "color=c=red:s=32x32:d=1", "-frames:v", "1", str(made["cover.png"]))
+    made["subtitles.srt"].write_text("1\n00:00:00,000 --> 00:00:01,000\nhello\n")
+    made["pickle.mp3"].write_bytes(pickle.dumps({"not": "audio"}))
+    made["cut.flac"].write_bytes(JFK.read_bytes()[:50_000])
+    return made
+
+
+@pytest.mark.parametrize("name, cause", [
+    ("empty.flac", "file is empty"),
+    ("notes.txt", "no audio stream"),  # ffmpeg reads text as ANSI art: a video
+    ("cover.png", "no audio stream"),
+    ("subtitles.srt", "no audio stream"),
+    ("pickle.mp3", "Invalid data found when processing input"),
+    ("cut.flac", "truncated: decoded"),
+])
+def test_a_file_that_is_not_media_named_explicitly_fails_with_its_cause(tmp_path, name, cause):
+    """Named on the command line, whatever its extension, a file is tried: ffmpeg's verdict in
+    one line naming it, exit 1, the job failed with that error (not retried), no outputs. The
+    real model, for the cut file is only found out while decoding."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    path = not_media(folder)[name]
+    before = sorted(p.name for p in folder.iterdir())
+    db = tmp_path / "jobs.db"
+    result = invoke("--db", str(db), str(path), "--mode", "oneshot", "-f", "srt,json", "-q")
+    no_traceback(result)
+    assert result.exit_code == 1
+    (error, summary) = lines(result)
+    assert error.startswith(f"error: cannot read audio from {str(path)!r}: ") and cause in error, error
+    assert summary == "0 done, 0 skipped, 1 failed"
+    row = intact(db, path)
+    assert row["status"] == "failed" and cause in row["last_error"] and row["runs"] == 1
+    assert sorted(p.name for p in folder.iterdir()) == before and leftovers(folder) == []
+
+
+def test_a_folder_named_like_media_is_a_folder(tmp_path):
+    folder = tmp_path / "talk.mp3"
+    folder.mkdir()
+    result = invoke("--db", str(tmp_path / "jobs.db"), str(folder))
+    assert result.exit_code == 1 and lines(result) == [f"error: no media files found in {folder}"]
+
+
+@pytest.mark.parametrize("where", ["named", "in a folder"])
+def test_a_file_without_read_permission(tmp_path, where):
+    """Root reads any file whatever its permissions: as root, the command runs without the
+    capabilities that let it (setpriv drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH), so the
+    file's mode counts as it would for anyone else. A process of its own, so the capabilities
+    stay dropped."""
+    secret = tmp_path / "secret.flac"
+    shutil.copy(PRESS_YARD, secret)
+    os.chmod(secret, 0)
+    command = [sys.executable, "-m", "jobs", str(secret if where == "named" else tmp_path), "-q"]
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("as root, a file's permissions are ignored unless setpriv (util-linux) drops the capabilities")
+        caps = "-dac_override,-dac_read_search"
+        command = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}", *command]
+    env = {k: v for k, v in os.environ.items() if k != "TRANSCRIBER_DEBUG"}
+    env.update(TRANSCRIBER_DB=str(tmp_path / "jobs.db"), TRANSCRIBER_BLAS="none")  # no model: no BLAS
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        "0 done, 0 skipped, 1 failed", f"failed: cannot read {str(secret)!r}: Permission denied"]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("jobs.db")) == ["secret.flac"]
