@@ -283,7 +283,7 @@ class Runner:
             segments, language, probability = self._decode(job, spec, engine, path, resume, duration)
             model = engine.model_name
         self._check_source()
-        written = write_outputs(assemble(segments, language, duration, model or "", probability),
+        written = write_outputs(assemble(segments, language, duration, model or "", probability, spec.task),
                                 Path(job.output_stem), spec.formats, spec.output_options())
         _kill_hook("outputs")
         self.store.finish(job.id, self.owner, [str(p) for p in written])
@@ -317,7 +317,8 @@ class Runner:
                     pending, state, last_checkpoint = [], None, position
                     _kill_hook(f"checkpoint:{seq}")
                     if spec.live:
-                        write_outputs(assemble(committed, language, duration, engine.model_name, probability),
+                        write_outputs(assemble(committed, language, duration, engine.model_name, probability,
+                                               spec.task),
                                       Path(job.output_stem), spec.formats, spec.output_options())
                     if self.stop.requested:
                         raise Stopped
