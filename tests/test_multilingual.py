@@ -188,3 +188,26 @@ def test_english_only_model_refuses_translation(tmp_path):
     assert result.exit_code == 1
     assert "model tiny.en is English-only; --task translate needs a multilingual model" in result.output
     assert not media.with_suffix(".srt").exists()
+
+
+# --- words of scripts without spaces, with the real multilingual tokenizer -----------------
+
+@pytest.mark.parametrize("language, text", [
+    ("ja", "今日はとても良い天気ですね。"),
+    ("th", "สวัสดีครับ วันนี้อากาศดีมาก"),
+    ("zh", "我们今天去公园散步。"),
+])
+def test_words_are_whole_characters(base_model, language, text):
+    from transcriber.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(base_model.info.folder, multilingual=True, language=language)
+    tokens = tok.encode(text)
+    words, groups = tok.split_to_word_tokens(tokens)
+    assert "".join(words) == text and [t for g in groups for t in g] == tokens
+    # each word is the shortest run of tokens that decodes to whole characters (Whisper's
+    # split for zh, ja, th, lo, my, yue): never a broken byte, never two runs merged
+    assert all("\ufffd" not in w and tok.decode(g) == w for w, g in zip(words, groups))
+    assert all(len(g) == 1 or "\ufffd" in tok.decode(g[:-1]) for g in groups)
+    assert len(words) > len(text.split())  # not split on spaces
+    english = load_tokenizer(base_model.info.folder, multilingual=True, language=language, task="translate")
+    assert english.split_to_word_tokens(tok.encode(" Nice weather."))[0] == [" Nice", " weather."]
