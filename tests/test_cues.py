@@ -406,6 +406,7 @@ def test_cue_to_dict():
     {"min_gap": -0.1}, {"close_gap": math.nan}, {"linger": -1}, {"pause_split": 0},
     {"max_delay": -0.5},
     {"max_line_chars": True},
+    {"min_duration": None}, {"max_lines": None},  # only the width and speed may be left to the language
 ])
 def test_options_are_checked(kwargs):
     with pytest.raises(ValueError, match="CueOptions"):

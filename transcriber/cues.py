@@ -78,26 +78,27 @@ class CueOptions:
     LIMITS = {"max_line_chars": 200, "max_lines": 10, "max_cps": 100.0, "max_duration": 60.0}
 
     def __post_init__(self) -> None:
-        given = {name for name in ("max_line_chars", "max_cps") if getattr(self, name) is not None}
-        for name in {"max_line_chars", "max_lines"} & (given | {"max_lines"}):
+        def given(name: str) -> bool:  # max_line_chars, max_cps None: the language's rule
+            return getattr(self, name) is not None or name not in ("max_line_chars", "max_cps")
+
+        for name in filter(given, ("max_line_chars", "max_lines")):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"CueOptions.{name} must be an integer >= 1, got {value!r}")
-        numbers = ("max_cps", "max_duration", "pause_split", "min_duration", "min_gap", "close_gap",
-                   "linger", "max_delay")
-        for name in (n for n in numbers if n != "max_cps" or n in given):
+        for name in filter(given, ("max_cps", "max_duration", "pause_split", "min_duration", "min_gap",
+                                   "close_gap", "linger", "max_delay")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not math.isfinite(value):
                 raise ValueError(f"CueOptions.{name} must be a finite number, got {value!r}")
-        for name in ("max_cps", "max_duration", "pause_split"):
-            if getattr(self, name) is not None and getattr(self, name) <= 0:
+        for name in filter(given, ("max_cps", "max_duration", "pause_split")):
+            if getattr(self, name) <= 0:
                 raise ValueError(f"CueOptions.{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("min_duration", "min_gap", "close_gap", "linger", "max_delay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"CueOptions.{name} must be >= 0, got {getattr(self, name)!r}")
         for name, limit in self.LIMITS.items():
-            if getattr(self, name) is not None and getattr(self, name) > limit:
+            if given(name) and getattr(self, name) > limit:
                 raise ValueError(f"CueOptions.{name} must be at most {limit:g}, got {getattr(self, name)!r}")
         if self.min_duration > self.max_duration:
             raise ValueError(f"CueOptions.min_duration ({self.min_duration}) must not exceed "
