@@ -1,8 +1,10 @@
-"""Our worker: transcriber (MLX Whisper, float32 on the CPU), tiny.en, in the job's "mode":
-"oneshot" (default) or "stream" (AlignAtt replay, "chunk_seconds", default 1).
+"""Our worker: transcriber (MLX Whisper, float32 on the CPU) in the job's "mode": "oneshot"
+(default) or "stream" (AlignAtt replay, "chunk_seconds", default 1).
 
 Run with the repository's .venv/bin/python; job and result as in _worker_common.py
-("compute_type" is ignored).
+("compute_type" is ignored). Optional job fields: "model" (default tiny.en), "language"
+(default "en"; null: detect), "detail" (each result is {"text", "language",
+"language_probability"} instead of the text).
 """
 import os
 import sys
@@ -18,16 +20,25 @@ JOB: dict = {}
 
 def load(job):
     JOB.update(job)
-    return transcriber.load_model("tiny.en")
+    return transcriber.load_model(job.get("model", "tiny.en"))
 
 
 def transcribe(model, path, word_timestamps):
+    language = JOB.get("language", "en")
     if JOB.get("mode") == "stream":
-        options = transcriber.StreamingOptions(chunk_seconds=JOB.get("chunk_seconds", 1.0), language="en")
-        return "".join(w.text for w in transcriber.stream(path, model, options=options)).strip()
-    t = transcriber.transcribe(path, model=model, language="en", beam_size=None,
-                               word_timestamps=word_timestamps)
-    return t.text.strip()
+        options = transcriber.StreamingOptions(chunk_seconds=JOB.get("chunk_seconds", 1.0), language=language)
+        words, detected, probability = [], language, None
+        for step in transcriber.StreamingEngine(model, options).steps(path):
+            words += step.words
+            detected, probability = step.language, step.language_probability
+        text = "".join(w.text for w in words).strip()
+    else:
+        t = transcriber.transcribe(path, model=model, language=language, beam_size=None,
+                                   word_timestamps=word_timestamps)
+        text, detected, probability = t.text.strip(), t.language, t.language_probability
+    if JOB.get("detail"):
+        return {"text": text, "language": detected, "language_probability": probability}
+    return text
 
 
 def info():

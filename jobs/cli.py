@@ -27,8 +27,8 @@ from typing import Optional
 import click
 from tqdm import tqdm
 
-from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, ModelError, StreamingOptions, blas,
-                         doctor_report, list_models)
+from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, CueOptions, ModelError, StreamingOptions,
+                         blas, doctor_report, list_models)
 
 from .batch import Batch, enqueue_files, summary
 from .discover import discover, has_audio
@@ -49,6 +49,9 @@ Examples:
   transcribe podcasts/ --format srt,vtt,json   every media file in podcasts/, recursively
   transcribe a.mp4 b.wav -o subs/ -f vtt       outputs into subs/
   transcribe lecture.mkv --beam-size 5         beam search instead of greedy
+  transcribe interview.mp3 --model base        any language Whisper speaks, detected
+  transcribe interview.mp3 --model base --task translate
+                                               English subtitles of speech in any language
   transcribe talk.mp4 -f srt,vtt --max-line-chars 32 --vtt-karaoke
                                                narrower lines; word timestamps in the VTT
   transcribe podcasts/ --force                 redo files that are already done
@@ -236,7 +239,9 @@ def spec_options(f):
         click.option("-l", "--language", default=None,
                      help="Spoken language code (default: detect; 'en' for .en models)."),
         click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe",
-                     show_default=True),
+                     show_default=True,
+                     help="translate: English text of speech in any language (multilingual models "
+                          "such as base; English-only models refuse it)."),
         # ranges: checked by the library's options (DecodingOptions, StreamingOptions, CueOptions),
         # which bound every flag's cost; make_spec turns their ValueError into a usage error
         click.option("--beam-size", type=click.IntRange(min=1), default=None,
@@ -260,12 +265,15 @@ def spec_options(f):
         # Cue layout and output details: they change the files, never the words, so changing
         # them rewrites a done file's outputs from its stored words, without the model.
         # Values are checked by CueOptions (one clear usage error), not by Click types.
-        click.option("--max-line-chars", type=int, default=_DEFAULTS.max_line_chars, show_default=True,
-                     help="Subtitles: characters per line."),
+        # None: the rule of each file's language (16 characters a line for Chinese...)
+        click.option("--max-line-chars", type=int, default=None,
+                     help="Subtitles: characters per line.  [default by language: "
+                          f"{CueOptions.language_defaults('max_line_chars')}]"),
         click.option("--max-lines", type=int, default=_DEFAULTS.max_lines, show_default=True,
                      help="Subtitles: lines per cue."),
-        click.option("--max-cps", type=float, default=_DEFAULTS.max_cps, show_default=True,
-                     help="Subtitles: reading speed, characters per second."),
+        click.option("--max-cps", type=float, default=None,
+                     help="Subtitles: reading speed, characters per second.  [default by language: "
+                          f"{CueOptions.language_defaults('max_cps')}]"),
         click.option("--min-duration", type=float, default=_DEFAULTS.min_duration,
                      help="Subtitles: seconds a cue stays up at least, where the next cue leaves "
                           "room.  [default: 5/6]"),

@@ -293,7 +293,8 @@ class Attempt:
         return written
 
     def _write(self, segments: list[Segment]) -> list[str]:
-        transcript = assemble(segments, self.language, self.duration, self.model or "", self.probability)
+        transcript = assemble(segments, self.language, self.duration, self.model or "", self.probability,
+                              self.spec.task)
         written = write_outputs(transcript, Path(self.job.output_stem), self.spec.formats, self.spec.output_options())
         return [str(p) for p in written]
 

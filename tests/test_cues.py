@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transcriber.cues import (TIME_RESOLUTION, Cue, CueOptions, break_lines, layout_cues,
-                              line_words, segment_words, transcript_cues)
+from transcriber.cues import (LANGUAGE_RULES, TIME_RESOLUTION, Cue, CueOptions, break_lines,
+                              layout_cues, line_layout, line_words, segment_words, transcript_cues)
 from transcriber.types import Segment, Transcript, Word
 
 EPS = 1e-6
@@ -68,7 +68,9 @@ def token(word: Word) -> str:
     return " ".join(word.text.split())
 
 
-def check_cues(words: list[Word], cues: list[Cue], o: CueOptions) -> None:
+def check_cues(words: list[Word], cues: list[Cue], o: CueOptions, language: str | None = None) -> None:
+    o = o.for_language(language)  # the widths and speeds the layout used where o gives none
+    spaced = language not in ("zh", "ja", "th", "lo", "my", "yue")
     if not any(token(w) for w in words):
         assert cues == []  # nothing to show
         return
@@ -80,7 +82,11 @@ def check_cues(words: list[Word], cues: list[Cue], o: CueOptions) -> None:
         assert tokens, "a cue without text"
         spoken = [w for w in c.words if token(w)]
         # the text is the words' text, nothing lost or added
-        assert " ".join(c.lines) == " ".join(tokens)
+        if spaced:
+            assert " ".join(c.lines) == " ".join(tokens)
+        else:  # joined without spaces, but a word that brings its own keeps it
+            assert "".join(c.lines).replace(" ", "") == "".join(tokens).replace(" ", "")
+            assert all(line == line.strip() for line in c.lines)
         assert c.text == "\n".join(c.lines)
         # line count and width; an over-long word alone on its line is the one exception
         assert len(c.lines) <= o.max_lines or any(len(t) > o.max_line_chars for t in tokens)
@@ -135,6 +141,108 @@ def test_line_words_follow_lines(words):
         assert [w for g in groups for w in g] == list(c.words)
         for line, group in zip(c.lines, groups):
             assert line == " ".join(token(w) for w in group if token(w))
+
+
+# --- scripts without spaces ----------------------------------------------------------------
+
+_han = st.text(alphabet="的一是不了人我在有他这为之大来以个中上们自己脚", min_size=1, max_size=2)
+_cjk_token = st.one_of(_han, _han, _han, st.builds(lambda w, p: w + p, _han, st.sampled_from("，。？！、")),
+                       st.sampled_from([" OK", " iPhone", " 2024"]))  # Latin words bring a space
+
+
+@st.composite
+def cjk_timelines(draw, max_words=80):
+    n = draw(st.integers(0, max_words))
+    words, end, start = [], draw(st.floats(0, 5)), 0.0
+    for _ in range(n):
+        start = max(start, end + draw(_gap))
+        end = start + draw(_duration)
+        words.append(Word(start=start, end=end, text=draw(_cjk_token), probability=0.5))
+    return words
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cjk_timelines(), st.sampled_from(["zh", "ja", "th", "yue"]))
+def test_layout_properties_without_spaces(words, language):
+    check_cues(words, layout_cues(words, language=language), CueOptions(), language)
+
+
+@settings(max_examples=100, deadline=None)
+@given(cjk_timelines(max_words=40))
+def test_line_layout_follows_lines_without_spaces(words):
+    for c in layout_cues(words, language="zh"):
+        groups = line_layout(c)
+        assert [w for g in groups for _, w in g] == list(c.words)
+        for line, group in zip(c.lines, groups):
+            assert line == "".join(sep + token(w) for sep, w in group if token(w))
+
+
+def han_words(text: str, start: float = 0.0, step: float = 0.25) -> list[Word]:
+    """One word per character (as Whisper splits Chinese), ``step`` seconds apart."""
+    return [Word(start + i * step, start + i * step + step * 0.9, ch, 0.9) for i, ch in enumerate(text)]
+
+
+def test_language_rules_fill_what_is_not_given():
+    assert (CueOptions().for_language("zh").max_line_chars, CueOptions().for_language("zh").max_cps) == (16, 9)
+    assert (CueOptions().for_language("ja").max_line_chars, CueOptions().for_language("ja").max_cps) == (13, 4)
+    assert (CueOptions().for_language("th").max_line_chars, CueOptions().for_language("th").max_cps) == (35, 17)
+    for language in ("en", "de", "ar", None):
+        assert (CueOptions().for_language(language).max_line_chars,
+                CueOptions().for_language(language).max_cps) == (42, 17)
+    given = CueOptions(max_line_chars=30).for_language("zh")
+    assert (given.max_line_chars, given.max_cps) == (30, 9)  # a given value always wins
+    assert CueOptions(max_cps=20.0).for_language("ja").max_cps == 20
+    assert CueOptions.language_defaults("max_line_chars").startswith("42; zh 16")
+    assert set(LANGUAGE_RULES) >= {"zh", "ja", "th"}
+
+
+def test_chinese_lines_of_16_characters_without_spaces():
+    text = "今天我们一起去公园散步然后在湖边吃午饭下午再去看一场电影晚上回家做饭"  # 34 characters
+    cues = layout_cues(han_words(text, step=0.2), language="zh")
+    assert len(cues) == 2  # 2 lines of 16 hold 32 at most
+    assert "".join("".join(c.lines) for c in cues) == text
+    for c in cues:
+        assert all(len(line) <= 16 and " " not in line for line in c.lines)
+        # 9 characters a second: each cue stays up long enough to be read
+        assert c.end - c.start >= len("".join(c.lines)) / 9 - EPS
+    cue, = layout_cues(han_words(text[:27], step=0.2), language="zh")  # 27 fit in one cue
+    assert max(len(line) for line in cue.lines) == 14  # balanced 13 + 14: Chinese is not held to 13
+
+
+def test_japanese_lines_of_13_characters():
+    text = "今日はとても良い天気なので公園へ散歩に行きました"  # 24 characters
+    cues = layout_cues(han_words(text, step=0.3), language="ja")
+    assert "".join("".join(c.lines) for c in cues) == text
+    assert all(len(line) <= 13 for c in cues for line in c.lines)
+    # 4 characters a second: a two-line cue of 24 characters needs 6 s
+    assert all(c.end - c.start >= min(len("".join(c.lines)) / 4, 7.0) - EPS for c in cues)
+
+
+def test_chinese_splits_at_full_width_sentence_ends():
+    words = han_words("你好。", step=0.3) + han_words("今天天气很好。", start=3.0, step=0.3)
+    assert [c.text for c in layout_cues(words, language="zh")] == ["你好。", "今天天气很好。"]
+
+
+def test_latin_words_keep_their_space_in_chinese():
+    words = han_words("我用") + [Word(0.5, 0.9, " iPhone", 0.9)] + han_words("拍照", start=1.0)
+    cue, = layout_cues(words, language="zh")
+    assert cue.text == "我用 iPhone拍照"
+
+
+def test_a_flag_overrides_the_language_rule():
+    text = "今天我们一起去公园散步然后在湖边吃午饭"
+    cues = layout_cues(han_words(text, step=0.2), CueOptions(max_line_chars=8), language="zh")
+    assert all(len(line) <= 8 for c in cues for line in c.lines)
+
+
+def test_a_translation_is_laid_out_as_english():
+    # spoken Chinese, English text: English rules (42 characters, spaces), not Chinese ones
+    words = words_of("I went to the park with my friends and we had lunch by the lake.", step=0.2)
+    zh = Transcript(language="zh", duration=20.0, task="translate",
+                    segments=(Segment(0.0, words[-1].end, "".join(w.text for w in words), tuple(words)),))
+    assert zh.text_language == "en"
+    assert [c.text for c in transcript_cues(zh)] == [c.text for c in layout_cues(words, end_time=20.0)]
+    assert any(len(line) > 16 for c in transcript_cues(zh) for line in c.lines)
 
 
 # --- hand examples ------------------------------------------------------------------------
@@ -298,6 +406,7 @@ def test_cue_to_dict():
     {"min_gap": -0.1}, {"close_gap": math.nan}, {"linger": -1}, {"pause_split": 0},
     {"max_delay": -0.5},
     {"max_line_chars": True},
+    {"min_duration": None}, {"max_lines": None},  # only the width and speed may be left to the language
 ])
 def test_options_are_checked(kwargs):
     with pytest.raises(ValueError, match="CueOptions"):

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from transcriber.evaluation import (cardinal, edit_distance, normalize, ordinal, wer,
-                                    word_errors, year)
+from transcriber.evaluation import (cardinal, cer, characters, edit_distance, normalize, ordinal,
+                                    wer, word_errors, year)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -107,3 +107,37 @@ def test_wer_edge_cases():
     assert math.isinf(wer([""], ["something"]))
     with pytest.raises(ValueError):
         wer(["a", "b"], ["a"])
+
+
+# --- other languages: case and punctuation only -------------------------------------------
+
+@pytest.mark.parametrize("text, language, expected", [
+    ("Das ist: Ausführliche, unerdichtete und recht memorable Lebensbeschreibung",
+     "de", "das ist ausführliche unerdichtete und recht memorable lebensbeschreibung"),
+    ("was er Merk- und Denkwürdiges gesehen", "de", "was er merk und denkwürdiges gesehen"),
+    ("Straße", "de", "strasse"),  # casefold: references write either
+    ("Бедняга. Ребят, на его месте должен был быть я!", "ru",
+     "бедняга ребят на его месте должен был быть я"),
+    ("Ёлка", "ru", "елка"),
+    ("et c'est la dictée numéro 1.", "fr", "et cest la dictée numéro 1"),  # diacritics and digits stay
+    ("¿Qué tal? «Bien».", "es", "qué tal bien"),
+    ("नमस्ते, दुनिया।", "hi", "नमस्ते दुनिया"),  # vowel signs are part of the letters
+    ("砸自己的脚。", "zh", "砸自己的脚"),
+])
+def test_normalize_other_languages(text, language, expected):
+    assert normalize(text, language) == expected
+
+
+def test_english_rules_stay_the_default():
+    assert normalize("In 1813, Mr. Smith") == normalize("In 1813, Mr. Smith", "en") \
+        == "in eighteen thirteen mister smith"
+    assert normalize("In 1813", "de") == "in 1813"  # no English number words for German
+
+
+def test_wer_and_cer_for_a_language():
+    ref = "бедняга ребят на его месте должен был быть я"
+    assert wer(ref, "Бедняга. Ребят, на его месте должен быть я.", "ru") == pytest.approx(1 / 9)
+    assert characters("砸 自己，的脚。", "zh") == list("砸自己的脚")
+    assert cer("砸自己的脚", "扎自己的腳", "zh") == pytest.approx(2 / 5)
+    assert cer(["砸自己的脚", "你好"], ["砸自己的脚", "你"], "zh") == pytest.approx(1 / 7)  # pooled
+    assert cer("", "", "zh") == 0.0

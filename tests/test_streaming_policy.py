@@ -204,3 +204,9 @@ def test_options_are_checked():
         StreamingOptions(audio_trim_len=4.0)  # keeps 5 s by default: more than it trims to
     assert StreamingOptions(audio_trim_len=4.0, audio_keep_len=None).audio_keep_len is None
     assert StreamingOptions.from_dict(StreamingOptions(beam_size=3).to_dict()).beam_size == 3
+    with pytest.raises(ValueError, match="no_speech_certain"):
+        StreamingOptions(no_speech_certain=1.5)
+    # openai/whisper's no-speech rule: decode unless near-certain silence, then judge the text;
+    # without a log-probability threshold the no-speech probability alone decides
+    assert StreamingOptions().no_speech_skip == 0.9
+    assert StreamingOptions(logprob_threshold=None).no_speech_skip == 0.6

@@ -214,6 +214,13 @@ def test_split_without_spaces_for_japanese(multilingual_dir):
     assert words == ["日", "本", "語", "で", "す", "。"]
 
 
+def test_split_on_spaces_when_translating(multilingual_dir):
+    # a translation is English whatever was spoken: its words are split on spaces
+    tok = load_tokenizer(multilingual_dir, multilingual=True, language="ja", task="translate")
+    words, _ = tok.split_to_word_tokens(tok.encode(" Nice to meet you."))
+    assert words == [" Nice", " to", " meet", " you."]
+
+
 def test_split_keeps_invalid_bytes(tok):
     # A lone continuation byte never completes a character; it must not swallow what follows.
     lone = tok.encoding.encode_single_token(bytes([0x80]))

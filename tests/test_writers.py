@@ -286,3 +286,43 @@ def test_write_outputs_unknown_format(transcript, tmp_path):
     with pytest.raises(ValueError, match="'doc'"):
         write_outputs(transcript, tmp_path / "talk", ["srt", "doc"])
     assert list(tmp_path.iterdir()) == []
+
+
+# --- right-to-left scripts -----------------------------------------------------------------
+
+RTL = {  # real sentences, with the marks that tend to get lost: vowel points, ZWNJ, own digits
+    "ar": "السَّلَامُ عَلَيْكُمْ، أهلاً بكم في نشرة الأخبار. كيف حالكم اليوم؟",
+    "he": "שָׁלוֹם לכולם, ברוכים הבאים לתוכנית שלנו. מה שלומכם היום?",
+    "fa": "می‌خواهم امروز ساعت ۱۰ به کتاب‌خانه بروم، تو هم می‌آیی؟",
+}
+
+
+@pytest.mark.parametrize("language", list(RTL))
+def test_right_to_left_text_is_kept_intact(language, tmp_path):
+    text = RTL[language]
+    tokens = text.split(" ")
+    words = tuple(Word(0.5 + 0.4 * i, 0.8 + 0.4 * i, " " + t, 0.9) for i, t in enumerate(tokens))
+    t = Transcript(language=language, duration=10.0,
+                   segments=(Segment(words[0].start, words[-1].end, "".join(w.text for w in words), words),))
+    paths = write_outputs(t, tmp_path / "rtl", ["srt", "vtt", "json"], OutputOptions(vtt_karaoke=False))
+    srt_text, vtt_text, json_text = (p.read_text(encoding="utf-8") for p in paths)
+    subs = list(srt.parse(srt_text))
+    cues = webvtt.from_string(vtt_text)
+    for got in (" ".join(s.content.replace("\n", " ") for s in subs),
+                " ".join(c.text.replace("\n", " ") for c in cues)):
+        # the same characters in the same (logical) order: nothing reordered, normalised,
+        # dropped (vowel points, U+200C) or added (no direction marks)
+        assert got == text
+    assert json.loads(json_text)["segments"][0]["text"].strip() == text
+    karaoke = write_vtt(t, karaoke=True)
+    assert INLINE.sub("", karaoke).count("\u200c") == text.count("\u200c")
+    assert all(token in INLINE.sub("", karaoke) for token in tokens)
+
+
+def test_a_translation_says_so_in_the_json():
+    t = Transcript(language="de", duration=1.0, task="translate",
+                   segments=(Segment(0.0, 0.5, " Hello.", (Word(0.0, 0.5, " Hello.", 0.9),)),))
+    data = json.loads(write_json(t))
+    assert (data["language"], data["task"]) == ("de", "translate")
+    assert Transcript.from_dict(data).task == "translate"
+    assert "task" not in json.loads(write_json(Transcript(language="de", duration=1.0)))

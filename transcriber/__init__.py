@@ -59,7 +59,7 @@ def transcribe(path, model=DEFAULT_MODEL, *, language=None, task="transcribe", b
         language, probability = step.language, step.language_probability
         if on_progress:
             on_progress(step.position)
-    return assemble(segments, language, probe(path), model.name, probability)
+    return assemble(segments, language, probe(path), model.name, probability, options.decoding.task)
 
 
 def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None, state: dict | None = None):

@@ -21,23 +21,50 @@ Three passes:
 
 Times are seconds of the source file. Word text keeps Whisper's leading space; it is stripped
 (and inner whitespace collapsed) for layout.
+
+Scripts: the line width and reading speed follow the style guide of the text's language
+(``LANGUAGE_RULES``) unless the options give them. Languages written without spaces (Chinese,
+Japanese, Thai...: ``NO_SPACE_LANGUAGES``) have a word per character or so, joined without a
+space unless the word brings its own; elsewhere words are joined with one space. Characters are
+counted as they are, one each, whatever their width; right-to-left text is laid out in its
+logical order, as it is stored, and never reordered or altered.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
+from transcriber.tokenizer import NO_SPACE_LANGUAGES
 from transcriber.types import Segment, Transcript, Word
+
+# Line width (characters) and reading speed (characters a second) by language, from the
+# Netflix Timed Text Style Guides (partnerhelp.netflixstudios.com, the language-specific
+# guides; adult programmes, subtitles rather than SDH). Line widths as the guides state them:
+#   Simplified Chinese (PRC): "16 characters per line" (so Cantonese, written in Traditional
+#     Chinese, gets the same 16);
+#   Japanese: "Horizontal subtitles - Maximum 13 full-width characters per line" (the guide
+#     counts a half-width character as 0.5; we count every character as 1, never wider);
+#   Korean: 16 characters per line;
+#   Thai: "35 characters per line".
+# Reading speeds from the same guides' reading-speed limits, as the Netflix checks of Subtitle
+# Edit encode them (NetflixQualityController.cs): Chinese 9, Japanese 4, Korean 12 characters a
+# second; Thai gives none of its own, so the general 17 stays. Any other language: the English
+# template's 42 characters a line and 17 characters a second.
+DEFAULT_RULE = (42, 17.0)
+LANGUAGE_RULES: dict[str, tuple[int, float]] = {
+    "zh": (16, 9.0), "yue": (16, 9.0), "ja": (13, 4.0), "ko": (16, 12.0), "th": (35, 17.0),
+}
 
 
 @dataclass(frozen=True)
 class CueOptions:
-    max_line_chars: int = 42      # characters per line
+    # None: the rule of the text's language (LANGUAGE_RULES; 42 and 17 for most languages)
+    max_line_chars: Optional[int] = None  # characters per line
     max_lines: int = 2            # lines per cue
-    max_cps: float = 17.0         # reading speed, characters (incl. spaces) per second
+    max_cps: Optional[float] = None  # reading speed, characters (incl. spaces) per second
     min_duration: float = 5 / 6   # seconds a cue stays up, where the next cue leaves room
     max_duration: float = 7.0
     min_gap: float = 2 / 24       # two frames at 24 fps between consecutive cues
@@ -51,28 +78,46 @@ class CueOptions:
     LIMITS = {"max_line_chars": 200, "max_lines": 10, "max_cps": 100.0, "max_duration": 60.0}
 
     def __post_init__(self) -> None:
-        for name in ("max_line_chars", "max_lines"):
+        def given(name: str) -> bool:  # max_line_chars, max_cps None: the language's rule
+            return getattr(self, name) is not None or name not in ("max_line_chars", "max_cps")
+
+        for name in filter(given, ("max_line_chars", "max_lines")):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"CueOptions.{name} must be an integer >= 1, got {value!r}")
-        for name in ("max_cps", "max_duration", "pause_split", "min_duration", "min_gap",
-                     "close_gap", "linger", "max_delay"):
+        for name in filter(given, ("max_cps", "max_duration", "pause_split", "min_duration", "min_gap",
+                                   "close_gap", "linger", "max_delay")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not math.isfinite(value):
                 raise ValueError(f"CueOptions.{name} must be a finite number, got {value!r}")
-        for name in ("max_cps", "max_duration", "pause_split"):
+        for name in filter(given, ("max_cps", "max_duration", "pause_split")):
             if getattr(self, name) <= 0:
                 raise ValueError(f"CueOptions.{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("min_duration", "min_gap", "close_gap", "linger", "max_delay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"CueOptions.{name} must be >= 0, got {getattr(self, name)!r}")
         for name, limit in self.LIMITS.items():
-            if getattr(self, name) > limit:
+            if given(name) and getattr(self, name) > limit:
                 raise ValueError(f"CueOptions.{name} must be at most {limit:g}, got {getattr(self, name)!r}")
         if self.min_duration > self.max_duration:
             raise ValueError(f"CueOptions.min_duration ({self.min_duration}) must not exceed "
                              f"max_duration ({self.max_duration})")
+
+    def for_language(self, language: Optional[str]) -> "CueOptions":
+        """These options with the line width and reading speed of ``language``'s rule where
+        they are not given (None); a given value always wins."""
+        width, cps = LANGUAGE_RULES.get(language or "", DEFAULT_RULE)
+        return replace(self, max_line_chars=width if self.max_line_chars is None else self.max_line_chars,
+                       max_cps=cps if self.max_cps is None else self.max_cps)
+
+    @staticmethod
+    def language_defaults(name: str) -> str:
+        """How the default of ``max_line_chars`` or ``max_cps`` depends on the language, for
+        help texts: "42; zh 16, yue 16, ja 13, ko 16, th 35"."""
+        index = ("max_line_chars", "max_cps").index(name)
+        rules = ", ".join(f"{code} {rule[index]:g}" for code, rule in LANGUAGE_RULES.items())
+        return f"{DEFAULT_RULE[index]:g}; {rules}"
 
     @property
     def min_visible(self) -> float:
@@ -98,9 +143,11 @@ class Cue:
 
 # --- word classes -------------------------------------------------------------------------
 
-_CLOSERS = "\"')]}»”’"
-_SENTENCE_END = re.compile(rf"(?<!\.\.)[.?!][{re.escape(_CLOSERS)}]*$")
-_CLAUSE_END = re.compile(rf"([,;:–—…]|\.\.\.)[{re.escape(_CLOSERS)}]*$")
+_CLOSERS = "\"')]}»”’」』）"
+# sentence ends and clause marks of more scripts: full-width (Chinese, Japanese), Arabic
+# (؟ ، ؛), Urdu (۔), Devanagari (।)
+_SENTENCE_END = re.compile(rf"(?<!\.\.)[.?!。！？؟۔।][{re.escape(_CLOSERS)}]*$")
+_CLAUSE_END = re.compile(rf"([,;:–—…，、；：،؛]|\.\.\.)[{re.escape(_CLOSERS)}]*$")
 # a period after these is not a sentence end
 _ABBREVIATIONS = {"mr.", "mrs.", "ms.", "dr.", "st.", "jr.", "sr.", "prof.", "vs.", "etc.",
                   "e.g.", "i.e.", "no.", "mt."}
@@ -161,15 +208,29 @@ SHORT = 30.0               # so a cue left less than ~2/3 of the time it needs i
 FILL = 2.0                 # times (chars / capacity)^2: of equal splits, the balanced one
 
 
+def separators(words: Sequence[Word], language: Optional[str]) -> list[str]:
+    """What goes between each word and the one before it when they share a line: one space,
+    or in a language written without spaces (``NO_SPACE_LANGUAGES``) a space only where the
+    word brings one (Whisper's leading space, as before a Latin word in Chinese text). The
+    first word's separator is never shown."""
+    if language not in NO_SPACE_LANGUAGES:
+        return [" "] * len(words)
+    return [" " if w.text[:1].isspace() else "" for w in words]
+
+
 class _Stream:
     """Per-word facts the segmentation needs, computed once."""
 
-    def __init__(self, words: Sequence[Word], options: CueOptions):
+    def __init__(self, words: Sequence[Word], options: CueOptions, language: Optional[str] = None):
         self.words = words
         self.tokens = [_token(w) for w in words]
+        self.seps = separators(words, language)
         n = len(words)
         self.kinds = [_boundary_kind(words[k], self.tokens[k], words[k + 1], options.pause_split)
                       for k in range(n - 1)]
+        if language in NO_SPACE_LANGUAGES:  # a space in such text marks a phrase: a clause break
+            self.kinds = [CLAUSE if kind == PLAIN and self.seps[k + 1] else kind
+                          for k, kind in enumerate(self.kinds)]
         self.gaps = [max(0.0, words[k + 1].start - words[k].end) for k in range(n - 1)]
 
     def break_cost(self, k: int, options: CueOptions) -> float:
@@ -190,14 +251,15 @@ class _LineFill:
         self.width = width
         self.lines = 0
         self.current = 0  # length of the last line; 0 when it is empty (or closed)
-        self.chars = 0    # characters of the whole cue text, with one space between words
+        self.chars = 0    # characters of the whole cue text, separators included
         self.words = 0
 
-    def add(self, length: int) -> None:
-        self.chars += length + (1 if self.words else 0)
+    def add(self, length: int, sep: int = 1) -> None:
+        """Add a word of ``length`` characters, ``sep`` characters after the word before it."""
+        self.chars += length + (sep if self.words else 0)
         self.words += 1
-        if self.current and self.current + 1 + length <= self.width:
-            self.current += 1 + length
+        if self.current and self.current + sep + length <= self.width:
+            self.current += sep + length
         else:
             self.lines += 1
             self.current = length
@@ -228,7 +290,7 @@ def _group(stream: _Stream, options: CueOptions) -> list[tuple[int, int]]:
         span_end = -math.inf
         joins = 0.0
         for j in range(i + 1, n + 1):
-            fill.add(len(stream.tokens[j - 1]))
+            fill.add(len(stream.tokens[j - 1]), len(stream.seps[j - 1]))
             span_end = max(span_end, words[j - 1].end)
             if j > i + 1:
                 joins += JOIN_COST.get(stream.kinds[j - 2], 0.0)
@@ -258,23 +320,33 @@ DANGLING_LINE_COST = 150.0  # what a ~17-character imbalance between two lines c
 PUNCT_LINE_BONUS = 120.0
 
 
-def break_lines(tokens: Sequence[str], options: CueOptions) -> tuple[str, ...]:
+def join_line(tokens: Sequence[str], seps: Sequence[str]) -> str:
+    """A line's text: its tokens with the separators between them (the first one dropped)."""
+    return "".join(sep + t if i else t for i, (t, sep) in enumerate(zip(tokens, seps)))
+
+
+def break_lines(tokens: Sequence[str], options: CueOptions,
+                seps: Optional[Sequence[str]] = None) -> tuple[str, ...]:
     """Lay tokens out on the fewest lines that fit, as balanced as possible.
 
+    ``seps``: what goes before each token on a shared line (``separators``; default one space).
     Minimises the sum of squared line lengths (balanced lines), plus a cost for a line ending
     in a function word and a bonus for one ending in punctuation; a tiny extra weight on
     earlier lines prefers a bottom-heavy layout on ties.
     """
-    tokens = [t for t in tokens if t]
+    options = options.for_language(None)  # the default rule where none is given
+    seps = [" "] * len(tokens) if seps is None else list(seps)
+    kept = [(t, sep) for t, sep in zip(tokens, seps) if t]
+    tokens, seps = [t for t, _ in kept], [sep for _, sep in kept]
     fill = _LineFill(options.max_line_chars)
-    for t in tokens:
-        fill.add(len(t))
+    for t, sep in zip(tokens, seps):
+        fill.add(len(t), len(sep))
     if fill.lines <= 1:
-        return (" ".join(tokens),) if tokens else ()
+        return (join_line(tokens, seps),) if tokens else ()
     m, n_lines, width = len(tokens), fill.lines, options.max_line_chars
 
     def line_cost(a: int, b: int, last: bool) -> float:
-        length = sum(len(t) for t in tokens[a:b]) + (b - a - 1)
+        length = sum(len(t) for t in tokens[a:b]) + sum(len(sep) for sep in seps[a + 1:b])
         if length > width and b - a > 1:
             return math.inf
         cost = float(length * length)
@@ -302,15 +374,17 @@ def break_lines(tokens: Sequence[str], options: CueOptions) -> tuple[str, ...]:
     lines, b = [], m
     for line in range(n_lines, 0, -1):
         a = back[line][b]
-        lines.append(" ".join(tokens[a:b]))
+        lines.append(join_line(tokens[a:b], seps[a:b]))
         b = a
     return tuple(reversed(lines))
 
 
-def line_words(cue: Cue) -> list[tuple[Word, ...]]:
-    """The cue's words grouped by the line they are on (empty words join the line before)."""
-    groups: list[list[Word]] = [[] for _ in cue.lines]
-    line, used = 0, 0
+def line_layout(cue: Cue) -> list[list[tuple[str, Word]]]:
+    """The cue's words by the line they are on, each with what comes before it on the line
+    ("" for the first, else " " or "" as the line's text has it). Words without text join the
+    line before, with an empty separator."""
+    groups: list[list[tuple[str, Word]]] = [[] for _ in cue.lines]
+    line, used = 0, 0  # the line being filled, and how far its text is taken
     for word in cue.words:
         token = _token(word)
         if token and line < len(cue.lines) and used >= len(cue.lines[line]):
@@ -318,10 +392,21 @@ def line_words(cue: Cue) -> list[tuple[Word, ...]]:
         index = min(line, len(groups) - 1)
         if index < 0:  # a cue of empty words only has no lines
             continue
-        groups[index].append(word)
+        sep = ""
         if token:
-            used += len(token) + (1 if used else 0)
-    return [tuple(g) for g in groups]
+            text = cue.lines[index]
+            start = used
+            while used < len(text) and text[used].isspace():
+                used += 1
+            sep = text[start:used] if start else ""
+            used += len(token)
+        groups[index].append((sep, word))
+    return groups
+
+
+def line_words(cue: Cue) -> list[tuple[Word, ...]]:
+    """The cue's words grouped by the line they are on (empty words join the line before)."""
+    return [tuple(word for _, word in group) for group in line_layout(cue)]
 
 
 # --- pass 3: timing -----------------------------------------------------------------------
@@ -369,25 +454,28 @@ def _time_cues(groups: list[tuple[tuple[Word, ...], tuple[str, ...], list[Word]]
 
 
 def layout_cues(words: Sequence[Word], options: CueOptions = CueOptions(), *,
-                end_time: Optional[float] = None) -> list[Cue]:
-    """Subtitle cues for a word timeline (words in time order).
+                end_time: Optional[float] = None, language: Optional[str] = None) -> list[Cue]:
+    """Subtitle cues for a word timeline (words in time order) in ``language`` (the language
+    the text is written in: its rule fills the options not given, and says whether words are
+    joined with spaces; see the module docstring).
 
     Every word lands in exactly one cue, in order. Words without text (only whitespace) take
     no part in layout or timing: they ride along in the cue of the word before them (the
     first cue for leading ones), and a timeline without any text gives no cues at all.
     ``end_time`` (the media duration), when given, is where free time after the last word ends.
     """
+    options = options.for_language(language)
     words = list(words)
     spoken_at = [k for k, w in enumerate(words) if _token(w)]
     if not spoken_at:
         return []
     spoken = [words[k] for k in spoken_at]
-    stream = _Stream(spoken, options)
+    stream = _Stream(spoken, options, language)
     groups = []
     for a, b in _group(stream, options):
         first = spoken_at[a] if a > 0 else 0
         end = spoken_at[b] if b < len(spoken_at) else len(words)
-        groups.append((tuple(words[first:end]), break_lines(stream.tokens[a:b], options),
+        groups.append((tuple(words[first:end]), break_lines(stream.tokens[a:b], options, stream.seps[a:b]),
                        spoken[a:b]))
     return _time_cues(groups, options, end_time)
 
@@ -422,5 +510,7 @@ def transcript_words(transcript: Transcript) -> list[Word]:
 
 
 def transcript_cues(transcript: Transcript, options: CueOptions = CueOptions()) -> list[Cue]:
+    """The cues of a transcript, by the rules of the language its text is written in."""
     end_time = transcript.duration if transcript.duration > 0 else None
-    return layout_cues(transcript_words(transcript), options, end_time=end_time)
+    return layout_cues(transcript_words(transcript), options, end_time=end_time,
+                       language=transcript.text_language)

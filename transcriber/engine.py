@@ -71,14 +71,15 @@ def tidy(segments: list[Segment], duration: float) -> list[Segment]:
 
 
 def assemble(segments, language: Optional[str], duration: Optional[float], model: str = "",
-             language_probability: Optional[float] = None) -> Transcript:
+             language_probability: Optional[float] = None, task: str = "transcribe") -> Transcript:
     """The transcript of a file from the segments of all its steps. ``duration`` 0 or None
-    (unknown from the container): the end of the last segment."""
+    (unknown from the container): the end of the last segment. ``task``: "translate" when the
+    text is the English translation of ``language``."""
     segments = list(segments)
     if not duration or duration <= 0:
         duration = max([0.0] + [s.end for s in segments])
     return Transcript(language=language or "en", duration=duration, segments=tuple(tidy(segments, duration)),
-                      model=model, language_probability=language_probability)
+                      model=model, language_probability=language_probability, task=task)
 
 
 class SegmentGrouper:

@@ -1,6 +1,8 @@
-"""Scoring: the text normaliser and word error rate used by tests and benchmarks.
+"""Scoring: the text normaliser, word error rate and character error rate used by tests and
+benchmarks.
 
-``normalize`` makes a reference and a hypothesis comparable whatever their conventions:
+``normalize(text)`` (English, the default) makes a reference and a hypothesis comparable
+whatever their conventions:
 LibriSpeech references are upper case without punctuation, LJSpeech references spell numbers
 out ("In eighteen thirteen"), Whisper writes digits and punctuation. Rules, in order:
 
@@ -23,6 +25,19 @@ out ("In eighteen thirteen"), Whisper writes digits and punctuation. Rules, in o
   other punctuation becomes a space, whitespace is collapsed.
 - "and" between a scale word and a number word is dropped on both sides ("one hundred and
   twenty" -> "one hundred twenty"), since references differ on it.
+
+``normalize(text, language)`` for any other language keeps only what every language shares:
+case and punctuation. NFKC, curly quotes made straight, hyphens and dashes become spaces ("Merk-
+und Denkwürdiges" -> "merk und denkwürdiges"), case folded (``str.casefold``: "Straße" ->
+"strasse"), apostrophes dropped, any other punctuation or symbol (Unicode categories P and S)
+becomes a space, whitespace collapsed. Letters keep their diacritics ("ä" is not "a" in German)
+and combining marks stay (they are parts of letters in Devanagari or Thai); numbers are left as
+they are written. Russian (and Belarusian, Ukrainian) also fold "ё" into "е", which most
+references do not write.
+
+``cer`` scores the languages written without spaces between words (Chinese, Japanese, Thai...),
+where a word error rate would count whole sentences: the edit distance over characters after
+``normalize``, spaces left out.
 """
 
 from __future__ import annotations
@@ -31,7 +46,7 @@ import difflib
 import math
 import re
 import unicodedata
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
@@ -181,11 +196,20 @@ def _drop_number_and(words: list[str]) -> list[str]:
     return kept
 
 
-def normalize(text: str) -> str:
-    """Lower-case words without punctuation, numbers spelled out (see the module docstring)."""
+_APOSTROPHES = re.compile(r"[‘’ʼ`´]")
+_DASHES = re.compile(r"[-‐‑‒–—―]")
+# letters a language's references commonly write without their diacritic
+_FOLDS = {"ru": {"ё": "е"}, "be": {"ё": "е"}, "uk": {"ё": "е"}}
+
+
+def normalize(text: str, language: Optional[str] = None) -> str:
+    """Lower-case words without punctuation (see the module docstring): English rules (numbers
+    spelled out) when ``language`` is None or "en", else case and punctuation only."""
+    if language not in (None, "en"):
+        return _normalize_other(text, language)
     text = unicodedata.normalize("NFKC", text)
-    text = re.sub(r"[‘’ʼ`´]", "'", text)
-    text = re.sub(r"[-‐‑‒–—―]", " ", text)
+    text = _APOSTROPHES.sub("'", text)
+    text = _DASHES.sub(" ", text)
     text = text.lower()
     text = re.sub(r"\b(mrs|mr|dr)\b\.?", lambda m: _TITLES[m[1]], text)
     text = re.sub(r"\bper cent\b", "percent", text)
@@ -196,6 +220,15 @@ def normalize(text: str) -> str:
                    if unicodedata.category(c) != "Mn")
     text = re.sub(r"[^\w\s]|_", " ", unicodedata.normalize("NFC", text))
     return " ".join(_drop_number_and(text.split()))
+
+
+def _normalize_other(text: str, language: str) -> str:
+    text = _DASHES.sub(" ", _APOSTROPHES.sub("'", unicodedata.normalize("NFKC", text)))
+    text = text.casefold().replace("'", "")
+    for letter, folded in _FOLDS.get(language, {}).items():
+        text = text.replace(letter, folded)
+    text = "".join(" " if unicodedata.category(c)[0] in "PS" else c for c in text)
+    return " ".join(text.split())
 
 
 def edit_distance(ref: Sequence[str], hyp: Sequence[str]) -> int:
@@ -219,28 +252,51 @@ def edit_distance(ref: Sequence[str], hyp: Sequence[str]) -> int:
     return int(row[-1])
 
 
-def word_errors(ref: str, hyp: str) -> tuple[int, int]:
+def word_errors(ref: str, hyp: str, language: Optional[str] = None) -> tuple[int, int]:
     """(word edit distance after normalising, number of reference words)."""
-    ref_words, hyp_words = normalize(ref).split(), normalize(hyp).split()
+    ref_words, hyp_words = normalize(ref, language).split(), normalize(hyp, language).split()
     return edit_distance(ref_words, hyp_words), len(ref_words)
 
 
-def wer(refs: Union[str, Sequence[str]], hyps: Union[str, Sequence[str]]) -> float:
-    """Pooled word error rate: all errors over all reference words.
+def characters(text: str, language: Optional[str] = None) -> list[str]:
+    """The normalised text's characters, spaces left out: the units of ``cer``."""
+    return [c for c in normalize(text, language) if not c.isspace()]
 
-    An empty reference scores 0.0 against an empty hypothesis and inf against anything else.
-    """
+
+def character_errors(ref: str, hyp: str, language: Optional[str] = None) -> tuple[int, int]:
+    """(character edit distance after normalising, number of reference characters)."""
+    ref_chars, hyp_chars = characters(ref, language), characters(hyp, language)
+    return edit_distance(ref_chars, hyp_chars), len(ref_chars)
+
+
+def _pooled(count, refs, hyps, language) -> float:
     refs = [refs] if isinstance(refs, str) else list(refs)
     hyps = [hyps] if isinstance(hyps, str) else list(hyps)
     if len(refs) != len(hyps):
         raise ValueError(f"{len(refs)} references but {len(hyps)} hypotheses")
-    errors = words = 0
+    errors = units = 0
     for ref, hyp in zip(refs, hyps):
-        e, n = word_errors(ref, hyp)
-        errors, words = errors + e, words + n
-    if words == 0:
+        e, n = count(ref, hyp, language)
+        errors, units = errors + e, units + n
+    if units == 0:
         return 0.0 if errors == 0 else math.inf
-    return errors / words
+    return errors / units
+
+
+def wer(refs: Union[str, Sequence[str]], hyps: Union[str, Sequence[str]],
+        language: Optional[str] = None) -> float:
+    """Pooled word error rate: all errors over all reference words (``normalize`` for
+    ``language`` first).
+
+    An empty reference scores 0.0 against an empty hypothesis and inf against anything else.
+    """
+    return _pooled(word_errors, refs, hyps, language)
+
+
+def cer(refs: Union[str, Sequence[str]], hyps: Union[str, Sequence[str]],
+        language: Optional[str] = None) -> float:
+    """Pooled character error rate (spaces left out), as ``wer`` counts words."""
+    return _pooled(character_errors, refs, hyps, language)
 
 
 def word_start_errors(reference: Sequence[tuple[str, float]], hypothesis: Sequence[tuple[str, float]]) -> list[float]:

@@ -366,13 +366,14 @@ class Tokenizer:
     def split_to_word_tokens(self, tokens: list[int]) -> tuple[list[str], list[list[int]]]:
         """Group tokens into words: ``(words, word_tokens)`` with ``"".join(words)`` the text.
 
-        Languages without spaces split on whole Unicode characters; the others split before a
-        token that starts with a space. Unlike openai/whisper (which splits punctuation off
+        Languages without spaces split on whole Unicode characters, as openai/whisper does for
+        zh, ja, th, lo, my and yue; the others, and every translation (its text is English),
+        split before a token that starts with a space. Unlike openai/whisper (which splits punctuation off
         and re-attaches it later in ``merge_punctuations``), punctuation without a leading space
         stays with the word before it: ``" Hello", ","`` -> ``" Hello,"``. Special tokens (ids
         >= eot, timestamps included) are always words of their own.
         """
-        if self.language in NO_SPACE_LANGUAGES:
+        if self.language in NO_SPACE_LANGUAGES and self.task == "transcribe":
             return self.split_tokens_on_unicode(tokens)
         return self.split_tokens_on_spaces(tokens)
 

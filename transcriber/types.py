@@ -61,6 +61,12 @@ class Transcript:
     segments: tuple[Segment, ...] = ()
     model: str = ""
     language_probability: Optional[float] = None  # detected languages only: the model's confidence
+    task: str = "transcribe"  # "translate": the text is English, whatever language was spoken
+
+    @property
+    def text_language(self) -> str:
+        """The language the text is written in: the spoken one, or English for a translation."""
+        return "en" if self.task == "translate" else self.language
 
     @property
     def text(self) -> str:
@@ -74,6 +80,8 @@ class Transcript:
         d = {"language": self.language}
         if self.language_probability is not None:
             d["language_probability"] = round(self.language_probability, 4)
+        if self.task != "transcribe":
+            d["task"] = self.task
         return {**d, "duration": round(self.duration, 3), "model": self.model,
                 "segments": [s.to_dict() for s in self.segments]}
 
@@ -81,4 +89,5 @@ class Transcript:
     def from_dict(cls, d: dict) -> "Transcript":
         return cls(language=d["language"], duration=float(d["duration"]),
                    model=d.get("model", ""), language_probability=d.get("language_probability"),
+                   task=d.get("task", "transcribe"),
                    segments=tuple(Segment.from_dict(s) for s in d.get("segments", [])))

@@ -18,7 +18,7 @@ from typing import Callable, Sequence, Union
 
 import srt
 
-from transcriber.cues import CueOptions, line_words, transcript_cues
+from transcriber.cues import CueOptions, line_layout, transcript_cues
 from transcriber.errors import OutputError
 from transcriber.types import Transcript
 
@@ -77,12 +77,13 @@ def _vtt_escape(text: str) -> str:
 def _karaoke_lines(cue) -> list[str]:
     """Cue lines with an inline ``<hh:mm:ss.ttt>`` before every word after the first.
 
-    A timestamp is kept inside the cue's own times, as WebVTT requires.
+    A timestamp is kept inside the cue's own times, as WebVTT requires; words are separated as
+    on the cue's line (a space, or nothing in scripts written without spaces).
     """
     lines, first = [], True
-    for words in line_words(cue):
+    for words in line_layout(cue):
         parts = []
-        for word in words:
+        for sep, word in words:
             token = " ".join(word.text.split())
             if not token:
                 continue
@@ -90,9 +91,9 @@ def _karaoke_lines(cue) -> list[str]:
             if not first:
                 at = min(max(word.start, cue.start), cue.end)
                 text = f"<{vtt_timestamp(at)}>{text}"
-            parts.append(text)
+            parts.append(sep + text)
             first = False
-        lines.append(" ".join(parts))
+        lines.append("".join(parts))
     return lines
 
 

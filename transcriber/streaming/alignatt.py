@@ -111,11 +111,16 @@ class AlignAttPass:
     """Runs passes for one model, tokenizer and set of options."""
 
     def __init__(self, model: Whisper, tokenizer: Tokenizer, beam_size: int, frame_threshold: int,
-                 rewind_threshold: int, no_speech_threshold: Optional[float]):
+                 rewind_threshold: int, no_speech_threshold: Optional[float],
+                 logprob_threshold: Optional[float] = None, no_speech_skip: Optional[float] = None):
+        """The no-speech rule of ``StreamingOptions``: above ``no_speech_skip`` the pass is not
+        decoded; above ``no_speech_threshold`` its text must not be unlikely (mean token log
+        probability under ``logprob_threshold``; None: above the threshold is no speech)."""
         self.model, self.tokenizer = model, tokenizer
         self.beam_size = beam_size
         self.frame_threshold, self.rewind_threshold = frame_threshold, rewind_threshold
-        self.no_speech_threshold = no_speech_threshold
+        self.no_speech_threshold, self.logprob_threshold = no_speech_threshold, logprob_threshold
+        self.no_speech_skip = no_speech_threshold if logprob_threshold is None else no_speech_skip
         ids = suppress_ids(tokenizer, DecodingOptions(task=tokenizer.task), model.info.suppress_ids)
         self.suppress = [SuppressTokens(ids), SuppressSpecials(tokenizer.eot)]
         self.ranker = MaximumLikelihoodRanker(None)
@@ -136,7 +141,7 @@ class AlignAttPass:
         search = GreedyDecoder(0.0, tok.eot) if n == 1 else BeamSearchDecoder(n, tok.eot)
         loop = decode_loop(self.model, base, prompt, sot_index, tokenizer=tok, search=search,
                            filters=[SuppressBlank(tok, sample_begin)] + self.suppress, n_group=n,
-                           max_new=max_new, hook=hook, no_speech_threshold=self.no_speech_threshold)
+                           max_new=max_new, hook=hook, no_speech_threshold=self.no_speech_skip)
         if loop.reason in (NO_SPEECH, REWIND, BUDGET):
             return PassResult(reason=loop.reason, no_speech_prob=loop.no_speech_prob)
         if loop.reason == STOP:
@@ -148,9 +153,21 @@ class AlignAttPass:
             best = loop.candidates[index]
             frames = hook.frames_of(best.tokens)
         tokens = self._kept(best.tokens, len(prompt))
-        return PassResult(tokens, [int(f) for f in frames[:len(tokens)]],
-                          [float(p) for p in best.token_logprobs[:len(tokens)]], loop.reason,
+        logprobs = [float(p) for p in best.token_logprobs[:len(tokens)]]
+        if self._no_speech(loop.no_speech_prob, logprobs, loop.reason):
+            return PassResult(reason=NO_SPEECH, no_speech_prob=loop.no_speech_prob)
+        return PassResult(tokens, [int(f) for f in frames[:len(tokens)]], logprobs, loop.reason,
                           loop.next_token, hook.stop_frame, loop.no_speech_prob)
+
+    def _no_speech(self, no_speech_prob: float, logprobs: list[float], reason: str) -> bool:
+        """A decoded pass is no speech when likely silence and its text is unlikely. A pass that
+        stopped before its first token has no text to judge: it waits for more audio."""
+        if self.no_speech_threshold is None or no_speech_prob <= self.no_speech_threshold \
+                or self.logprob_threshold is None:
+            return False
+        if not logprobs:
+            return reason == EOT
+        return float(np.mean(logprobs)) < self.logprob_threshold
 
     def _kept(self, sequence: tuple[int, ...], prompt_len: int) -> list[int]:
         """A candidate's tokens after the prompt, up to (without) the end of text."""

@@ -46,7 +46,15 @@ class StreamingOptions:
     language: Optional[str] = None  # None: English for .en models, detected for multilingual
     task: str = "transcribe"
     max_tokens_per_second: float = 12.0  # token budget per second of undecoded audio (loops)
-    no_speech_threshold: Optional[float] = 0.6  # <|nospeech|> probability that skips a pass
+    # A pass is no speech (commits nothing; before any committed word the buffer keeps only its
+    # end) when <|nospeech|> is above no_speech_threshold and its text is unlikely (mean token
+    # log probability under logprob_threshold), or <|nospeech|> is above no_speech_certain
+    # (then it is not even decoded): openai/whisper's rule, as one-shot mode has it. The
+    # no-speech probability alone is not enough: on the first seconds of the German reading the
+    # multilingual base model gives 0.8-0.95 to clear speech.
+    no_speech_threshold: Optional[float] = 0.6
+    logprob_threshold: Optional[float] = -1.0
+    no_speech_certain: Optional[float] = 0.9
     language_detect_seconds: float = 2.0  # audio needed before detecting the language
 
     def __post_init__(self):
@@ -76,8 +84,9 @@ class StreamingOptions:
         check(self.task in TASKS, f"task must be one of {TASKS}, not {self.task!r}")
         check(self.max_tokens_per_second > 0,
               f"max_tokens_per_second must be > 0, not {self.max_tokens_per_second}")
-        check(self.no_speech_threshold is None or 0 <= self.no_speech_threshold <= 1,
-              f"no_speech_threshold must be None or in [0, 1], not {self.no_speech_threshold}")
+        for name in ("no_speech_threshold", "no_speech_certain"):
+            value = getattr(self, name)
+            check(value is None or 0 <= value <= 1, f"{name} must be None or in [0, 1], not {value}")
         check(self.language_detect_seconds >= 0,
               f"language_detect_seconds must be >= 0, not {self.language_detect_seconds}")
 
@@ -91,6 +100,11 @@ class StreamingOptions:
         given = {"chunk_seconds": chunk_seconds, "frame_threshold": frame_threshold,
                  "audio_max_len": audio_max_len, "beam_size": beam_size}
         return cls(language=language, task=task, **{k: v for k, v in given.items() if v is not None})
+
+    @property
+    def no_speech_skip(self) -> Optional[float]:
+        """Above this no-speech probability audio is taken for silence without decoding it."""
+        return self.no_speech_threshold if self.logprob_threshold is None else self.no_speech_certain
 
     def to_dict(self) -> dict:
         return asdict(self)

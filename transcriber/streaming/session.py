@@ -39,8 +39,15 @@ from .words import CommittedWord, commit_count, context_tail, cut_frame, word_fr
 _log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
-NO_SPEECH_KEEP = 200  # mel frames of audio kept after a pass found no speech
-MIN_PASS_FRAMES = 10  # a pass needs at least 0.1 s of audio
+# Mel frames of audio kept when a pass finds no speech before any committed word. Whisper's
+# no-speech probability is a poor judge of a few seconds of audio: the multilingual base model
+# gave 0.95 to the first 3 s of the German reading (speech from its first frame); 5 s keeps
+# that speech for the next pass, where it fell to 0.86 and the text was decoded.
+NO_SPEECH_KEEP = 500
+MIN_PASS_FRAMES = 10  # the last pass needs at least 0.1 s of audio
+# Any other pass needs 1.5 s: on less (unpadded), base wrote " C C C C C C C C" for the first
+# second of the French clip and committed it; with 1.5 s it wrote the right text.
+MIN_EARLY_PASS_FRAMES = 150
 BUDGET_SLACK = 8  # tokens allowed on top of the per-second budget
 
 
@@ -76,7 +83,8 @@ class StreamingSession:
     def _make_pass(self) -> AlignAttPass:
         o = self.options
         return AlignAttPass(self.model, self._tokenizer, o.beam_size, o.frame_threshold,
-                            o.rewind_threshold, o.no_speech_threshold)
+                            o.rewind_threshold, o.no_speech_threshold, o.logprob_threshold,
+                            o.no_speech_skip)
 
     def _encode(self, text: Optional[str]) -> list[int]:
         return self._tokenizer.encode(" " + text.strip()) if text and text.strip() else []
@@ -130,7 +138,7 @@ class StreamingSession:
     def _step(self, is_last: bool) -> list[Word]:
         s, buf = self._s, self._s.buffer
         n_mel = buf.n_frames - buf.n_frames % 2  # whole encoder positions
-        if n_mel < MIN_PASS_FRAMES:
+        if n_mel < (MIN_PASS_FRAMES if is_last else MIN_EARLY_PASS_FRAMES):
             return []
         base = self._context.encode(self._mel(n_mel, is_last))
         n_frames = n_mel // 2
@@ -165,7 +173,7 @@ class StreamingSession:
         if not is_last and n_mel < self.options.language_detect_seconds * FRAMES_PER_SECOND:
             return False
         language, probability, no_speech = self._context.detect_language(base)
-        threshold = self.options.no_speech_threshold
+        threshold = self.options.no_speech_skip
         if threshold is not None and no_speech > threshold:
             self._s.buffer.drop_until(self._s.buffer.end - NO_SPEECH_KEEP)
             return False
@@ -202,7 +210,7 @@ class StreamingSession:
         """Turn the pass's complete words into committed words and ``Word``s."""
         s, buf, tok = self._s, self._s.buffer, self._tokenizer
         texts, groups = tok.split_to_word_tokens(result.tokens) if result.tokens else ([], [])
-        count = commit_count(tok, texts, groups, result.next_token, is_last or result.reason == EOT)
+        count = commit_count(tok, texts, groups, result.next_token, is_last or result.reason == EOT, is_last)
         out: list[Word] = []
         index = 0
         now = buf.end_time

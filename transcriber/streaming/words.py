@@ -39,23 +39,26 @@ class CommittedWord:
 
 
 def commit_count(tokenizer: Tokenizer, texts: Sequence[str], groups: Sequence[list[int]],
-                 next_token: Optional[int], commit_all: bool) -> int:
+                 next_token: Optional[int], commit_all: bool, final: bool = False) -> int:
     """How many of a pass's words (``split_to_word_tokens``) are complete.
 
     commit_all: the pass saw the end of the text (end of text token, or the last chunk). Else the
     last word is held back when the token the pass stopped before would continue it (or is
-    unknown), and when it ends inside a UTF-8 character.
+    unknown). A last word that ends inside a UTF-8 character is held back too, unless this is
+    the final pass of the stream: the model may end a pass on a character's first byte (the
+    multilingual model did, on a 1 s Chinese clip), and the next pass completes it.
     """
     n = len(texts)
-    if commit_all or n == 0:
-        return n
-    if next_token is None:
-        n -= 1
-    else:
-        merged, _ = tokenizer.split_to_word_tokens(list(groups[-1]) + [int(next_token)])
-        if len(merged) == 1:
+    if n == 0:
+        return 0
+    if not commit_all:
+        if next_token is None:
             n -= 1
-    if n and "\ufffd" in texts[n - 1]:
+        else:
+            merged, _ = tokenizer.split_to_word_tokens(list(groups[-1]) + [int(next_token)])
+            if len(merged) == 1:
+                n -= 1
+    if n and not final and "\ufffd" in texts[n - 1]:
         n -= 1
     return n
 
