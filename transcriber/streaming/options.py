@@ -35,9 +35,12 @@ class StreamingOptions:
     # trim length); the text goes into the prompt. Shorter encoder windows: the encoder is ~55%
     # of a pass. Measured with bench/streaming.py on short_en + long_en at 1 s chunks (WER):
     # trim 15 / keep 7.5 (before): 4.23%; 12 / 6: 4.35%; 10 / 5: 4.47%; 8 / 5: 4.11%; 7 / 5:
-    # 4.47%. 8 / 5 averages a 6.5 s window against 11 s before. Keeping 48 prompt tokens
-    # instead of 96 lost more (4.84% at 10 / 5). None: keep audio to audio_max_len.
-    audio_trim_len: Optional[float] = 8.0
+    # 4.47%. 8 / 5 (RTF 0.242 against 0.290) looped with the multilingual base model translating
+    # German ("simple, simple, simple, ..."), where 10 / 5 and 15 / 7.5 translate it whole
+    # (tests/test_multilingual.py), so 10 / 5: a 7.5 s window on average against 11 s before.
+    # Keeping 48 prompt tokens instead of 96 lost more (4.84% at 10 / 5). None: keep audio to
+    # audio_max_len.
+    audio_trim_len: Optional[float] = 10.0
     audio_keep_len: Optional[float] = 5.0
     max_context_tokens: int = 96  # committed text kept as prompt (<|startofprev|> ...)
     init_prompt: Optional[str] = None  # prompt text at the start; scrolls out as text comes
