@@ -201,8 +201,8 @@ def test_options_are_checked():
     with pytest.raises(ValueError, match="task"):
         StreamingOptions(task="summarise")
     with pytest.raises(ValueError, match="audio_keep_len"):
-        StreamingOptions(audio_trim_len=4.0)  # keeps 5 s by default: more than it trims to
-    assert StreamingOptions(audio_trim_len=4.0, audio_keep_len=None).audio_keep_len is None
+        StreamingOptions(audio_trim_len=4.0, audio_keep_len=5.0)  # keeps more than it trims to
+    assert StreamingOptions(audio_trim_len=10.0, audio_keep_len=5.0).audio_keep_len == 5.0
     assert StreamingOptions.from_dict(StreamingOptions(beam_size=3).to_dict()).beam_size == 3
     with pytest.raises(ValueError, match="no_speech_certain"):
         StreamingOptions(no_speech_certain=1.5)

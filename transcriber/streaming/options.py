@@ -32,16 +32,15 @@ class StreamingOptions:
     audio_max_len: float = 30.0  # the audio buffer never grows past this (seconds)
     # Past audio_trim_len seconds (if under audio_max_len) the buffer drops the audio of committed
     # text, preferably whole sentences, down to at least audio_keep_len seconds (None: half the
-    # trim length); the text goes into the prompt. Shorter encoder windows: the encoder is ~55%
-    # of a pass. Measured with bench/streaming.py on short_en + long_en at 1 s chunks (WER):
-    # trim 15 / keep 7.5 (before): 4.23%; 12 / 6: 4.35%; 10 / 5: 4.47%; 8 / 5: 4.11%; 7 / 5:
-    # 4.47%. 8 / 5 (RTF 0.242 against 0.290) looped with the multilingual base model translating
-    # German ("simple, simple, simple, ..."), where 10 / 5 and 15 / 7.5 translate it whole
-    # (tests/test_multilingual.py), so 10 / 5: a 7.5 s window on average against 11 s before.
-    # Keeping 48 prompt tokens instead of 96 lost more (4.84% at 10 / 5). None: keep audio to
-    # audio_max_len.
-    audio_trim_len: Optional[float] = 10.0
-    audio_keep_len: Optional[float] = 5.0
+    # trim length); the text goes into the prompt. The encoder is ~55% of a pass, so a shorter
+    # window is faster; measured (trim / keep, bench/compare_faster_whisper.py --warmup, tiny.en,
+    # short_en + long_en, 1 s chunks): 15 / 7.5 RTF 0.290, WER 4.23%; 10 / 5 RTF 0.238, WER
+    # 4.47%; 8 / 5 RTF 0.242 (on a slower run of the machine), WER 4.11%. But the multilingual
+    # base model needs the longer window: on librivox_de, 10 / 5 gives WER 19.4% against 16.7%
+    # at 15 / 7.5, and 8 / 5 loops when translating ("simple, simple, ..."). So 15 stays the
+    # default. None: keep audio to audio_max_len.
+    audio_trim_len: Optional[float] = 15.0
+    audio_keep_len: Optional[float] = None
     max_context_tokens: int = 96  # committed text kept as prompt (<|startofprev|> ...)
     init_prompt: Optional[str] = None  # prompt text at the start; scrolls out as text comes
     static_init_prompt: Optional[str] = None  # prompt text always kept (names, terms)
