@@ -99,8 +99,8 @@ def discover(paths: Iterable[Path], check: Callable[[Path], bool] = has_audio
                     continue
                 if f.is_file() and looks_like_media(f, check):
                     add(f, path)
-                elif is_media_name(f) and broken_link(f):
-                    missing.append((f, broken_link(f)))
+                elif is_media_name(f) and (why := broken_link(f)):
+                    missing.append((f, why))
         elif path.exists():
             add(path, None)
         else:

@@ -16,6 +16,7 @@ from typing import Optional
 
 from ..errors import ModelError
 from . import loader
+from .whisper import ModelDimensions
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,8 @@ def _multilingual(cache: Optional[Path], name: str) -> bool:
     the English-only models are the ``*.en`` ones."""
     if cache is not None:
         try:
-            return json.loads((cache / "config.json").read_text())["n_vocab"] >= 51865
-        except (OSError, ValueError, KeyError):
+            return ModelDimensions.from_dict(json.loads((cache / "config.json").read_text())).is_multilingual
+        except (OSError, ValueError, KeyError, TypeError):
             pass
     return not name.endswith(".en")
 

@@ -149,13 +149,12 @@ def convert_hf(folder: Path) -> Path:
 
     def build():
         weights, config = hf.to_mlx_weights(folder)
-        multilingual = config["n_vocab"] >= 51865  # as Whisper.is_multilingual, num_languages
-        num_languages = config["n_vocab"] - 51765 - int(multilingual)
-        if not 1 <= num_languages <= len(LANGUAGES):
-            raise ModelError(f"model {folder}: config.json: vocab_size {config['n_vocab']} is not a "
+        dims = ModelDimensions.from_dict(config)
+        if not 1 <= dims.num_languages <= len(LANGUAGES):
+            raise ModelError(f"model {folder}: config.json: vocab_size {dims.n_vocab} is not a "
                              f"Whisper vocabulary's size")
         try:
-            load_tokenizer(folder, multilingual=multilingual, num_languages=num_languages)
+            load_tokenizer(folder, multilingual=dims.is_multilingual, num_languages=dims.num_languages)
         except (OSError, ValueError) as e:  # ValueError: JSON that does not parse
             raise ModelError(f"model {folder}: cannot read its tokenizer: {e}") from e
         return weights, {**config, "converted_from": [str(p) for p in files]}

@@ -76,6 +76,16 @@ class ModelDimensions:
     def from_dict(cls, d: dict) -> "ModelDimensions":
         return cls(**{k: int(d[k]) for k in cls.__dataclass_fields__})
 
+    @property
+    def is_multilingual(self) -> bool:
+        """English-only vocabularies (GPT-2's) have 51864 tokens; multilingual ones more."""
+        return self.n_vocab >= 51865
+
+    @property
+    def num_languages(self) -> int:
+        """The language tokens the vocabulary has (99 for most models, 100 for large-v3)."""
+        return self.n_vocab - 51765 - int(self.is_multilingual)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -315,8 +325,8 @@ class Whisper(nn.Module):
 
     @property
     def is_multilingual(self) -> bool:
-        return self.dims.n_vocab >= 51865
+        return self.dims.is_multilingual
 
     @property
     def num_languages(self) -> int:
-        return self.dims.n_vocab - 51765 - int(self.is_multilingual)
+        return self.dims.num_languages
