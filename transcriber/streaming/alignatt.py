@@ -112,15 +112,16 @@ class AlignAttPass:
 
     def __init__(self, model: Whisper, tokenizer: Tokenizer, beam_size: int, frame_threshold: int,
                  rewind_threshold: int, no_speech_threshold: Optional[float],
-                 logprob_threshold: Optional[float] = None, no_speech_skip: Optional[float] = None):
-        """The no-speech rule of ``StreamingOptions``: above ``no_speech_skip`` the pass is not
-        decoded; above ``no_speech_threshold`` its text must not be unlikely (mean token log
-        probability under ``logprob_threshold``; None: above the threshold is no speech)."""
+                 logprob_threshold: Optional[float], no_speech_skip: Optional[float]):
+        """The no-speech rule of ``StreamingOptions``: above ``no_speech_skip`` (its
+        ``no_speech_skip`` property) the pass is not decoded; above ``no_speech_threshold`` its
+        text must not be unlikely (mean token log probability under ``logprob_threshold``;
+        None: above the threshold is no speech)."""
         self.model, self.tokenizer = model, tokenizer
         self.beam_size = beam_size
         self.frame_threshold, self.rewind_threshold = frame_threshold, rewind_threshold
         self.no_speech_threshold, self.logprob_threshold = no_speech_threshold, logprob_threshold
-        self.no_speech_skip = no_speech_threshold if logprob_threshold is None else no_speech_skip
+        self.no_speech_skip = no_speech_skip
         ids = suppress_ids(tokenizer, DecodingOptions(task=tokenizer.task), model.info.suppress_ids)
         self.suppress = [SuppressTokens(ids), SuppressSpecials(tokenizer.eot)]
         self.ranker = MaximumLikelihoodRanker(None)
