@@ -28,7 +28,7 @@ import click
 from tqdm import tqdm
 
 from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, CueOptions, ModelError, StreamingOptions,
-                         blas, doctor_report, list_models)
+                         blas, check_model_options, doctor_report, list_models)
 
 from .batch import Batch, enqueue_files, summary
 from .discover import discover, has_audio
@@ -226,7 +226,12 @@ def spec_options(f):
     @functools.wraps(f)
     def command(**kwargs):
         fields = {name: kwargs.pop(name) for name in SPEC_FLAGS}
-        return f(spec=make_spec(**fields), **kwargs)
+        spec = make_spec(**fields)
+        try:  # an English-only model asked for German: before any job is queued
+            check_model_options(spec.model, language=spec.language, task=spec.task)
+        except ValueError as e:
+            raise click.UsageError(str(e)) from e
+        return f(spec=spec, **kwargs)
 
     for decorator in reversed([
         click.option("-f", "--format", "formats", default="srt", show_default=True, callback=parse_formats,

@@ -82,3 +82,24 @@ def test_the_detected_language_and_its_probability_reach_json_db_and_status(base
     english = CliRunner().invoke(main, [str(JFK), "-f", "json", "-o", str(tmp_path / "out"), "--db", str(db), "-q"])
     assert english.exit_code == 0
     assert "language_probability" not in json.loads((tmp_path / "out" / "jfk.json").read_text())  # given, not detected
+
+
+@pytest.mark.parametrize("flags, says", [(["--language", "de"], "language 'de' needs a multilingual model"),
+                                         (["--task", "translate"], "--task translate needs a multilingual model")])
+def test_english_only_model_given_another_language_is_a_usage_error(model, tmp_path, flags, says):
+    """Refused on the command line (exit 2, naming the model), before any job is queued: not
+    one failed job per file."""
+    from click.testing import CliRunner
+
+    from jobs.cli import main
+
+    db = tmp_path / "jobs.db"
+    result = CliRunner().invoke(main, [str(JFK), "--model", "tiny.en", "--db", str(db), *flags])
+    assert result.exit_code == 2, result.output
+    assert "model tiny.en is English-only" in result.output and says in result.output
+    assert "Traceback" not in result.output and not db.exists()
+    assert not list(tmp_path.glob("jfk*"))
+
+
+def test_multilingual_model_takes_the_same_flags(base_model):
+    transcriber.check_model_options("base", language="de", task="translate")  # no error

@@ -21,7 +21,8 @@ from .doctor import report as doctor_report  # noqa: E402
 from .engine import Engine, Step, assemble, words_to_transcript  # noqa: E402
 from .errors import AudioError, ModelError, OutputError, TranscriberError  # noqa: E402
 from .model.catalog import ModelStatus, list_models  # noqa: E402
-from .model.loader import DEFAULT_MODEL, load_model as _load_model  # noqa: E402
+from .context import check_language as _check_language  # noqa: E402
+from .model.loader import DEFAULT_MODEL, load_model as _load_model, multilingual as _multilingual  # noqa: E402
 from .modes import DEFAULT_MODE, MODES, engine_options, make_engine  # noqa: E402
 from .oneshot import OneShotEngine, TranscribeOptions  # noqa: E402
 from .streaming import StreamingEngine, StreamingOptions, StreamingSession  # noqa: E402
@@ -37,6 +38,17 @@ def load_model(name=DEFAULT_MODEL):
     if key not in _models:
         _models[key] = _load_model(name)
     return _models[key]
+
+
+def check_model_options(model=DEFAULT_MODEL, *, language=None, task="transcribe") -> None:
+    """Refuse before any file what the model cannot do: ValueError naming the model (an
+    English-only model asked for another language, or to translate). ``model``: a name or folder
+    (resolved, not loaded); ModelError when it cannot be found."""
+    if language in (None, "en") and task == "transcribe":
+        return
+    name, multilingual = _multilingual(model)
+    if multilingual is not None:
+        _check_language(name, multilingual, language, task)
 
 
 def _loaded(model):
@@ -70,7 +82,7 @@ def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None
         yield from step.words
 
 
-__all__ = ["transcribe", "stream", "load_model", "DEFAULT_MODEL", "list_models", "ModelStatus", "probe",
+__all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT_MODEL", "list_models", "ModelStatus", "probe",
            "Transcript", "Segment", "Word", "Step", "Engine", "assemble", "words_to_transcript",
            "MODES", "DEFAULT_MODE", "engine_options", "make_engine",
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",

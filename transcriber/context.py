@@ -34,14 +34,14 @@ def _log_probs(logits) -> np.ndarray:
     return log_softmax(np.asarray(logits, dtype=np.float64)[None])[0]
 
 
-def check_language(model: Whisper, language: Optional[str], task: str) -> None:
+def check_language(name: str, multilingual: bool, language: Optional[str], task: str) -> None:
     """English-only models transcribe English only: anything else is a ValueError naming the model."""
-    if model.is_multilingual:
+    if multilingual:
         return
     if language not in (None, "en"):
-        raise ValueError(f"model {model.name} is English-only; language {language!r} needs a multilingual model")
+        raise ValueError(f"model {name} is English-only; language {language!r} needs a multilingual model")
     if task != "transcribe":
-        raise ValueError(f"model {model.name} is English-only; --task {task} needs a multilingual model")
+        raise ValueError(f"model {name} is English-only; --task {task} needs a multilingual model")
 
 
 class WhisperContext:
@@ -49,7 +49,7 @@ class WhisperContext:
     English-only models always transcribe English)."""
 
     def __init__(self, model: Whisper, task: str = "transcribe", language: Optional[str] = None):
-        check_language(model, language, task)
+        check_language(model.name, model.is_multilingual, language, task)
         self.model, self.task = model, task
         self.language = language if model.is_multilingual else "en"
         self._tokenizers: dict[str, Tokenizer] = {}

@@ -184,6 +184,17 @@ def resolve(model: str | os.PathLike) -> tuple[Path, str]:
     return path, path.name
 
 
+def multilingual(model: str | os.PathLike) -> tuple[str, bool | None]:
+    """(display name, whether the model is multilingual) from its config alone, weights not
+    loaded; None when the config cannot tell (load_model then names what is wrong). Converts the
+    model first where ``load_model`` would."""
+    folder, name = resolve(model)
+    try:
+        return name, ModelDimensions.from_dict(json.loads((folder / "config.json").read_text())).is_multilingual
+    except (OSError, ValueError, KeyError, TypeError):
+        return name, None
+
+
 def _weights_file(folder: Path) -> Path:
     for name in ("weights.safetensors", "weights.npz"):
         if (folder / name).is_file():
