@@ -113,6 +113,29 @@ def test_jfk_same_words_on_both_blas():
     print(f"jfk.flac one-shot: scipy-openblas32 {fast['seconds']:.1f} s, bundled {slow['seconds']:.1f} s")
 
 
+def test_host_matvec_serves_the_projection_on_the_bound_blas_only():
+    """The decoder's vocabulary projection for a row or two goes through the sgemv of the library
+    serving MLX (blas.host_matvec) and equals MLX's own product; on MLX's bundled BLAS there is
+    no such library, and MLX computes it."""
+    code = ("import numpy as np, mlx.core as mx\n"
+            "from transcriber.model.whisper import ModelDimensions, Whisper\n"
+            "dims = ModelDimensions(80, 10, 64, 2, 1, 51864, 8, 64, 2, 1)\n"
+            "m = Whisper(dims); mx.eval(m.parameters())\n"
+            "h = mx.random.normal((1, 2, 64), key=mx.random.key(3))\n"
+            "got = m.decoder.project(h)\n"
+            "want = np.array(h @ m.decoder.output_weight())\n"
+            "host = blas.host_matvec() is not None\n"
+            "same = bool(np.allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4))\n"
+            "kind = type(got).__module__")
+    extra = '{"host": host, "same": same, "kind": kind}'
+    fast, err = run_python("from transcriber import blas\n" + code, PIP_ONLY, extra=extra)
+    assert fast["name"] == "scipy-openblas32" and fast["host"] and fast["kind"] == "numpy", fast
+    assert fast["same"] and not notes(err), (fast, err)
+    slow, err = run_python("from transcriber import blas\n" + code, "none", extra=extra)
+    assert slow["name"] == "bundled" and not slow["host"] and slow["kind"].startswith("mlx"), slow
+    assert slow["same"] and not notes(err), (slow, err)
+
+
 def assert_fallback(report: dict, stderr: str, why: str) -> None:
     """MLX is on its own BLAS, the matmul is right, and exactly one note says why."""
     assert report["name"] == "bundled" and report["served_by"].startswith("libblas"), report

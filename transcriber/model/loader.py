@@ -236,7 +236,7 @@ def check_model(whisper: Whisper, folder: Path, weights: Path) -> None:
             raise fail(f"holds values that are not finite numbers (in {name})")
     mel = mx.zeros((1, 10, whisper.dims.n_mels))
     logits, _, _ = whisper.decoder(mx.array([[0]]), whisper.decoder.start(whisper.encoder(mel)))
-    if not mx.all(mx.isfinite(logits)).item():
+    if not np.isfinite(np.asarray(logits)).all():
         raise fail("gives logits that are not finite numbers on a test input")
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(f"{weights.resolve()}\n")

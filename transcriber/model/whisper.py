@@ -18,8 +18,13 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from .. import blas
+
 # One layer's attention keys and values, each (B, H, T, D/H).
 LayerCache = tuple[mx.array, mx.array]
+
+# Above this many rows (beams, samples) one sgemm reading the weights once beats a matvec per row.
+MAX_MATVEC_ROWS = 2
 
 # erf(z) ~ 1 - 1 / (1 + a1 z + ... + a6 z^6)^16 for z >= 0, |error| < 3e-7 (Abramowitz & Stegun
 # 7.1.28). Only multiplies and adds: compiled, MLX fuses them into one vectorised CPU kernel,
@@ -280,13 +285,26 @@ class TextDecoder(nn.Module):
             x, kv, w = block.decode(x, cross_kv, cache, mask, i in layers)
             new_kv.append(kv)
             weights.append(w)
-        if want_logits is True:
-            logits = self.ln(x) @ self.output_weight()
-        elif want_logits is False:
+        if want_logits is False:
             logits = None
         else:
-            logits = self.ln(x[:, mx.array(list(want_logits))]) @ self.output_weight()
+            logits = self.project(self.ln(x if want_logits is True else x[:, mx.array(list(want_logits))]))
         return logits, DecoderState(state.cross_kv, new_kv), (weights if layers else None)
+
+    def project(self, h: mx.array):
+        """Logits (B, T, V) of final hidden states (B, T, D): an MLX array, or on the CPU for a
+        row or two (a decode step, a prompt's two positions) a numpy array from the sgemv of
+        the BLAS serving MLX (``blas.host_matvec``: the projection is most of a step's time)."""
+        b, t, d = h.shape
+        matvec = blas.host_matvec() if b * t <= MAX_MATVEC_ROWS and mx.default_device() == mx.cpu else None
+        if matvec is None:
+            return h @ self.output_weight()
+        weight = np.array(self.token_embedding.weight, copy=False)  # (V, D), a view: no copy
+        rows = np.array(h.reshape(b * t, d), dtype=np.float32)
+        logits = np.empty((b * t, weight.shape[0]), dtype=np.float32)
+        for row, out in zip(rows, logits):
+            matvec(weight, row, out)
+        return logits.reshape(b, t, -1)
 
 
 @dataclass(frozen=True)
