@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Optional, Union
 
 from ..constants import CHUNK_LENGTH, TIME_PRECISION
 from ..decoding.options import MAX_BEAM_SIZE, TASKS
@@ -14,6 +14,10 @@ MAX_WINDOW_SECONDS = float(CHUNK_LENGTH)  # the encoder's 1500 positions
 # speech to decode. Above them the encoder has no room (30 s is its whole window).
 MIN_CHUNK_SECONDS = 0.1
 MIN_WINDOW_SECONDS = 1.0
+AUTO = "auto"
+# (audio_trim_len, audio_keep_len) that "auto" means, by whether the model is multilingual:
+# measured in the comments of StreamingOptions.audio_trim_len.
+AUTO_WINDOW = {False: (8.0, 5.0), True: (15.0, None)}
 
 
 @dataclass(frozen=True)
@@ -32,14 +36,13 @@ class StreamingOptions:
     audio_max_len: float = 30.0  # the audio buffer never grows past this (seconds)
     # Past audio_trim_len seconds (if under audio_max_len) the buffer drops the audio of committed
     # text, preferably whole sentences, down to at least audio_keep_len seconds (None: half the
-    # trim length); the text goes into the prompt. The encoder is ~55% of a pass, so a shorter
-    # window is faster; measured (trim / keep, bench/compare_faster_whisper.py --warmup, tiny.en,
-    # short_en + long_en, 1 s chunks): 15 / 7.5 RTF 0.290, WER 4.23%; 10 / 5 RTF 0.238, WER
-    # 4.47%; 8 / 5 RTF 0.242 (on a slower run of the machine), WER 4.11%. But the multilingual
-    # base model needs the longer window: on librivox_de, 10 / 5 gives WER 19.4% against 16.7%
-    # at 15 / 7.5, and 8 / 5 loops when translating ("simple, simple, ..."). So 15 stays the
-    # default. None: keep audio to audio_max_len.
-    audio_trim_len: Optional[float] = 15.0
+    # trim length); the text goes into the prompt. None: keep audio to audio_max_len. "auto":
+    # AUTO_WINDOW's choice for the model. The encoder is ~55% of a pass, so a shorter window is
+    # faster. Measured (trim / keep; tiny.en, short_en + long_en, 1 s chunks, bench/streaming.py):
+    # 15 / 7.5 RTF 0.290, WER 4.23%; 10 / 5 RTF 0.223, WER 4.47%; 8 / 5 RTF 0.212, WER 4.11%.
+    # But the multilingual base model needs the longer window: on librivox_de 10 / 5 gives WER
+    # 19.4% against 16.7% at 15 / 7.5, and 8 / 5 loops when translating ("simple, simple, ...").
+    audio_trim_len: Union[float, str, None] = AUTO
     audio_keep_len: Optional[float] = None
     max_context_tokens: int = 96  # committed text kept as prompt (<|startofprev|> ...)
     init_prompt: Optional[str] = None  # prompt text at the start; scrolls out as text comes
@@ -75,10 +78,10 @@ class StreamingOptions:
               f"chunk_seconds ({self.chunk_seconds}) must not exceed audio_max_len ({self.audio_max_len})")
         check(self.frame_threshold * TIME_PRECISION < self.audio_max_len,
               f"frame_threshold ({self.frame_threshold} frames) must be shorter than audio_max_len")
-        check(self.audio_trim_len is None or self.audio_trim_len > 0,
-              f"audio_trim_len must be None or > 0, not {self.audio_trim_len}")
-        check(self.audio_keep_len is None or self.audio_trim_len is None
-              or 0 < self.audio_keep_len < self.audio_trim_len,
+        trim = self.audio_trim_len
+        check(trim is None or trim == AUTO or (isinstance(trim, (int, float)) and trim > 0),
+              f"audio_trim_len must be None, {AUTO!r} or > 0, not {trim!r}")
+        check(self.audio_keep_len is None or trim in (None, AUTO) or 0 < self.audio_keep_len < trim,
               f"audio_keep_len must be None or between 0 and audio_trim_len ({self.audio_trim_len}), "
               f"not {self.audio_keep_len}")
         check(self.max_context_tokens >= 0, f"max_context_tokens must be >= 0, not {self.max_context_tokens}")
@@ -102,6 +105,14 @@ class StreamingOptions:
         given = {"chunk_seconds": chunk_seconds, "frame_threshold": frame_threshold,
                  "audio_max_len": audio_max_len, "beam_size": beam_size}
         return cls(language=language, task=task, **{k: v for k, v in given.items() if v is not None})
+
+    def window(self, multilingual: bool) -> tuple[Optional[float], Optional[float]]:
+        """(audio_trim_len, audio_keep_len) in seconds for a model: "auto" resolved."""
+        if self.audio_trim_len == AUTO:
+            trim, keep = AUTO_WINDOW[multilingual]
+            mine = self.audio_keep_len
+            return trim, mine if mine is not None and mine < trim else keep
+        return self.audio_trim_len, self.audio_keep_len
 
     @property
     def no_speech_skip(self) -> Optional[float]:

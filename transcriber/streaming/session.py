@@ -243,8 +243,9 @@ class StreamingSession:
         sentences down to ``audio_keep_len``. Committed words before the cut go to the prompt
         context."""
         s, buf, o = self._s, self._s.buffer, self.options
-        trim = None if hard_only or o.audio_trim_len is None else o.audio_trim_len * FRAMES_PER_SECOND
-        keep_frames = None if o.audio_keep_len is None else o.audio_keep_len * FRAMES_PER_SECOND
+        trim_len, keep_len = o.window(self.model.is_multilingual)
+        trim = None if hard_only or trim_len is None else trim_len * FRAMES_PER_SECOND
+        keep_frames = None if keep_len is None else keep_len * FRAMES_PER_SECOND
         cut, keep = cut_frame(s.words, buf.start, buf.end, o.audio_max_len * FRAMES_PER_SECOND, trim, keep_frames)
         if cut is None:
             return
