@@ -320,8 +320,9 @@ class Runner:
                  reporter: Optional[Reporter] = None, stop: Optional[StopFlag] = None,
                  owner: Optional[str] = None, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS,
-                 lease_seconds: float = DEFAULT_LEASE_SECONDS):
+                 lease_seconds: float = DEFAULT_LEASE_SECONDS, batch_files: int = 1):
         self.store = store
+        self.batch_files = batch_files  # files decoded side by side, where the engine can (one-shot)
         self.engines = engines or EngineCache()
         self.reporter = reporter or Reporter(quiet=True)
         self.stop = stop or StopFlag()
@@ -339,7 +340,11 @@ class Runner:
             job = self.store.claim(self.owner, ids, self.lease_seconds)
             if job is None:
                 break
-            self._process(job, result)
+            engine = self._batching_engine(job)
+            if engine is None:
+                self._process(job, result)
+            else:
+                self._process_side_by_side(engine, job, ids, result)
         if self.stop.requested:
             result.stopped = self.stop.signum
         return result
@@ -372,6 +377,90 @@ class Runner:
                         raise Stopped
             attempt.complete()
         attempt.finish()
+
+    def _batching_engine(self, job: Job):
+        """The job's engine when it can decode several files side by side and we are asked to."""
+        if self.batch_files < 2:
+            return None
+        try:
+            engine = build_engine(self.engines, JobSpec.from_dict(job.spec))
+        except Exception:  # noqa: BLE001 - _process builds it again and books the failure
+            return None
+        return engine if hasattr(engine, "batch") else None
+
+    def _process_side_by_side(self, engine, first: Job, ids: list[int], result: RunResult) -> None:
+        """``first`` and the next queued jobs of the same spec, up to ``batch_files`` at a time,
+        their windows decoded together (``engine.batch``). Each job is its own ``Attempt`` with
+        its own lease, checkpoints and outcome, exactly as ``_process`` runs it."""
+        batch = engine.batch(self.batch_files)
+        live: dict[Attempt, tuple[contextlib.ExitStack, CheckpointClock, list[int]]] = {}
+
+        def start(job: Job) -> None:
+            attempt, stack = Attempt(self, job, worker_name()), contextlib.ExitStack()
+            try:
+                stack.enter_context(Heartbeat(self.store.path, job.id, self.owner, self.lease_seconds))
+                resume = attempt.begin()
+                if resume is not None:
+                    attempt.model = engine.model_name
+                    batch.add(attempt, attempt.path, resume.state)
+                    live[attempt] = (stack, CheckpointClock(resume.position, self.checkpoint_seconds), [0])
+                    return
+                attempt.finish()  # the words were complete: only the outputs were left
+            except BaseException as e:
+                stack.close()
+                self.settle(attempt, result, e)
+                return
+            stack.close()
+            self.settle(attempt, result)
+
+        def end(attempt: Attempt, error: Optional[BaseException] = None) -> None:
+            stack = live.pop(attempt)[0]
+            batch.drop(attempt)
+            stack.close()
+            self.settle(attempt, result, error)
+
+        def on_step(attempt: Attempt, step: Step) -> None:
+            _, clock, count = live[attempt]
+            count[0] += 1
+            _kill_hook(f"step:{count[0]}")
+            commit = clock.due(step.position) or self.stop.requested
+            attempt.add(step, commit)
+            if commit and self.stop.requested:
+                raise Stopped
+
+        try:
+            start(first)
+            while not self.stop.requested and len(batch) < self.batch_files:
+                job = self.store.claim(self.owner, ids, self.lease_seconds, spec=first.spec)
+                if job is None:
+                    break
+                start(job)
+            for attempt, event in batch.events():
+                if attempt not in live:
+                    continue
+                try:
+                    if isinstance(event, BaseException):
+                        raise event
+                    if event is None:
+                        attempt.complete()
+                        attempt.finish()
+                    else:
+                        on_step(attempt, event)
+                        continue
+                except BaseException as e:
+                    end(attempt, e)
+                else:
+                    end(attempt)
+                while not self.stop.requested and len(batch) < self.batch_files:
+                    job = self.store.claim(self.owner, ids, self.lease_seconds, spec=first.spec)
+                    if job is None:
+                        break
+                    start(job)
+        finally:  # a fatal error (the database, the model, a second Ctrl-C): give the others back
+            batch.close()
+            for attempt in list(live):
+                with contextlib.suppress(BaseException):
+                    end(attempt, Stopped())
 
     def settle(self, attempt: Attempt, result: RunResult, error: Optional[BaseException] = None) -> None:
         """Book how an attempt ended (``error`` None: done) in the store and ``result``: done,

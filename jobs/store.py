@@ -495,22 +495,25 @@ class JobStore:
 
     # --- running: leases ------------------------------------------------------------------
 
-    def claim(self, owner: str, ids: Iterable[int], lease_seconds: float) -> Optional[Job]:
-        """Take the next queued (or stalled) job among ``ids`` for ``owner``, atomically.
+    def claim(self, owner: str, ids: Iterable[int], lease_seconds: float,
+              spec: Optional[dict] = None) -> Optional[Job]:
+        """Take the next queued (or stalled) job among ``ids`` for ``owner``, atomically; with
+        ``spec``, only a job of that spec (files decoded side by side share one engine).
 
         One statement: SQLite runs it under its write lock, so two runners never get the same
         job. Jobs that failed less often go first, so a job being retried waits behind fresh ones.
         """
         now = time.time()
+        same_spec = "" if spec is None else "AND spec = :spec "
         with self.db.atomic():
             rows = list(self.db.query(
                 "UPDATE jobs SET status = :running, lease_owner = :owner, lease_expires = :expires, "
                 "runs = runs + 1, started_at = :now, updated_at = :now "
                 "WHERE id = (SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(:ids)) "
                 "AND (status = :queued OR (status = :running AND coalesce(lease_expires, 0) < :now)) "
-                "ORDER BY errors, id LIMIT 1) RETURNING *",
+                f"{same_spec}ORDER BY errors, id LIMIT 1) RETURNING *",
                 {"running": RUNNING, "queued": QUEUED, "owner": owner, "expires": now + lease_seconds,
-                 "now": now, "ids": json.dumps(list(ids))}))
+                 "now": now, "ids": json.dumps(list(ids)), "spec": json.dumps(spec, sort_keys=True)}))
         return Job.from_row(rows[0]) if rows else None
 
     def heartbeat(self, job_id: int, owner: str, lease_seconds: float) -> bool:

@@ -350,3 +350,40 @@ def test_watch_takes_a_slowly_written_file_once(tmp_path):
     assert job.content_key == content_key(target)
     text = "".join(w for w, _, _ in words(target.with_suffix(".json"))).lower()
     assert "not what your country can do for you" in text  # "ask" or "asked", by mode
+
+
+def test_files_side_by_side_killed_then_resumed(long_file, tmp_path, data_dir):
+    """--batch-files 3 over a folder (the 70 s file, two short ones, a broken one): killed -9
+    right after the first checkpoint of a job, then run again; every good file ends done once
+    with the words and subtitles of a run one file at a time, the broken one failed alone."""
+    names = {"long talk.flac": long_file, "jfk.flac": JFK,
+             "one two three.flac": data_dir / SHORT / "sr_one_two_three.flac"}
+    folders = {}
+    for kind in ("ref", "work"):
+        folders[kind] = tmp_path / kind
+        folders[kind].mkdir()
+        for name, source in names.items():
+            shutil.copy(source, folders[kind] / name)
+        (folders[kind] / "broken.flac").write_bytes(JFK.read_bytes()[:30_000])
+    fmt = ("--mode", "oneshot", "-f", "srt,json", "-q")
+    r = transcribe(folders["ref"], *fmt, db=tmp_path / "ref.db")
+    assert "3 done, 0 skipped, 1 failed" in r.stderr, r.stderr
+
+    db = tmp_path / "jobs.db"
+    r = transcribe(folders["work"], *fmt, "--batch-files", "3", db=db, TRANSCRIBER_TEST_KILL_AT="checkpoint:1")
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    with JobStore(db) as store:
+        assert {j.status for j in store.jobs()} & {"running", "queued"}  # work was left to resume
+    r = transcribe(folders["work"], *fmt, "--batch-files", "3", db=db)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "1 failed" in r.stderr and "broken.flac" in r.stderr
+    with JobStore(db) as store:
+        jobs = {Path(j.path).name: j for j in store.jobs()}
+    assert jobs["broken.flac"].status == "failed"
+    for name in names:
+        assert jobs[name].status == "done", name
+        stem = Path(name).stem
+        assert words(folders["work"] / f"{stem}.json") == words(folders["ref"] / f"{stem}.json"), name
+        assert (folders["work"] / f"{stem}.srt").read_text() == (folders["ref"] / f"{stem}.srt").read_text()
+    assert jobs["long talk.flac"].runs == 2  # killed once, resumed once
+    assert no_leftovers(folders["work"]) == []

@@ -111,3 +111,88 @@ def test_the_shipped_examples_transcribe(model):
     transcript = transcriber.transcribe(PRESS_YARD, model)
     assert normalize(transcript.text) == "eight the press yard"
     assert 0 <= transcript.words[0].start < transcript.words[-1].end <= transcript.duration
+
+
+@pytest.fixture(scope="module")
+def four_jfks(tmp_path_factory) -> Path:
+    """44 s: two one-shot windows."""
+    path = tmp_path_factory.mktemp("long") / "four jfks.flac"
+    ffmpeg("-i", str(JFK), "-filter_complex", "[0:a][0:a][0:a][0:a]concat=n=4:v=0:a=1", str(path))
+    return path
+
+
+def test_greedy_batch_gives_each_window_its_own_tokens(model, four_jfks):
+    """Windows of different audio lengths and prompts, one joining after the others have
+    started: each row's tokens are exactly those of DecodingTask.run on it alone."""
+    from transcriber.audio import load_audio
+    from transcriber.context import WhisperContext
+    from transcriber.decoding.batch import GreedyBatch
+    from transcriber.decoding.options import DecodingOptions
+    from transcriber.decoding.task import DecodingTask
+
+    context = WhisperContext(model)
+    tok = context.tokenizer()
+    windows = [load_audio(JFK), load_audio(PRESS_YARD), load_audio(four_jfks)[: 30 * 16000]]
+    prompts = [[], tok.encode(" The press yard."), tok.encode(" A longer text that went before, as the prompt.")]
+    rows = []
+    for samples, prompt in zip(windows, prompts):
+        base, _ = context.encode_window(samples)
+        rows.append((DecodingTask(model, tok, DecodingOptions(prompt=tuple(prompt) or None), model.info.suppress_ids),
+                     base))
+    alone = [task.run(base, "en") for task, base in rows]
+    batch, together = GreedyBatch(model), {}
+    batch.add(0, *rows[0])
+    batch.add(1, *rows[1])
+    for _ in range(3):
+        together.update(batch.step())
+    batch.add(2, *rows[2])  # joins while the others are mid-window
+    while batch:
+        together.update(batch.step())
+    for i, result in enumerate(alone):
+        assert together[i].tokens == result.tokens and together[i].text == result.text
+        assert together[i].avg_logprob == pytest.approx(result.avg_logprob, abs=1e-4)
+        assert together[i].no_speech_prob == pytest.approx(result.no_speech_prob, abs=1e-4)
+    assert "country" in together[0].text and together[2].text.count("country") >= 2
+
+
+def test_files_side_by_side_give_their_own_words(model, four_jfks, tmp_path):
+    """engine.batch(2) over four files (one of them broken, one of two windows): each good
+    file gets the words steps() gives it alone, the broken one its error, the rest go on."""
+    from transcriber import AudioError, OneShotEngine
+
+    broken = tmp_path / "broken.flac"
+    broken.write_bytes(JFK.read_bytes()[:30_000])
+    engine = OneShotEngine(model)
+    files = [four_jfks, JFK, broken, PRESS_YARD]
+    alone = {f: [w.text for s in engine.steps(f) for w in s.words] for f in files if f != broken}
+    batch, waiting = engine.batch(2), list(files)
+    got, ended, errors = {f: [] for f in files}, [], {}
+    for _ in range(2):
+        batch.add(waiting[0], waiting.pop(0))
+    for key, event in batch.events():
+        if isinstance(event, Exception):
+            errors[key] = event
+        elif event is not None:
+            got[key] += [w.text for w in event.words]
+            continue
+        ended.append(key)
+        if waiting:
+            batch.add(waiting[0], waiting.pop(0))
+    assert sorted(map(str, ended)) == sorted(map(str, files)) and list(errors) == [broken]
+    assert isinstance(errors[broken], AudioError)
+    for f, words in alone.items():
+        assert got[f] == words, f
+    assert len(batch) == 0
+
+
+def test_a_dropped_file_says_nothing_more(model, four_jfks):
+    engine = transcriber.OneShotEngine(model)
+    batch = engine.batch(2)
+    batch.add("long", four_jfks)
+    batch.add("jfk", JFK)
+    seen = []
+    for key, event in batch.events():
+        seen.append(key)
+        if key == "long":
+            batch.drop("long")  # after its first window
+    assert seen.count("long") == 1 and seen.count("jfk") == 2 and len(batch) == 0  # jfk: a step, its end

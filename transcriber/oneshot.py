@@ -9,14 +9,16 @@ seek point, the prompt and the language) resumes the walk at the next window.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass, field, replace
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Union
 
 import numpy as np
 
 from . import audio as audio_io
 from .constants import FRAMES_PER_SECOND, HOP_LENGTH, INPUT_STRIDE, N_SAMPLES, SAMPLE_RATE, TIME_PRECISION
 from .context import WhisperContext
+from .decoding.batch import GreedyBatch, batchable
 from .decoding.options import MAX_BEST_OF, DecodingOptions
 from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
@@ -112,17 +114,26 @@ class OneShotEngine:
         self.model_name = model.name
         self.context = WhisperContext(model, options.decoding.task, options.decoding.language)
 
-    def decode_with_fallback(self, base: DecoderState, prompt: list[int], tokenizer: Tokenizer) -> DecodingResult:
+    def _task(self, temperature: float, prompt: list[int], tokenizer: Tokenizer) -> DecodingTask:
+        opts = self.options
+        decoding = replace(opts.decoding, temperature=temperature, prompt=tuple(prompt) or None,
+                           beam_size=opts.decoding.beam_size if temperature == 0 else None,
+                           patience=opts.decoding.patience if temperature == 0 else None,
+                           best_of=opts.best_of if temperature > 0 else None)
+        return DecodingTask(self.model, tokenizer, decoding, self.model.info.suppress_ids,
+                            rng=np.random.default_rng(0))
+
+    def decode_with_fallback(self, base: DecoderState, prompt: list[int], tokenizer: Tokenizer,
+                             first: Optional[DecodingResult] = None) -> DecodingResult:
+        """Decode at the first temperature (``first``: its result, already decoded elsewhere),
+        then at the next ones while the text is too repetitive or too unlikely."""
         opts = self.options
         result = None
-        for t in opts.temperatures:
-            decoding = replace(opts.decoding, temperature=t, prompt=tuple(prompt) or None,
-                               beam_size=opts.decoding.beam_size if t == 0 else None,
-                               patience=opts.decoding.patience if t == 0 else None,
-                               best_of=opts.best_of if t > 0 else None)
-            task = DecodingTask(self.model, tokenizer, decoding, self.model.info.suppress_ids,
-                                rng=np.random.default_rng(0))
-            result = task.run(base, tokenizer.language)
+        for i, t in enumerate(opts.temperatures):
+            if i == 0 and first is not None:
+                result = first
+            else:
+                result = self._task(t, prompt, tokenizer).run(base, tokenizer.language)
             too_repetitive = (opts.compression_ratio_threshold is not None
                               and result.compression_ratio > opts.compression_ratio_threshold)
             too_unlikely = opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
@@ -133,6 +144,27 @@ class OneShotEngine:
 
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
         """Decode ``source`` window by window from ``state``: one ``Step`` per window."""
+        with contextlib.closing(self._walk(source, state)) as walker:  # closing it stops ffmpeg
+            reply = None
+            while True:
+                try:
+                    item = walker.send(reply)
+                except StopIteration:
+                    return
+                reply = None
+                if isinstance(item, _Decode):
+                    reply = item.task.run(item.base, item.task.tokenizer.language)
+                else:
+                    yield item
+
+    def batch(self, width: int) -> "WindowBatch":
+        """Several files at once, their windows decoded together (see ``WindowBatch``)."""
+        return WindowBatch(self, width)
+
+    def _walk(self, source, state: Optional[dict]) -> Iterator[Union[Step, "_Decode"]]:
+        """The window walk of one file: yields its ``Step``s, and a ``_Decode`` for each window's
+        first decoding, which whoever drives the walk answers with the ``DecodingResult``
+        (``send``): decoded alone (``steps``) or with other files' windows (``WindowBatch``)."""
         seek = SeekState.from_dict(state) if state else SeekState(prompt_tokens=self._initial_prompt(),
                                                                   language=self.context.language)
         start = seek.seek * HOP_LENGTH
@@ -148,19 +180,22 @@ class OneShotEngine:
                 base, n_frames = self.context.encode_window(samples)
                 if seek.language is None:  # detected once per file, on its first window with sound
                     seek.language, seek.language_probability, _ = self.context.detect_language(base)
-                segments, seek = self._decode_window(base, n_frames, seek, self.context.tokenizer(seek.language))
+                segments, seek = yield from self._decode_window(base, n_frames, seek,
+                                                                self.context.tokenizer(seek.language))
             yield Step(tuple(w for s in segments for w in s.words), tuple(segments), seek.to_dict(),
                        seek.seek / FRAMES_PER_SECOND, seek.language or "en", seek.language_probability,
                        audio.warnings)
             if buffer.eof and seek.seek * HOP_LENGTH >= buffer.offset + len(buffer.samples):
                 break
 
-    def _decode_window(self, base: DecoderState, n_frames: int, state: SeekState,
-                       tokenizer: Tokenizer) -> tuple[list[Segment], SeekState]:
-        """One encoded window -> its segments (with words) and the state after it."""
+    def _decode_window(self, base: DecoderState, n_frames: int, state: SeekState, tokenizer: Tokenizer):
+        """One encoded window -> its segments (with words) and the state after it. A generator
+        (``yield from`` it): it asks its driver for the first decoding (a ``_Decode``)."""
         opts = self.options
         time_offset = state.seek / FRAMES_PER_SECOND
-        result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer)
+        task = self._task(opts.temperatures[0], state.prompt_tokens, tokenizer)
+        first = yield _Decode(task, base)
+        result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer, first)
         if self._no_speech(result):
             return [], replace(state, seek=state.seek + n_frames)
         pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
@@ -285,6 +320,88 @@ class OneShotEngine:
             last.end = max(last.start + median, seg["end"])
         else:
             seg["end"] = last.end
+
+
+@dataclass(frozen=True)
+class _Decode:
+    """A window walk's request: run ``task`` (the first temperature) over ``base``."""
+
+    task: DecodingTask
+    base: DecoderState
+
+
+class WindowBatch:
+    """Files walked side by side, their windows decoded together (``decoding.batch.GreedyBatch``):
+    on a CPU a decode step reads the decoder's weights once for all rows, so several files cost
+    less than one after another. A window joins the decoding as soon as its file has encoded it
+    and leaves as soon as it ends. Each file gets the steps ``OneShotEngine.steps`` would give it
+    (the same words, up to float rounding).
+
+        batch = engine.batch(4)
+        batch.add(key, path, state)        # at most ``width`` files; also between events
+        for key, event in batch.events():  # a Step, None (the file is done) or the exception
+            ...                            # that ended it; batch.drop(key) stops a file
+    """
+
+    def __init__(self, engine: OneShotEngine, width: int):
+        if width < 1:
+            raise ValueError(f"batch width must be >= 1, not {width}")
+        self.engine, self.width = engine, width
+        self._walks: dict = {}  # key -> its window walk (a generator)
+        self._replies: dict = {}  # key -> the DecodingResult its walk is to be sent next
+        self._decoding = GreedyBatch(engine.model)  # the windows being decoded, by key
+
+    def __len__(self) -> int:
+        return len(self._walks)
+
+    def add(self, key, source, state: Optional[dict] = None) -> None:
+        if key in self._walks or len(self._walks) >= self.width:
+            raise ValueError(f"cannot add {key!r}: in the batch already, or the batch is full")
+        self._walks[key] = self.engine._walk(source, state)
+
+    def drop(self, key) -> None:
+        """Stop walking ``key``'s file (its ffmpeg is stopped); nothing more is said of it."""
+        walk = self._walks.pop(key, None)
+        self._replies.pop(key, None)
+        if key in self._decoding:
+            self._decoding.remove(key)
+        if walk is not None:
+            walk.close()
+
+    def close(self) -> None:
+        for key in list(self._walks):
+            self.drop(key)
+
+    def events(self) -> Iterator[tuple[object, Union[Step, None, Exception]]]:
+        """Each file's steps as they are decoded, until no file is left: (key, Step), then
+        (key, None) at its end, or (key, exception) when it fails (the others go on)."""
+        try:
+            while self._walks:
+                for key in list(self._walks):
+                    yield from self._advance(key)
+                for key, result in self._decoding.step() if len(self._decoding) else ():
+                    self._replies[key] = result
+        finally:  # the consumer stopped listening: stop every file's ffmpeg
+            self.close()
+
+    def _advance(self, key):
+        """Run ``key``'s walk until it waits for the decoder, ends or fails."""
+        while key in self._walks and key not in self._decoding:
+            try:
+                item = self._walks[key].send(self._replies.pop(key, None))
+            except StopIteration:
+                self._walks.pop(key)
+                yield key, None
+            except Exception as e:  # noqa: BLE001 - the file's failure, told to the consumer
+                self._walks.pop(key)
+                yield key, e
+            else:
+                if not isinstance(item, _Decode):
+                    yield key, item
+                elif batchable(item.task):
+                    self._decoding.add(key, item.task, item.base)
+                else:  # beam search: one window at a time
+                    self._replies[key] = item.task.run(item.base, item.task.tokenizer.language)
 
 
 def _segment(seg: dict, words: list[WordTiming]) -> Segment:

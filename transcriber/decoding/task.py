@@ -21,7 +21,7 @@ from ..tokenizer import Tokenizer
 from .filters import ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressTokens
 from .loop import decode_loop
 from .options import DecodingOptions
-from .search import BeamSearchDecoder, GreedyDecoder, MaximumLikelihoodRanker, TokenDecoder
+from .search import BeamSearchDecoder, Candidate, GreedyDecoder, MaximumLikelihoodRanker, TokenDecoder
 
 
 def compression_ratio(text: str) -> float:
@@ -111,15 +111,19 @@ class DecodingTask:
         result = decode_loop(self.model, base, self.initial_tokens, self.sot_index, tokenizer=self.tokenizer,
                              search=self._token_decoder(), filters=self.filters,
                              n_group=self.options.n_group, max_new=self.sample_len)
-        candidates = result.candidates
+        return self.result(result.candidates, result.no_speech_prob, language)
+
+    def result(self, candidates: list[Candidate], no_speech_prob: float,
+               language: Optional[str] = None) -> DecodingResult:
+        """The best of the finished candidates (decoded here or in a batch: decoding/batch.py)."""
         sampled = [self._strip(c.tokens) for c in candidates]
         best = self.ranker.rank([len(s) for s in sampled], [c.sum_logprob for c in candidates])
         best_tokens = sampled[best]
         text = self.tokenizer.decode(best_tokens)
         return DecodingResult(
-            tokens=tuple(best_tokens), text=text, language=language,
+            tokens=tuple(best_tokens), text=text, language=language or self.tokenizer.language,
             avg_logprob=candidates[best].sum_logprob / (len(best_tokens) + 1),
-            no_speech_prob=result.no_speech_prob, temperature=self.options.temperature,
+            no_speech_prob=no_speech_prob, temperature=self.options.temperature,
             compression_ratio=compression_ratio(text),
             token_logprobs=candidates[best].token_logprobs[: len(best_tokens)])
 

@@ -161,12 +161,13 @@ class ResidualAttentionBlock(nn.Module):
         out, _ = self.attn.attend_with_weights(self.attn.query(h), *self.attn.keys_values(h))
         return self.mlp(x + out)
 
-    def decode(self, x, cross_kv, cache: Optional[LayerCache], mask, want_weights: bool):
+    def decode(self, x, cross_kv, cache: Optional[LayerCache], mask, want_weights: bool, cross_mask=None):
         """Decoder block. x (B,T,D); cross_kv = precomputed keys and values of the audio,
         (B,H,S,D/H) each; cache = this layer's keys and values of earlier tokens, (B,H,T',D/H).
 
         Returns x, the updated self-attention cache, and cross-attention weights (B,H,T,S) when
-        ``want_weights`` (else None).
+        ``want_weights`` (else None). ``cross_mask``: the audio positions each row may attend
+        (a batch of windows padded to one length); not with ``want_weights``.
         """
         h = self.attn_ln(x)
         q = self.attn.query(h)
@@ -178,9 +179,10 @@ class ResidualAttentionBlock(nn.Module):
         h = self.cross_attn_ln(x)
         q = self.cross_attn.query(h)
         if want_weights:
+            assert cross_mask is None, "cross-attention weights of padded audio"
             out, weights = self.cross_attn.attend_with_weights(q, *cross_kv)
         else:
-            out, weights = self.cross_attn.attend(q, *cross_kv), None
+            out, weights = self.cross_attn.attend(q, *cross_kv, mask=cross_mask), None
         return self.mlp(x + out), (k, v), weights
 
 
@@ -206,14 +208,19 @@ class AudioEncoder(nn.Module):
 
 @dataclass
 class DecoderState:
-    """What the decoder keeps between calls for one audio window.
+    """What the decoder keeps between calls for one audio window (or a batch of them).
 
     cross_kv: per layer, the audio's keys and values (B, H, S, D/H) each: computed once per window.
     self_kv: per layer, the tokens' keys and values so far (B, H, T_past, D/H) each.
+    pad, audio_len: rows of different windows in one batch (decoding/batch.py): per row, the
+    padded positions at the left of self_kv, and the real audio positions of cross_kv (the rest
+    is padding); both (B,) int32, masked out in attention. None: no padding.
     """
 
     cross_kv: list[tuple[mx.array, mx.array]]
     self_kv: list[Optional[LayerCache]]
+    pad: Optional[mx.array] = None
+    audio_len: Optional[mx.array] = None
 
     @property
     def offset(self) -> int:
@@ -225,11 +232,55 @@ class DecoderState:
         self_kv = [None if c is None else (c[0][indices], c[1][indices]) for c in self.self_kv]
         return DecoderState(self.cross_kv, self_kv)
 
+    def keep_rows(self, indices: mx.array) -> "DecoderState":
+        """Rows ``indices`` of a batch of windows: their audio, their tokens, their padding."""
+        take = lambda pair: (pair[0][indices], pair[1][indices])  # noqa: E731
+        return DecoderState([take(c) for c in self.cross_kv], [None if c is None else take(c) for c in self.self_kv],
+                            None if self.pad is None else self.pad[indices],
+                            None if self.audio_len is None else self.audio_len[indices])
+
     def truncate(self, length: int) -> "DecoderState":
         """Forget cached positions from ``length`` on (a rewind, or a shared prompt reused)."""
         self_kv = [None if c is None or length == 0 else (c[0][:, :, :length], c[1][:, :, :length])
                    for c in self.self_kv]
         return DecoderState(self.cross_kv, self_kv)
+
+    @classmethod
+    def stack(cls, states: list["DecoderState"]) -> "DecoderState":
+        """States of different windows (batch 1, or batches of windows already) as one batch:
+        token caches padded on the left to one length, audio on the right to one span."""
+        lengths = [s.offset for s in states]
+        spans = [s.cross_kv[0][0].shape[2] for s in states]
+        width, span = max(lengths), max(spans)
+
+        def pad(a: mx.array, before: int, after: int) -> mx.array:
+            return mx.pad(a, [(0, 0), (0, 0), (before, after), (0, 0)]) if before or after else a
+
+        def rows(s: "DecoderState") -> int:
+            return s.cross_kv[0][0].shape[0]
+
+        layers = range(len(states[0].cross_kv))
+        self_kv = [tuple(mx.concatenate([pad(s.self_kv[i][k], width - n, 0) for s, n in zip(states, lengths)])
+                         for k in (0, 1)) for i in layers]
+        cross_kv = [tuple(mx.concatenate([pad(s.cross_kv[i][k], 0, span - n) for s, n in zip(states, spans)])
+                          for k in (0, 1)) for i in layers]
+        pads = [(s.pad if s.pad is not None else mx.zeros((rows(s),), mx.int32)) + (width - n)
+                for s, n in zip(states, lengths)]
+        audio = [s.audio_len if s.audio_len is not None else mx.full((rows(s),), n, mx.int32)
+                 for s, n in zip(states, spans)]
+        return cls(cross_kv, self_kv, mx.concatenate(pads), mx.concatenate(audio))
+
+    def compact(self) -> "DecoderState":
+        """Drop the padding every row has (after rows left the batch)."""
+        if self.pad is None:
+            return self
+        cut = int(mx.min(self.pad).item())
+        span = int(mx.max(self.audio_len).item())
+        self_kv = [None if c is None else (c[0][:, :, cut:], c[1][:, :, cut:]) for c in self.self_kv]
+        cross_kv = [(k[:, :, :span], v[:, :, :span]) for k, v in self.cross_kv]
+        if self_kv[0] is not None and self_kv[0][0].shape[0] == 1:  # one row left: no padding at all
+            return DecoderState(cross_kv, self_kv)
+        return DecoderState(cross_kv, self_kv, self.pad - cut, self.audio_len)
 
 
 class TextDecoder(nn.Module):
@@ -272,24 +323,33 @@ class TextDecoder(nn.Module):
         """
         offset = state.offset
         t = tokens.shape[1]
-        x = self.token_embedding(tokens) + self.positional_embedding[offset: offset + t]
         mask = None
         if t > 1:
             # causal over the new tokens, everything cached is visible
             idx_q = mx.arange(offset, offset + t)[:, None]
             idx_k = mx.arange(offset + t)[None, :]
             mask = idx_k <= idx_q
+        cross_mask = None
+        if state.pad is None:
+            x = self.token_embedding(tokens) + self.positional_embedding[offset: offset + t]
+        else:  # a batch of windows (DecoderState.stack): each row at its own position
+            positions = (offset - state.pad)[:, None] + mx.arange(t)[None, :]
+            x = self.token_embedding(tokens) + self.positional_embedding[positions]
+            visible = (mx.arange(offset + t)[None, :] >= state.pad[:, None])[:, None, None, :]
+            mask = visible if mask is None else visible & mask
+            span = state.cross_kv[0][0].shape[2]
+            cross_mask = (mx.arange(span)[None, :] < state.audio_len[:, None])[:, None, None, :]
         layers = range(len(self.blocks)) if want_weights is True else (want_weights or ())
         new_kv, weights = [], []
         for i, (block, cross_kv, cache) in enumerate(zip(self.blocks, state.cross_kv, state.self_kv)):
-            x, kv, w = block.decode(x, cross_kv, cache, mask, i in layers)
+            x, kv, w = block.decode(x, cross_kv, cache, mask, i in layers, cross_mask)
             new_kv.append(kv)
             weights.append(w)
         if want_logits is False:
             logits = None
         else:
             logits = self.project(self.ln(x if want_logits is True else x[:, mx.array(list(want_logits))]))
-        return logits, DecoderState(state.cross_kv, new_kv), (weights if layers else None)
+        return logits, DecoderState(state.cross_kv, new_kv, state.pad, state.audio_len), (weights if layers else None)
 
     def project(self, h: mx.array):
         """Logits (B, T, V) of final hidden states (B, T, D): an MLX array, or on the CPU for a

@@ -1,0 +1,123 @@
+"""Greedy decoding of several audio windows side by side (one-shot mode over several files).
+
+On a CPU a decode step of a small model is bound by reading its weights: the decoder and the
+80 MB vocabulary projection of tiny.en are read once per step, for one row or for four. So the
+windows of several files, each at its own point, are stepped together:
+
+    batch = GreedyBatch(model)
+    batch.add(key, task, base)            # a window joins: its prompt goes through the decoder
+    while batch:
+        for key, result in batch.step():  # one token for every row; the rows that ended leave
+            ...                           # with their DecodingResult; others may join now
+
+A window joins as soon as its prompt is ready and leaves as soon as it ends (end of text, its
+token budget, the text context), so no row waits for another and none is decoded past its end.
+Each row keeps its own tokens, logit filters and positions; in the decoder the rows' caches are
+padded on the left to one length and their audio on the right to one span, and the padding is
+masked (``DecoderState.pad``, ``audio_len``). A row gets the tokens ``DecodingTask.run`` gives
+it alone, up to float rounding in products of another shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable
+
+import mlx.core as mx
+import numpy as np
+
+from ..context import no_speech_prob
+from ..model.whisper import DecoderState, Whisper
+from .filters import log_softmax
+from .search import Candidate
+from .task import DecodingResult, DecodingTask
+
+
+def batchable(task: DecodingTask) -> bool:
+    """Greedy at temperature 0: what a GreedyBatch does (beams and samples stay one window's)."""
+    o = task.options
+    return o.temperature == 0 and not (o.beam_size and o.beam_size > 1) and o.n_group == 1
+
+
+@dataclass
+class _Row:
+    key: Hashable
+    task: DecodingTask
+    no_speech: float
+    tokens: list[int]  # prompt and sampled tokens
+    logprobs: list[float] = field(default_factory=list)  # of each sampled token
+
+    @property
+    def sampled(self) -> int:
+        return len(self.logprobs)
+
+
+class GreedyBatch:
+    def __init__(self, model: Whisper):
+        self.model = model
+        self.rows: list[_Row] = []
+        self.state: DecoderState | None = None
+        self.logits: np.ndarray | None = None  # (rows, V): each row's next-token logits
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __contains__(self, key) -> bool:
+        return any(r.key == key for r in self.rows)
+
+    def add(self, key: Hashable, task: DecodingTask, base: DecoderState) -> None:
+        """Run the window's prompt through the decoder (batch 1) and add it as a row."""
+        assert batchable(task), "GreedyBatch decodes greedily at temperature 0"
+        prompt = list(task.initial_tokens)
+        logits, state, _ = self.model.decoder(mx.array([prompt]), base, want_logits=[task.sot_index, len(prompt) - 1])
+        logits = np.array(logits[0], dtype=np.float32)
+        self.rows.append(_Row(key, task, no_speech_prob(task.tokenizer, logits[0]), prompt))
+        self.state = state if self.state is None else DecoderState.stack([self.state, state])
+        self.logits = logits[1:] if self.logits is None else np.concatenate([self.logits, logits[1:]])
+
+    def remove(self, key: Hashable) -> None:
+        """Forget a row (its file was dropped)."""
+        self._keep([j for j, r in enumerate(self.rows) if r.key != key])
+
+    def step(self) -> list[tuple[Hashable, DecodingResult]]:
+        """Choose every row's next token (its filters, then the argmax); the rows that end
+        leave with their results, the others go through the decoder for the next logits."""
+        ended, kept = [], []
+        n_ctx = self.model.dims.n_text_ctx
+        for j, row in enumerate(self.rows):
+            logits = self.logits[j:j + 1].copy()
+            tokens = np.array([row.tokens], dtype=np.int64)
+            for f in row.task.filters:
+                f.apply(logits, tokens)
+            token = int(logits[0].argmax())
+            row.logprobs.append(float(log_softmax(logits)[0, token]))
+            row.tokens.append(token)
+            if (token == row.task.tokenizer.eot or row.sampled >= row.task.sample_len
+                    or len(row.tokens) >= n_ctx):
+                ended.append(row)
+            else:
+                kept.append(j)
+        self._keep(kept)
+        if self.rows:
+            last = mx.array([[r.tokens[-1]] for r in self.rows])
+            out, self.state, _ = self.model.decoder(last, self.state)
+            self.logits = np.array(out[:, -1], dtype=np.float32)
+        return [(row.key, self._result(row)) for row in ended]
+
+    def _keep(self, indices: list[int]) -> None:
+        if len(indices) == len(self.rows):
+            return
+        self.rows = [self.rows[j] for j in indices]
+        if not self.rows:
+            self.state, self.logits = None, None
+            return
+        self.state = self.state.keep_rows(mx.array(indices)).compact()
+        self.logits = self.logits[indices]
+
+    @staticmethod
+    def _result(row: _Row) -> DecodingResult:
+        """As ``decode_loop`` + ``DecodingTask.run`` finish a window decoded alone: a row cut
+        by its budget or the text context ends as if with end of text (log probability 0)."""
+        eot = row.task.tokenizer.eot
+        tokens = tuple(row.tokens) + (() if row.tokens[-1] == eot else (eot,))
+        return row.task.result([Candidate(tokens, float(sum(row.logprobs)), tuple(row.logprobs))], row.no_speech)
