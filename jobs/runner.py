@@ -370,17 +370,23 @@ class Runner:
             clock = CheckpointClock(resume.position, self.checkpoint_seconds)
             with contextlib.closing(engine.steps(attempt.path, resume.state)) as steps:  # closing kills ffmpeg
                 for n, step in enumerate(steps, 1):
-                    _kill_hook(f"step:{n}")
-                    commit = clock.due(step.position) or self.stop.requested
-                    attempt.add(step, commit)
-                    if commit and self.stop.requested:
-                        raise Stopped
+                    self._take_step(attempt, clock, n, step)
             attempt.complete()
         attempt.finish()
 
+    def _take_step(self, attempt: Attempt, clock: CheckpointClock, n: int, step: Step) -> None:
+        """The ``n``th engine step of an attempt in this process: checkpoint it when due, and
+        at once when a stop was asked (then stop)."""
+        _kill_hook(f"step:{n}")
+        commit = clock.due(step.position) or self.stop.requested
+        attempt.add(step, commit)
+        if commit and self.stop.requested:
+            raise Stopped
+
     def _batching_engine(self, job: Job):
-        """The job's engine when it can decode several files side by side and we are asked to."""
-        if self.batch_files < 2:
+        """The job's engine when it can decode several files side by side and we are asked to
+        (a job whose words are complete needs no engine: ``_process`` writes its outputs)."""
+        if self.batch_files < 2 or job.words_complete:
             return None
         try:
             engine = build_engine(self.engines, JobSpec.from_dict(job.spec))
@@ -422,19 +428,18 @@ class Runner:
         def on_step(attempt: Attempt, step: Step) -> None:
             _, clock, count = live[attempt]
             count[0] += 1
-            _kill_hook(f"step:{count[0]}")
-            commit = clock.due(step.position) or self.stop.requested
-            attempt.add(step, commit)
-            if commit and self.stop.requested:
-                raise Stopped
+            self._take_step(attempt, clock, count[0], step)
 
-        try:
-            start(first)
+        def fill() -> None:  # more jobs of the same spec, while there is room and no stop
             while not self.stop.requested and len(batch) < self.batch_files:
                 job = self.store.claim(self.owner, ids, self.lease_seconds, spec=first.spec)
                 if job is None:
-                    break
+                    return
                 start(job)
+
+        try:
+            start(first)
+            fill()
             for attempt, event in batch.events():
                 if attempt not in live:
                     continue
@@ -451,11 +456,7 @@ class Runner:
                     end(attempt, e)
                 else:
                     end(attempt)
-                while not self.stop.requested and len(batch) < self.batch_files:
-                    job = self.store.claim(self.owner, ids, self.lease_seconds, spec=first.spec)
-                    if job is None:
-                        break
-                    start(job)
+                fill()
         finally:  # a fatal error (the database, the model, a second Ctrl-C): give the others back
             batch.close()
             for attempt in list(live):
