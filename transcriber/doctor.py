@@ -45,6 +45,8 @@ def _blas(probe: bool) -> list[str]:
     lines.append(f"  MLX's sgemm is served by: {serving or 'unknown (no cblas_sgemm slot found)'}")
     threads = blas.threads()
     lines.append(f"  threads: {threads if threads is not None else 'n/a (not settable)'}")
+    lines.append("  decoder's vocabulary projection: "
+                 + ("that library's sgemv" if blas.host_matvec() else "MLX's own matmul"))
     lines.append(f"  measured now: {blas.measure():.1f} GFLOP/s (float32 matmul, Whisper shapes)")
     results = blas.probe_results()
     if results:
