@@ -175,3 +175,18 @@ def test_a_corrupt_model_stops_the_batch_with_one_line(model_copy, tmp_path):
     with JobStore(db) as store:
         job = store.jobs()[0]
         assert job.status == "queued" and job.errors == 0  # given back: nothing counted or retried
+
+
+def test_fast_softmax_matches_the_exact_one():
+    """The decoder's cross-attention softmax (a compiled polynomial exp): within 1e-5 of the
+    exact softmax over scores of attention's range, masked (-inf) positions exactly 0."""
+    from transcriber.model.whisper import fast_softmax
+
+    rng = np.random.default_rng(5)
+    scores = (rng.standard_normal((2, 6, 3, 1500)) * 8).astype(np.float32)
+    scores[0, :, :, 1000:] = -np.inf  # a row padded past its audio
+    got = np.array(fast_softmax(mx.array(scores)), dtype=np.float64)
+    exact = np.exp(scores.astype(np.float64) - scores.max(axis=-1, keepdims=True))
+    exact /= exact.sum(axis=-1, keepdims=True)
+    assert np.abs(got - exact).max() < 1e-5
+    assert (got[0, :, :, 1000:] == 0).all() and np.allclose(got.sum(axis=-1), 1, atol=1e-5)

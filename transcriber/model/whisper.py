@@ -66,7 +66,10 @@ def _exp_nonpositive(x: mx.array) -> mx.array:
 def fast_softmax(scores: mx.array) -> mx.array:
     """Softmax over the last axis, lazily in MLX (no host round trip), to a few 1e-6: the decoder's
     cross-attention over one window (a few thousand scores a head), where MLX's CPU softmax
-    costs more than the products around it. -inf scores (masked) get exactly 0."""
+    costs more than the products around it. -inf scores (masked) get exactly 0. Elsewhere
+    (Metal) MLX's own softmax."""
+    if mx.default_device() != mx.cpu:
+        return mx.softmax(scores, axis=-1, precise=True)
     e = _exp_nonpositive(scores - mx.max(scores, axis=-1, keepdims=True))
     return e / mx.sum(e, axis=-1, keepdims=True)
 
