@@ -177,8 +177,8 @@ def runner_options(f):
                      hidden=True, help="How long a silent runner keeps its job."),
         click.option("--batch-files", type=click.IntRange(min=1), default=1, show_default=True,
                      help="One-shot mode: decode up to N files side by side, their windows sharing each "
-                          "decoder step (the same words; on 2 CPU cores 4 files of 35 s took 0.79x the "
-                          "time of one after another). Streaming and --ray take one file at a time."),
+                          "decoder step (the same words; on 2 CPU cores four long recordings took 0.85x "
+                          "the time of one after another). Streaming and --ray take one file at a time."),
         db_option, quiet_option]):
         command = decorator(command)
     return command
