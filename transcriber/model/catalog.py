@@ -16,7 +16,6 @@ from typing import Optional
 
 from ..errors import ModelError
 from . import loader
-from .whisper import ModelDimensions
 
 
 @dataclass(frozen=True)
@@ -58,12 +57,8 @@ def _folder_size(folder: Path) -> int:
 def _multilingual(cache: Optional[Path], name: str) -> bool:
     """From the converted config's vocabulary size when there is one, else Whisper's naming:
     the English-only models are the ``*.en`` ones."""
-    if cache is not None:
-        try:
-            return ModelDimensions.from_dict(json.loads((cache / "config.json").read_text())).is_multilingual
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-    return not name.endswith(".en")
+    known = None if cache is None else loader.config_multilingual(cache)
+    return not name.endswith(".en") if known is None else known
 
 
 def _cache_state(cache: Path) -> tuple[Optional[Path], Optional[int], bool]:

@@ -184,15 +184,20 @@ def resolve(model: str | os.PathLike) -> tuple[Path, str]:
     return path, path.name
 
 
-def multilingual(model: str | os.PathLike) -> tuple[str, bool | None]:
-    """(display name, whether the model is multilingual) from its config alone, weights not
-    loaded; None when the config cannot tell (load_model then names what is wrong). Converts the
-    model first where ``load_model`` would."""
-    folder, name = resolve(model)
+def config_multilingual(folder: Path) -> bool | None:
+    """Whether the MLX-layout model in ``folder`` is multilingual, from its config.json's
+    vocabulary size; None when the config cannot tell (load_model then names what is wrong)."""
     try:
-        return name, ModelDimensions.from_dict(json.loads((folder / "config.json").read_text())).is_multilingual
+        return ModelDimensions.from_dict(json.loads((folder / "config.json").read_text())).is_multilingual
     except (OSError, ValueError, KeyError, TypeError):
-        return name, None
+        return None
+
+
+def multilingual(model: str | os.PathLike) -> tuple[str, bool | None]:
+    """(display name, ``config_multilingual``) of a model name or folder, weights not loaded.
+    Converts the model first where ``load_model`` would."""
+    folder, name = resolve(model)
+    return name, config_multilingual(folder)
 
 
 def _weights_file(folder: Path) -> Path:

@@ -183,10 +183,8 @@ class MultiHeadAttention(nn.Module):
 
     def attend_with_weights(self, q: mx.array, k: mx.array, v: mx.array):
         """Explicit attention. q (B,T,D); k, v (B,H,S,D/H) -> output (B,T,D) and the weights
-        (B,H,T,S) after softmax."""
-        scale = (q.shape[-1] // self.n_head) ** -0.5
-        weights = softmax((self.split_heads(q) * scale) @ k.transpose(0, 1, 3, 2))
-        return self.out(self.merge_heads(weights @ v)), weights
+        (B,H,T,S) after softmax: ``attend_cross`` over a transposed view of the keys."""
+        return self.attend_cross(q, k.transpose(0, 1, 3, 2), v, want_weights=True)
 
 
 class ResidualAttentionBlock(nn.Module):
