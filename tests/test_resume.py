@@ -121,3 +121,19 @@ def test_a_transcribe_killed_mid_mp3_reruns_to_the_uninterrupted_words(media, tm
     assert r.returncode == 0, r.stderr
     assert words(work / "talk.json") == expected
     assert (work / "talk.srt").read_text() == (reference / "talk.srt").read_text()
+
+
+@pytest.mark.parametrize("mode", ["oneshot", "stream"])
+def test_a_detected_language_resumes_exactly(base_model, data_dir, tmp_path, mode):
+    """The multilingual model detects the language on the first run; a resume takes it from the
+    state (streaming rebuilds its tokenizer from it): 20 s of the German reading as MP3."""
+    path = tmp_path / "de.mp3"
+    ffmpeg("-i", str(data_dir / "audio/non_en/librivox_de.flac"), "-t", "20", "-b:a", "64k", str(path))
+    engine = make_engine(mode, base_model)
+    steps = list(engine.steps(path))
+    assert steps[0].language == "de"
+    (i,) = checkpoints(steps)[:1]
+    resumed = list(engine.steps(path, json.loads(json.dumps(steps[i].state))))
+    got = [w for s in steps[: i + 1] for w in s.words] + [w for s in resumed for w in s.words]
+    assert len(got) > 20 and key(got) == key([w for s in steps for w in s.words])
+    assert {s.language for s in resumed} == {"de"}
