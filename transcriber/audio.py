@@ -70,7 +70,7 @@ class _MediaInfo:
 
 # Audio whose seek is sample-exact: every sample is coded on its own (PCM) or in frames that
 # decode independently (FLAC), at our rate so that no resampler history is cut either.
-# Measured (ffmpeg 7, a 221.7 s reading, seeks to 60/100/100.02/140/180 s): WAV and FLAC at
+# Measured (ffmpeg 9.0, a 221.7 s reading, seeks to 60/100/100.02/140/180 s): WAV and FLAC at
 # 16 kHz identical to the decode from the start; the same FLAC at 44.1 kHz stereo differs by
 # up to 8e-3 (the resampler), MP3 by up to 0.67 and Opus by up to 0.62 (decoder warm-up, the
 # bit reservoir), AAC in M4A is 512 samples late (its priming is not dropped after a seek).
