@@ -218,6 +218,13 @@ def test_ffprobe_json_parsing():
         "streams": [{"codec_type": "audio", "duration": "3.0"},
                     {"codec_type": "video", "disposition": {"attached_pic": 1}}],
         "format": {"duration": "N/A"}}""")
-    assert info.duration == 3.0 and not info.has_video
+    assert info.duration == 3.0 and not info.has_video and not info.seeks_exactly
+    info = audio._parse_ffprobe_json("x.flac", """{
+        "streams": [{"codec_type": "audio", "codec_name": "flac", "sample_rate": "16000"}],
+        "format": {"duration": "3.0"}}""")
+    assert info.seeks_exactly  # FLAC at 16 kHz: a seek is sample-exact, not decoded from the start
+    info = audio._parse_ffprobe_json("x.wav", """{
+        "streams": [{"codec_type": "audio", "codec_name": "pcm_s16le", "sample_rate": "44100"}]}""")
+    assert not info.seeks_exactly  # resampled: the resampler's history would be cut
     with pytest.raises(AudioError, match="no audio stream"):
         audio._parse_ffprobe_json("x.mp4", '{"streams": [{"codec_type": "video"}]}')

@@ -3,6 +3,9 @@
 Any file ffmpeg can read (audio or video) is decoded by one ffmpeg process whose stdout is read
 chunk by chunk, so a long file never sits in memory whole. Every chunk carries its sample offset
 in the source file, which is how the rest of the library keeps time in seconds of the source.
+A read from an offset gives the very samples a read from the start gives there: a resumed job
+sees what its first run saw (see ``_EXACT_CODECS`` for when seeking is exact, else the file is
+decoded from its start up to the offset).
 
 Failure rules (all raise ``AudioError`` with one line naming the file and ffmpeg's own cause):
 
@@ -54,6 +57,7 @@ _PROBE_TIMEOUT_S = 120  # a stalled network mount should fail the file, not hang
 _STDERR_KEEP_LINES = 50  # a corrupt file can print an error per frame; keep only the tail
 _WARNING_MAX_CHARS = 160  # the first message, as told in a warning
 _SHORT_ABS_S, _SHORT_REL = 1.0, 0.01  # truncation tolerance, see the module docstring
+_SKIP_BLOCK = 30 * SAMPLE_RATE  # samples read at a time when decoding up to a resume point
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,21 @@ class _MediaInfo:
     duration: float  # seconds; 0.0 when the file does not say
     duration_estimated: bool  # guessed from the bitrate, not read from a header
     has_video: bool  # a real video stream (cover art does not count)
+    seeks_exactly: bool = False  # seeking gives the samples of a decode from the start (see _exact)
+
+
+# Audio whose seek is sample-exact: every sample is coded on its own (PCM) or in frames that
+# decode independently (FLAC), at our rate so that no resampler history is cut either.
+# Measured (ffmpeg 9.0, a 221.7 s reading, seeks to 60/100/100.02/140/180 s): WAV and FLAC at
+# 16 kHz identical to the decode from the start; the same FLAC at 44.1 kHz stereo differs by
+# up to 8e-3 (the resampler), MP3 by up to 0.67 and Opus by up to 0.62 (decoder warm-up, the
+# bit reservoir), AAC in M4A is 512 samples late (its priming is not dropped after a seek).
+_EXACT_CODECS = ("flac",)
+_EXACT_CODEC_PREFIX = "pcm_"
+
+
+def _exact(codec: str, sample_rate: int) -> bool:
+    return (codec in _EXACT_CODECS or codec.startswith(_EXACT_CODEC_PREFIX)) and sample_rate == SAMPLE_RATE
 
 
 @functools.lru_cache(maxsize=None)
@@ -107,7 +126,8 @@ def _probe_info(path) -> _MediaInfo:
 
 def _probe_ffprobe(name: str) -> _MediaInfo:
     cmd = [_ffprobe_binary(), "-v", "error", "-show_entries",
-           "format=duration:stream=codec_type,duration:stream_disposition=attached_pic",
+           "format=duration:stream=codec_type,codec_name,sample_rate,duration"
+           ":stream_disposition=attached_pic",
            "-of", "json", _ffmpeg_path(name)]
     proc = _run(cmd, name)
     if proc.returncode != 0:
@@ -124,6 +144,8 @@ def _parse_ffprobe_json(name: str, text: str) -> _MediaInfo:
         raise AudioError(_message(name, "no audio stream"))
     has_video = any(s.get("codec_type") == "video"
                     and not s.get("disposition", {}).get("attached_pic") for s in streams)
+    rate = audio[0].get("sample_rate", "")
+    exact = _exact(str(audio[0].get("codec_name", "")), int(rate) if str(rate).isdigit() else 0)
     # Matroska stores no per-stream duration: fall back to the container's.
     for value in (audio[0].get("duration"), info.get("format", {}).get("duration")):
         try:
@@ -131,12 +153,13 @@ def _parse_ffprobe_json(name: str, text: str) -> _MediaInfo:
         except (TypeError, ValueError):
             continue
         if math.isfinite(duration):
-            return _MediaInfo(duration, False, has_video)
-    return _MediaInfo(0.0, False, has_video)
+            return _MediaInfo(duration, False, has_video, exact)
+    return _MediaInfo(0.0, False, has_video, exact)
 
 
 _DURATION_RE = re.compile(r"^\s*Duration: (?:(\d+):(\d+):(\d+(?:\.\d+)?)|N/A)", re.M)
 _STREAM_RE = re.compile(r"^\s*Stream #\d+:\d+.*?: (Audio|Video): (.*)$", re.M)
+_CODEC_RE = re.compile(r"^(\w+)(?:.*?, (\d+) Hz)?")  # "flac, 16000 Hz, mono, s16" / "pcm_s16le (...)"
 
 
 def _probe_ffmpeg(name: str) -> _MediaInfo:
@@ -148,15 +171,18 @@ def _probe_ffmpeg(name: str) -> _MediaInfo:
         cause = _reason(text, name) or "not a media file ffmpeg can read"
         raise AudioError(_message(name, cause))
     kinds = [(m.group(1), m.group(2)) for m in _STREAM_RE.finditer(text)]
-    if not any(kind == "Audio" for kind, _ in kinds):
+    audio = [rest for kind, rest in kinds if kind == "Audio"]
+    if not audio:
         raise AudioError(_message(name, "no audio stream"))
     has_video = any(kind == "Video" and "(attached pic)" not in rest for kind, rest in kinds)
+    codec = _CODEC_RE.match(audio[0])
+    exact = bool(codec) and _exact(codec.group(1), int(codec.group(2) or 0))
     seconds = 0.0
     if duration.group(1) is not None:
         h, m, s = duration.groups()
         seconds = int(h) * 3600 + int(m) * 60 + float(s)
     estimated = "Estimating duration from bitrate" in text
-    return _MediaInfo(seconds, estimated, has_video)
+    return _MediaInfo(seconds, estimated, has_video, exact)
 
 
 def iter_audio(path, chunk_seconds: float = 30.0, start: float = 0.0,
@@ -167,6 +193,9 @@ def iter_audio(path, chunk_seconds: float = 30.0, start: float = 0.0,
     ``n == round(chunk_seconds * SAMPLE_RATE)`` except for a shorter last chunk; the offset
     counts samples of the source file from 0, so ``start=12.5`` first yields offset 200000.
     ``duration`` (seconds) stops decoding early. Closing the iterator kills ffmpeg.
+    Every sample is the one a decode from the start gives at its offset, whatever ``start`` is
+    (a resumed job relies on it): only PCM and FLAC at 16 kHz are seeked into; any other file
+    is decoded from its start and the samples before ``start`` are dropped.
     Bad arguments (``ValueError``) and files ``probe`` rejects (``AudioError``) raise at the
     call; decoding failures, truncation included, raise from the iteration, after the chunks
     decoded so far (see the module docstring for the truncation rule). Once the iteration has
@@ -213,10 +242,15 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
     # A generator of its own, so that iter_audio checks its arguments and the file eagerly,
     # and ffmpeg only starts when the first chunk is asked for. Sets ``stream.warnings``.
     first_offset = round(start * SAMPLE_RATE)
-    source = ffmpeg.input(_ffmpeg_path(name), **({"ss": start} if start > 0 else {}))
+    # A seek into compressed or resampled audio does not give the samples a decode from the
+    # start gives there (see _EXACT_CODECS), and a resumed job must see the very samples the
+    # first run saw: such a file is decoded from its start, and what precedes `start` dropped.
+    seek = start if info.seeks_exactly else 0.0
+    skip = first_offset - round(seek * SAMPLE_RATE)
+    source = ffmpeg.input(_ffmpeg_path(name), **({"ss": seek} if seek > 0 else {}))
     out_args = {"format": "f32le", "ac": 1, "ar": SAMPLE_RATE}
     if duration is not None:
-        out_args["t"] = duration
+        out_args["t"] = duration + (start - seek)
     # Map the first audio stream explicitly: ffmpeg's default pick is the "best" one.
     # `-v error` keeps stderr to real problems, which the truncation rule relies on.
     node = source["a:0"].output("pipe:", **out_args).global_args(
@@ -237,6 +271,7 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
     finished = False
     decoded = 0
     try:
+        _skip_samples(proc.stdout, skip)
         while True:
             samples = _read_samples(proc.stdout, chunk_samples)
             if samples.size:
@@ -289,6 +324,15 @@ def load_audio(path, start: float = 0.0, duration: float | None = None) -> np.nd
     """
     chunks = [samples for _, samples in iter_audio(path, start=start, duration=duration)]
     return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+
+
+def _skip_samples(pipe, n: int) -> None:
+    """Read and forget ``n`` samples (fewer at EOF), a block at a time: never all in memory."""
+    while n > 0:
+        got = _read_samples(pipe, min(n, _SKIP_BLOCK)).size
+        if not got:
+            return
+        n -= got
 
 
 def _read_samples(pipe, n: int) -> np.ndarray:
