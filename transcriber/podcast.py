@@ -206,8 +206,12 @@ def _nearest_reading(t: float, speech: Sequence[Region]) -> int:
 
 
 def score(podcast: Podcast, words: Sequence[Word]) -> Scorecard:
-    """The scorecard of a system's timed words over ``podcast`` (see the module docstring)."""
+    """The scorecard of a system's timed words over ``podcast`` (see the module docstring), as
+    the writers lay them out (``engine.assemble``: a mark alone joins the word before it)."""
     speech, blocks = podcast.speech, nonspeech_blocks(podcast)
+    transcript = words_to_transcript(list(words), duration=podcast.duration)
+    past_end = sum(1 for w in words if w.end > podcast.duration + 0.05)
+    words = transcript.words  # as the writers see them: marks joined to their words
     inside = tuple(w for w in words if _overlap((w.start + w.end) / 2, (w.start + w.end) / 2 + 1e-9, blocks) > 0)
     by_reading: list[list[Word]] = [[] for _ in speech]
     for w in words:
@@ -219,12 +223,10 @@ def score(podcast: Podcast, words: Sequence[Word]) -> Scorecard:
         after_music = i > 0 and podcast.regions[i - 1].kind == "music"
         before_music = i + 1 < len(podcast.regions) and podcast.regions[i + 1].kind == "music"
         readings.append(_score_reading(reading, "".join(w.text for w in hyp), after_music, before_music))
-    transcript = words_to_transcript(list(words), duration=podcast.duration)
     cues = transcript_cues(transcript)
     overlaps = [_overlap(c.start, c.end, blocks) for c in cues]
     wholly = sum(1 for c, o in zip(cues, overlaps) if o >= 0.9 * (c.end - c.start) and c.end > c.start)
-    return Scorecard(tuple(readings), inside, wholly, max(overlaps, default=0.0),
-                     sum(1 for w in words if w.end > podcast.duration + 0.05))
+    return Scorecard(tuple(readings), inside, wholly, max(overlaps, default=0.0), past_end)
 
 
 def _score_reading(reading: Region, text: str, after_music: bool, before_music: bool) -> ReadingScore:
