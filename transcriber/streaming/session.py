@@ -368,5 +368,7 @@ class StreamingSession:
         s.last_frame = None if state["last_frame"] is None else int(state["last_frame"])
         s.last_end = float(state["last_end"])
         s.finished = bool(state["finished"])
-        s.last_sound = None if state.get("last_sound") is None else int(state["last_sound"])
+        # a state saved before the silence gate: take its buffer for sound, so none of it is dropped
+        sound = state["last_sound"] if "last_sound" in state else s.buffer.end
+        s.last_sound = None if sound is None else int(sound)
         return session
