@@ -32,7 +32,12 @@ def _entry(mode: str):
 
 
 def engine_options(mode: str, **flags):
-    """The options of ``mode`` for the command-line flags (ValueError on bad values)."""
+    """The options of ``mode`` for the command-line flags (ValueError on bad values). Flags of
+    the other modes are checked too, so a bad value is an error whatever the mode (the other
+    mode's flags are not used)."""
+    for name in MODES:
+        if name != mode:
+            _entry(name)[1].from_flags(**flags)
     return _entry(mode)[1].from_flags(**flags)
 
 
