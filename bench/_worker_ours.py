@@ -4,7 +4,8 @@
 Run with the repository's .venv/bin/python; job and result as in _worker_common.py
 ("compute_type" is ignored). Optional job fields: "model" (default tiny.en), "language"
 (default "en"; null: detect), "detail" (each result is {"text", "language",
-"language_probability"} instead of the text).
+"language_probability"} instead of the text), "words" (with "detail": each result also has
+"words", [start, end, text, probability] of every word).
 """
 import os
 import sys
@@ -35,9 +36,12 @@ def transcribe(model, path, word_timestamps):
     else:
         t = transcriber.transcribe(path, model=model, language=language, beam_size=None,
                                    word_timestamps=word_timestamps)
-        text, detected, probability = t.text.strip(), t.language, t.language_probability
+        text, detected, probability, words = t.text.strip(), t.language, t.language_probability, t.words
     if JOB.get("detail"):
-        return {"text": text, "language": detected, "language_probability": probability}
+        detail = {"text": text, "language": detected, "language_probability": probability}
+        if JOB.get("words"):
+            detail["words"] = [[w.start, w.end, w.text, w.probability] for w in words]
+        return detail
     return text
 
 

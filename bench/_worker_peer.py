@@ -4,7 +4,8 @@ tiny.en folder).
 Run with bench/.venvs/faster-whisper/bin/python (see bench/setup_peers.sh); job and result
 as in _worker_common.py. Optional job fields: "model_dir" (a CTranslate2 folder), "language"
 (default "en"; null: detect), "detail" (each result is {"text", "language",
-"language_probability"} instead of the text). No preprocessor_config.json is needed:
+"language_probability"} instead of the text), "vad_filter" (default false: Silero VAD
+first), "words" (with "detail": each result also has "words", [start, end, text, probability]). No preprocessor_config.json is needed:
 faster-whisper defaults to 80 mels.
 """
 import os
@@ -33,11 +34,15 @@ def load(job):
 
 def transcribe(model, path, word_timestamps):
     segments, info = model.transcribe(  # greedy, temperature fallback left at its default
-        path, language=JOB.get("language", "en"), beam_size=1, vad_filter=False,
+        path, language=JOB.get("language", "en"), beam_size=1, vad_filter=bool(JOB.get("vad_filter")),
         condition_on_previous_text=True, without_timestamps=False, word_timestamps=word_timestamps)
-    text = "".join(s.text for s in segments).strip()  # segments is lazy: decoding happens here
+    segments = list(segments)  # segments is lazy: decoding happens here
+    text = "".join(s.text for s in segments).strip()
     if JOB.get("detail"):
-        return {"text": text, "language": info.language, "language_probability": info.language_probability}
+        detail = {"text": text, "language": info.language, "language_probability": info.language_probability}
+        if JOB.get("words"):
+            detail["words"] = [[w.start, w.end, w.word, w.probability] for s in segments for w in (s.words or ())]
+        return detail
     return text
 
 

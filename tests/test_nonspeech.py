@@ -39,3 +39,39 @@ def test_a_streaming_pass_is_judged_as_a_whole():
     assert speech_words([word(" Ask", 0.9), word(" APPLAUSE", 0.73), word(" not", 0.7)]) == \
         [word(" Ask", 0.9), word(" not", 0.7)]
     assert speech_words([word(" Ask", 0.9), word(" End", 0.03)]) == [word(" Ask", 0.9)]
+
+
+def test_repetition_past_what_speech_does():
+    from transcriber.nonspeech import GATE
+
+    assert GATE.repeats(" one two three 3 3 3 3", 4)  # a word more than 3 times in a row
+    assert GATE.repeats(" I said, for the year, for the year, for the year", 9)  # a 3-gram 3 times
+    assert not GATE.repeats(" no, no, no, I said", 4) and not GATE.repeats(" one two three", 3)
+    # only a run that the new words extend counts: the loop in the prompt is judged once
+    assert not GATE.repeats(" 3 3 3 3 and then she left", 4)
+
+
+def test_vocables_and_isolated_guesses():
+    from transcriber.nonspeech import is_isolated_guess, is_vocables
+
+    for text in (" Oh oh!", " WOO. WOO.", " Mmm", " Wooh! WOH, WOO OOH!", " Hmm."):
+        assert is_vocables(text), text
+    for text in (" Oh, I see", " No", " Whom"):
+        assert not is_vocables(text), text
+    assert speech_words([word(" Oh", 0.44), word(" oh", 0.59)]) == []
+    assert speech_words([word(" Oh,", 0.9)], after_speech=True) == [word(" Oh,", 0.9)]
+    assert is_isolated_guess([word(" Thank", 0.12), word(" you.", 0.84)])
+    assert not is_isolated_guess([word(" Thank", 0.9), word(" you.", 0.84)])
+    assert speech_words([word(" Thank", 0.12), word(" you.", 0.84)]) == []
+
+
+def test_silence_gate_threshold():
+    import numpy as np
+
+    from transcriber.nonspeech import GATE
+
+    rng = np.random.default_rng(0)
+    assert GATE.is_silent(np.zeros(16000)) and GATE.is_silent(rng.standard_normal(16000) * 10 ** (-60 / 20))
+    assert not GATE.is_silent(rng.standard_normal(16000) * 10 ** (-40 / 20))  # room noise level
+    tail = np.concatenate([np.full(3200, 0.1), np.zeros(16000)])
+    assert GATE.last_loud(tail) == 3200 and GATE.last_loud(np.zeros(1000)) is None

@@ -326,3 +326,46 @@ def test_a_translation_says_so_in_the_json():
     assert (data["language"], data["task"]) == ("de", "translate")
     assert Transcript.from_dict(data).task == "translate"
     assert "task" not in json.loads(write_json(Transcript(language="de", duration=1.0)))
+
+
+# --- punctuation as Whisper writes it ---------------------------------------------------------
+
+SPACE_BEFORE_MARK = re.compile(r"\s[.,;:!?]")
+
+
+def streamed_words() -> list[Word]:
+    """Words as streaming commits them: a mark may come as a word of its own, with or without
+    Whisper's space, even after a pause (so alone at the start of a segment)."""
+    texts = [(" He", 0.0), (" could", 0.3), (" wait", 0.6), (" no", 0.9), (" longer", 1.2), (" .", 2.6),
+             (" In", 4.0), (" 1813", 4.3), (" ,", 4.6), (" 8", 4.9), (" the", 5.2), (" Press", 5.5),
+             (" Yard", 5.8), (" missiles", 6.1), (" ,", 6.4), (",", 6.5), (" soldiers", 6.7), ("!", 7.0)]
+    return [Word(t, t + 0.25, text, 0.9) for text, t in texts]
+
+
+def test_no_space_before_punctuation_in_any_format():
+    from transcriber.engine import SegmentGrouper, assemble
+
+    grouper = SegmentGrouper()
+    segments = grouper.add(streamed_words()) + grouper.flush()
+    assert any(s.text.strip() == "." for s in segments)  # the case: a mark alone after a pause
+    transcript = assemble(segments, "en", 10.0, "tiny.en")
+    for fmt, (_, render) in FORMATS.items():
+        for options in (OutputOptions(), OutputOptions(vtt_karaoke=True, json_cues=True)):
+            text = render(transcript, options)
+            body = text if fmt != "json" else " ".join(
+                [s["text"] for s in json.loads(text)["segments"]]
+                + [w["word"] for s in json.loads(text)["segments"] for w in s["words"]]
+                + [c["text"] for c in json.loads(text).get("cues", [])])
+            assert not SPACE_BEFORE_MARK.search(re.sub(r"<[^>]*>", "", body)), (fmt, body)
+            assert not re.search(r"^\s*[.,;:!?]+\s*$", body, re.M), (fmt, body)  # no line of marks alone
+    txt = write_txt(transcript)
+    assert "longer." in txt and "1813, 8" in txt and "missiles,, soldiers!" in txt
+
+
+def test_french_keeps_its_space_before_high_marks():
+    from transcriber.engine import assemble
+
+    words = (Word(0.0, 0.3, " Vraiment", 0.9), Word(0.3, 0.5, " ?", 0.9), Word(0.6, 0.8, " Oui", 0.9),
+             Word(0.8, 0.9, ",", 0.9), Word(0.9, 1.2, " merci", 0.9), Word(1.2, 1.3, " .", 0.9))
+    transcript = assemble([Segment(0.0, 1.3, "".join(w.text for w in words), words)], "fr", 2.0)
+    assert write_txt(transcript) == "Vraiment ? Oui, merci.\n"

@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
+from transcriber.engine import is_attached_mark
 from transcriber.tokenizer import NO_SPACE_LANGUAGES
 from transcriber.types import Segment, Transcript, Word
 
@@ -212,10 +213,11 @@ def separators(words: Sequence[Word], language: Optional[str]) -> list[str]:
     """What goes between each word and the one before it when they share a line: one space,
     or in a language written without spaces (``NO_SPACE_LANGUAGES``) a space only where the
     word brings one (Whisper's leading space, as before a Latin word in Chinese text). The
-    first word's separator is never shown."""
+    first word's separator is never shown. A punctuation-only word ("." on its own) follows the
+    word before it with no space, in every language (``engine.is_attached_mark``)."""
     if language not in NO_SPACE_LANGUAGES:
-        return [" "] * len(words)
-    return [" " if w.text[:1].isspace() else "" for w in words]
+        return ["" if is_attached_mark(w.text, language) else " " for w in words]
+    return [" " if w.text[:1].isspace() and not is_attached_mark(w.text, language) else "" for w in words]
 
 
 class _Stream:

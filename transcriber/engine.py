@@ -70,12 +70,50 @@ def tidy(segments: list[Segment], duration: float) -> list[Segment]:
     return out
 
 
+# Marks written against the word before them, never after a space: Whisper sometimes gives one
+# its own word (streaming commits " ." a pass after the word it ends), which cue and text layout
+# would then set apart ("longer ."). French puts a space before ; : ! ?, so there only . and ,
+# (and the CJK marks) are attached.
+ATTACHED = ".,;:!?\u2026\u3002\uff0c\uff01\uff1f\u3001"
+FRENCH_SPACED = ";:!?"
+
+
+def is_attached_mark(text: str, language: Optional[str] = None) -> bool:
+    """" ." or "," : a word made only of marks that belong to the word before it."""
+    marks = text.strip()
+    allowed = ATTACHED if language != "fr" else "".join(c for c in ATTACHED if c not in FRENCH_SPACED)
+    return bool(marks) and all(c in allowed for c in marks)
+
+
+def attach_punctuation(segments: list[Segment], language: Optional[str] = None) -> list[Segment]:
+    """Each punctuation-only word joined to the word before it (in its segment, else the last
+    word of the segment before), keeping that word's times; segments left without words go."""
+    out: list[Segment] = []
+    for seg in segments:
+        words: list[Word] = []
+        for w in seg.words:
+            if not is_attached_mark(w.text, language):
+                words.append(w)
+            elif words:
+                words[-1] = replace(words[-1], text=words[-1].text + w.text.strip())
+            elif out and out[-1].words:
+                last = out[-1]
+                merged = last.words[:-1] + (replace(last.words[-1], text=last.words[-1].text + w.text.strip()),)
+                out[-1] = replace(last, words=merged, text="".join(x.text for x in merged))
+        if not seg.words:
+            out.append(seg)
+        elif words:
+            changed = len(words) != len(seg.words) or any(a is not b for a, b in zip(words, seg.words))
+            out.append(replace(seg, words=tuple(words), text="".join(x.text for x in words)) if changed else seg)
+    return out
+
+
 def assemble(segments, language: Optional[str], duration: Optional[float], model: str = "",
              language_probability: Optional[float] = None, task: str = "transcribe") -> Transcript:
     """The transcript of a file from the segments of all its steps. ``duration`` 0 or None
     (unknown from the container): the end of the last segment. ``task``: "translate" when the
     text is the English translation of ``language``."""
-    segments = list(segments)
+    segments = attach_punctuation(list(segments), language)
     if not duration or duration <= 0:
         duration = max([0.0] + [s.end for s in segments])
     return Transcript(language=language or "en", duration=duration, segments=tuple(tidy(segments, duration)),

@@ -10,6 +10,7 @@ seek point, the prompt and the language) resumes the walk at the next window.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Iterator, Optional, Union
 
@@ -23,13 +24,24 @@ from .decoding.options import MAX_BEST_OF, DecodingOptions
 from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
 from .model.whisper import DecoderState, Whisper
-from .nonspeech import is_speech_segment
-from .timing import WordTiming, clamp_long_words, find_alignment, merge_punctuations
+from .nonspeech import GATE, ISOLATION
+from .timing import SENTENCE_ENDS, WordTiming, clamp_long_words, find_alignment, merge_punctuations
 from .tokenizer import Tokenizer
 from .types import Segment, Word
 
-SILENCE_PEAK = 10 ** (-70 / 20)  # a window whose samples all stay below -70 dBFS holds no speech
 READ_SECONDS = 10.0  # audio read from ffmpeg at a time
+# Tokens a window may sample (text and timestamps) per second of its audio, on top of
+# TOKEN_SLACK (the timestamps and a word): speech runs at 3-5 text tokens a second. A decode
+# past that is looping, and without the bound a 0.92 s clip cut from a reading wrote "org org
+# org ..." up to the 224-token cap at every temperature of the fallback, 43.6 s for under a
+# second of audio; another 0.92 s clip of the LJSpeech reading gave "not only for the entire
+# year, not only for the entire year, not only for the entire" (21 tokens).
+MAX_TOKENS_PER_SECOND = 12
+TOKEN_SLACK = 6
+# A window of less audio than this that loops at the first temperature is dropped without the
+# fallback: on that 0.92 s clip every temperature looped too, and sampling them (5 candidates
+# each) took 10 s on a loaded machine.
+FALLBACK_MIN_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -114,31 +126,46 @@ class OneShotEngine:
         self.model_name = model.name
         self.context = WhisperContext(model, options.decoding.task, options.decoding.language)
 
-    def _task(self, temperature: float, prompt: list[int], tokenizer: Tokenizer) -> DecodingTask:
+    def _task(self, temperature: float, prompt: list[int], tokenizer: Tokenizer, n_frames: int) -> DecodingTask:
         opts = self.options
         decoding = replace(opts.decoding, temperature=temperature, prompt=tuple(prompt) or None,
+                           sample_len=self._sample_len(n_frames),
                            beam_size=opts.decoding.beam_size if temperature == 0 else None,
                            patience=opts.decoding.patience if temperature == 0 else None,
                            best_of=opts.best_of if temperature > 0 else None)
         return DecodingTask(self.model, tokenizer, decoding, self.model.info.suppress_ids,
                             rng=np.random.default_rng(0))
 
-    def decode_with_fallback(self, base: DecoderState, prompt: list[int], tokenizer: Tokenizer,
+    def _sample_len(self, n_frames: int) -> int:
+        """The most tokens a window of ``n_frames`` mel frames may sample."""
+        budget = math.ceil(MAX_TOKENS_PER_SECOND * n_frames / FRAMES_PER_SECOND) + TOKEN_SLACK
+        return min(self.options.decoding.sample_len or self.model.dims.n_text_ctx // 2, budget)
+
+    def _looping(self, result: DecodingResult, n_frames: int) -> bool:
+        """The decode used its whole token budget: its text stopped making progress."""
+        return len(result.tokens) >= self._sample_len(n_frames)
+
+    def decode_with_fallback(self, base: DecoderState, prompt: list[int], tokenizer: Tokenizer, n_frames: int,
                              first: Optional[DecodingResult] = None) -> DecodingResult:
-        """Decode at the first temperature (``first``: its result, already decoded elsewhere),
-        then at the next ones while the text is too repetitive or too unlikely."""
+        """Decode a window of ``n_frames`` mel frames at the first temperature (``first``: its
+        result, already decoded elsewhere), then at the next ones while the text is too
+        repetitive or too unlikely."""
         opts = self.options
         result = None
         for i, t in enumerate(opts.temperatures):
             if i == 0 and first is not None:
                 result = first
             else:
-                result = self._task(t, prompt, tokenizer).run(base, tokenizer.language)
+                result = self._task(t, prompt, tokenizer, n_frames).run(base, tokenizer.language)
             too_repetitive = (opts.compression_ratio_threshold is not None
                               and result.compression_ratio > opts.compression_ratio_threshold)
+            too_repetitive = too_repetitive or GATE.repeats(result.text, len(result.text.split()))
             too_unlikely = opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
             silent = opts.no_speech_threshold is not None and result.no_speech_prob > opts.no_speech_threshold
-            if silent or not (too_repetitive or too_unlikely):
+            looping = self._looping(result, n_frames)
+            if silent or not (too_repetitive or too_unlikely or looping):
+                break
+            if looping and n_frames < FALLBACK_MIN_SECONDS * FRAMES_PER_SECOND:
                 break
         return result
 
@@ -174,7 +201,7 @@ class OneShotEngine:
             samples = buffer.window(seek.seek * HOP_LENGTH, N_SAMPLES)
             if len(samples) < HOP_LENGTH:
                 break
-            if np.abs(samples).max() < SILENCE_PEAK:  # digital silence: nothing to decode
+            if GATE.is_silent(samples):  # silence or near-silence: nothing to decode
                 segments, seek = [], replace(seek, seek=seek.seek + len(samples) // HOP_LENGTH)
             else:
                 base, n_frames = self.context.encode_window(samples)
@@ -193,10 +220,10 @@ class OneShotEngine:
         (``yield from`` it): it asks its driver for the first decoding (a ``_Decode``)."""
         opts = self.options
         time_offset = state.seek / FRAMES_PER_SECOND
-        task = self._task(opts.temperatures[0], state.prompt_tokens, tokenizer)
+        task = self._task(opts.temperatures[0], state.prompt_tokens, tokenizer, n_frames)
         first = yield _Decode(task, base)
-        result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer, first)
-        if self._no_speech(result):
+        result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer, n_frames, first)
+        if self._no_speech(result) or self._looping(result, n_frames):  # looping at every temperature
             return [], replace(state, seek=state.seek + n_frames)
         pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
         if opts.word_timestamps and pieces:
@@ -206,7 +233,7 @@ class OneShotEngine:
             segments = [_segment(p, []) for p in pieces]
         segments = [s for s in segments if s.text.strip()]
         if opts.word_timestamps:  # sound captions and guesses over music (nonspeech.py)
-            segments = [s for s in segments if is_speech_segment(s)]
+            segments = _speech_segments(segments, state.last_speech)
         prompt = state.prompt_tokens
         if not opts.condition_on_previous_text or result.temperature > 0.5:
             prompt = []
@@ -289,6 +316,7 @@ class OneShotEngine:
                 index += 1
             if words:
                 self._fix_edges(seg, words, median, max_duration, last_speech)
+                _clamp_edge_words(seg, words, max_duration)
                 last_speech = seg["end"]
             out.append(_segment(seg, words))
         tokens = np.array(result.tokens)
@@ -320,6 +348,41 @@ class OneShotEngine:
             last.end = max(last.start + median, seg["end"])
         else:
             seg["end"] = last.end
+
+
+# A word longer than this many times the window's longest plausible word (``clamp_long_words``)
+# at a segment's edge or a sentence's was stretched by DTW over the music or silence beside it:
+# on the podcast (bench/podcast.py) " He" ran 18.6 s back into the music before it, " Roman."
+# 4.2 s and " quickly." 5.2 s into the music or silence after them.
+EDGE_STRETCH = 2.0
+
+
+def _speech_segments(segments: list[Segment], last_speech: float) -> list[Segment]:
+    """The segments that are speech (``GATE``): sound tags, guesses and vocables dropped, and
+    short guesses after ``ISOLATION`` seconds without speech."""
+    kept = []
+    for seg in segments:
+        isolated = seg.start - last_speech >= ISOLATION and GATE.is_isolated_guess(seg.words)
+        if GATE.is_speech_segment(seg) and not isolated:
+            kept.append(seg)
+            last_speech = seg.end
+    return kept
+
+
+def _clamp_edge_words(seg: dict, words: list[WordTiming], max_duration: float) -> None:
+    """Cut a stretched word that starts a segment or a sentence from its start, one that ends a
+    segment or a sentence from its end, to ``max_duration``; the segment follows its words."""
+    if max_duration <= 0:
+        return
+    for i, w in enumerate(words):
+        if w.end - w.start <= EDGE_STRETCH * max_duration:
+            continue
+        if i == len(words) - 1 or w.word.rstrip().endswith(tuple(SENTENCE_ENDS)):
+            w.end = w.start + max_duration
+        elif i == 0 or words[i - 1].word.rstrip().endswith(tuple(SENTENCE_ENDS)):
+            w.start = w.end - max_duration
+    seg["start"] = max(seg["start"], words[0].start)
+    seg["end"] = min(seg["end"], words[-1].end)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ pads to a full window), runs one AlignAtt pass after the buffer's committed toke
 prompt, never re-decoded), and commits the new words whose audio is complete: a word is held
 back while the token after it could still continue it, or while it ends inside a UTF-8
 character. The committed text of audio that leaves the buffer becomes the prompt of later
-passes. A pass that finds no speech, rewinds, or overruns its token budget commits nothing.
+passes. A pass that finds no speech, rewinds, or overruns its token budget commits nothing; one
+whose text loops (``nonspeech.GATE.repeats``) commits nothing and clears the prompt that primed
+it. Silence is not encoded (``QUIET_FRAMES``).
 
 Frames: ``MelBuffer`` frames (10 ms) count from the stream's start; encoder positions (20 ms)
 count from the buffer's start: position p is stream frame ``buffer.start + 2 * p``.
@@ -26,10 +28,11 @@ from typing import Optional
 
 import numpy as np
 
-from ..constants import FRAMES_PER_SECOND, N_FRAMES
+from ..constants import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES
 from ..context import WhisperContext
+from ..engine import is_attached_mark
 from ..model.whisper import Whisper
-from ..nonspeech import speech_words
+from ..nonspeech import GATE, ISOLATION
 from ..types import Word
 from .alignatt import BUDGET, EOT, NO_SPEECH, REWIND, AlignAttPass, PassResult
 from .melbuffer import SILENCE, MelBuffer, normalize
@@ -49,6 +52,13 @@ MIN_PASS_FRAMES = 10  # the last pass needs at least 0.1 s of audio
 # second of the French clip and committed it; with 1.5 s it wrote the right text.
 MIN_EARLY_PASS_FRAMES = 150
 BUDGET_SLACK = 8  # tokens allowed on top of the per-second budget
+# Silence (``nonspeech.GATE``) is not decoded: once this many mel frames have passed with
+# nothing loud since the last committed word (or the buffer's start), passes stop until sound
+# comes back. The first of them still run, so the mark that ends the last sentence is committed.
+QUIET_FRAMES = 200
+QUIET_KEEP = 100  # mel frames of a silent buffer kept when no committed word holds it
+SPEECH_GAP = ISOLATION  # seconds: a pass starting this soon after the last emitted word goes on from speech
+REPEAT_CONTEXT = 48  # prompt tokens a pass's text is judged with for repetition
 
 
 @dataclass
@@ -62,6 +72,7 @@ class _State:
     last_frame: Optional[int] = None  # stream frame the last committed token attended
     last_end: float = 0.0  # end of the last emitted word, seconds of the source
     finished: bool = False
+    last_sound: Optional[int] = None  # stream frame just after the last loud audio (GATE)
 
 
 class StreamingSession:
@@ -116,6 +127,9 @@ class StreamingSession:
         ``process()`` calls: audio that leaves the buffer undecoded is not transcribed."""
         if self._s.finished:
             raise RuntimeError("insert_audio() after finish()")
+        loud = GATE.last_loud(samples)
+        if loud is not None:
+            self._s.last_sound = (self._s.buffer.received + loud) // HOP_LENGTH
         self._s.buffer.append(samples)
         self._slide(hard_only=True)
 
@@ -138,7 +152,7 @@ class StreamingSession:
     def _step(self, is_last: bool) -> list[Word]:
         s, buf = self._s, self._s.buffer
         n_mel = buf.n_frames - buf.n_frames % 2  # whole encoder positions
-        if n_mel < (MIN_PASS_FRAMES if is_last else MIN_EARLY_PASS_FRAMES):
+        if n_mel < (MIN_PASS_FRAMES if is_last else MIN_EARLY_PASS_FRAMES) or self._quiet(is_last):
             return []
         base = self._context.encode(self._mel(n_mel, is_last))
         n_frames = n_mel // 2
@@ -148,15 +162,56 @@ class StreamingSession:
         _log.debug("pass at %.2f s over %.2f s: %s, %r (+%r), no-speech %.2f", buf.end_time, n_mel / FRAMES_PER_SECOND,
                    result.reason, self._tokenizer.decode(result.tokens), result.next_token,
                    result.no_speech_prob)
-        if result.reason == NO_SPEECH:
-            if not s.words:  # only silence or noise in the buffer: keep just its end
+        if result.reason == NO_SPEECH or (result.reason == EOT and not result.tokens):
+            if not s.words:  # only silence, noise or music in the buffer: keep just its end
                 buf.drop_until(buf.end - NO_SPEECH_KEEP)
             return []
         if result.reason in (REWIND, BUDGET):
             return []
+        if self._repeats(result):
+            self._restart()
+            return []
         words = self._commit(result, n_frames, is_last)
         self._slide(hard_only=False)
         return words
+
+    def _quiet(self, is_last: bool) -> bool:
+        """Nothing to decode: silence since the last committed word for ``QUIET_FRAMES`` (on the
+        last pass: a buffer with no sound at all). A silent buffer that holds no committed word
+        keeps only its end; one that does may still drop committed sentences."""
+        s, buf = self._s, self._s.buffer
+        covered = s.words[-1].end if s.words else buf.start
+        sound = -1 if s.last_sound is None else s.last_sound
+        if is_last:
+            quiet = sound <= buf.start
+        else:
+            quiet = buf.end - max(sound, covered) >= QUIET_FRAMES
+        if quiet:
+            if s.words:
+                self._slide(hard_only=False)
+            else:
+                buf.drop_until(max(buf.start, buf.end - QUIET_KEEP))
+        return quiet
+
+    def _repeats(self, result: PassResult) -> bool:
+        """The pass's text repeats a word or phrase past what speech does (``GATE.repeats``),
+        judged after the committed text before it, so a loop spread over passes counts."""
+        if not result.tokens:
+            return False
+        tok = self._tokenizer
+        before = self._s.context[-REPEAT_CONTEXT:] + [t for w in self._s.words for t in w.tokens]
+        new = tok.decode(result.tokens)
+        return GATE.repeats(tok.decode(before) + new, len(new.split()))
+
+    def _restart(self) -> None:
+        """After a loop: forget the prompt and committed words that primed it (their audio goes
+        too), so the next pass decodes the audio as it is, as one-shot drops its prompt when
+        falling back to a high temperature."""
+        s, buf = self._s, self._s.buffer
+        if s.words:
+            buf.drop_until(max(buf.start, min(s.words[-1].end, buf.end)))
+        s.words, s.context = [], []
+        s.last_frame = None
 
     def _mel(self, n_mel: int, is_last: bool) -> np.ndarray:
         """The encoder's input: the buffer's real frames only (cheaper, and Whisper copes), but
@@ -212,7 +267,7 @@ class StreamingSession:
         texts, groups = tok.split_to_word_tokens(result.tokens) if result.tokens else ([], [])
         count = commit_count(tok, texts, groups, result.next_token, is_last or result.reason == EOT, is_last)
         out: list[Word] = []
-        index = 0
+        index, before = 0, len(s.words)
         now = buf.end_time
         last_end = s.last_end
         for text, tokens in zip(texts[:count], groups[:count]):
@@ -220,7 +275,9 @@ class StreamingSession:
             probs = np.exp(result.logprobs[index: index + len(tokens)])
             index += len(tokens)
             following = result.frames[index] if index < len(result.frames) else result.next_frame
-            start, end = word_frames(frames, following, n_frames)
+            # a closing mark attends where the next sound is, maybe past a pause: not the word's end
+            spoken = [f for t, f in zip(tokens, frames) if not is_attached_mark(tok.decode([t]))] or frames
+            start, end = word_frames(spoken, following, n_frames)
             committed = CommittedWord(tokens, buf.start + 2 * start, buf.start + 2 * end, text)
             s.words.append(committed)
             s.last_frame = buf.start + 2 * frames[-1]
@@ -230,13 +287,31 @@ class StreamingSession:
             finish = min(max(buf.seconds(committed.end), begin), now)
             out.append(Word(begin, finish, text, float(np.mean(probs)), emitted_at=now))
             last_end = finish
-        # sound captions and guesses over music (nonspeech.py) stay in the state as tokens only
-        out = speech_words(out)
+        # A sound caption or a guess inside a sure pass stays in the state as tokens only; a pass
+        # that is a guess as a whole (over music: nonspeech.py) goes with its audio. Kept as a
+        # prefix, the guesses made the model end every later pass at once (an empty text), and
+        # 100 s of speech after 15 s of music were lost.
+        kept = GATE.speech_words(out, after_speech=bool(out) and s.last_end > 0
+                                 and out[0].start - s.last_end < SPEECH_GAP)
+        if out and not kept:
+            self._forget(before)
+        out = kept
         if out:
             s.last_end = out[-1].end
         return out
 
     # -- buffer -----------------------------------------------------------------------------------
+
+    def _forget(self, keep: int) -> None:
+        """Drop the committed words from index ``keep`` on and the audio up to their end; the
+        words before them leave the buffer for the prompt, as at a cut."""
+        s, buf = self._s, self._s.buffer
+        end = s.words[-1].end
+        for w in s.words[:keep]:
+            s.context.extend(w.tokens)
+        s.context = context_tail(self._tokenizer, s.context, self.model.dims.n_text_ctx // 2)
+        s.words, s.last_frame = [], None
+        buf.drop_until(max(buf.start, min(end, buf.end)))
 
     def _slide(self, hard_only: bool) -> None:
         """Keep the buffer under ``audio_max_len``; past ``audio_trim_len`` drop committed
@@ -272,6 +347,7 @@ class StreamingSession:
             "last_frame": s.last_frame,
             "last_end": s.last_end,
             "finished": s.finished,
+            "last_sound": s.last_sound,
             "buffer": s.buffer.state(),
         }
 
@@ -292,4 +368,7 @@ class StreamingSession:
         s.last_frame = None if state["last_frame"] is None else int(state["last_frame"])
         s.last_end = float(state["last_end"])
         s.finished = bool(state["finished"])
+        # a state saved before the silence gate: take its buffer for sound, so none of it is dropped
+        sound = state["last_sound"] if "last_sound" in state else s.buffer.end
+        s.last_sound = None if sound is None else int(sound)
         return session
