@@ -39,11 +39,11 @@ from typing import Optional
 
 from transcriber import AudioError, ModelError, Segment, Step, TranscriberError, assemble, probe, write_outputs
 
-from .discover import content_key
+from .discover import content_key, remove_stale_temporaries
 from .engines import EngineCache
 from .progress import FileBar, Reporter
 from .spec import JobSpec
-from .store import FAILED, Job, JobStore, LeaseLost, Resume, StoreError, owner_id
+from .store import FAILED, Job, JobStore, LeaseLost, Resume, StoreError, owner_id, refusal
 
 DEFAULT_LEASE_SECONDS = 60.0  # a runner that stops heartbeating loses its job after this long
 DEFAULT_CHECKPOINT_SECONDS = 10.0
@@ -271,8 +271,8 @@ class Attempt:
         self.committed += self.pending
         self.pending, self.state = [], None
         _kill_hook(f"checkpoint:{seq}")
-        if self.spec.live:
-            self._write(self.committed)
+        if self.spec.live:  # recorded as the job's at once, not only when it is done
+            self.store.record_outputs(self.job.id, self._write(self.committed))
 
     def complete(self) -> None:
         """The engine reached the end of the file: commit the rest, the words are complete."""
@@ -293,10 +293,25 @@ class Attempt:
         return written
 
     def _write(self, segments: list[Segment]) -> list[str]:
+        """Write the outputs, each one only if it is not the user's (see ``_check_ours``)."""
         transcript = assemble(segments, self.language, self.duration, self.model or "", self.probability,
                               self.spec.task)
-        written = write_outputs(transcript, Path(self.job.output_stem), self.spec.formats, self.spec.output_options())
-        return [str(p) for p in written]
+        language = "en" if self.spec.task == "translate" else self.language
+        self._check_ours(self.spec.output_paths(self.job.output_stem, language))
+        stem = Path(self.spec.named_stem(self.job.output_stem, language))
+        return [str(p) for p in write_outputs(transcript, stem, self.spec.formats, self.spec.output_options())]
+
+    def _check_ours(self, paths: list[Path]) -> None:
+        """OutputConflict when an output exists that this job did not write, or that changed
+        since (a hand-made subtitle, another file's transcript): the user's, left as it is.
+        Also removes the temporary files a killed writer left in the outputs' folder."""
+        remove_stale_temporaries(paths[0].parent)
+        present = [p for p in paths if os.path.lexists(p)]
+        records = self.store.output_records([str(p) for p in present]) if present else {}
+        for path in present:
+            why = refusal(path, records.get(str(path)), self.job.path, self.job.output_stem)
+            if why:
+                raise OutputConflict(f"not written: {why}")
 
     def check_source(self) -> None:
         """The file still holds what this attempt started on; SourceChanged if not.
@@ -514,7 +529,8 @@ class Runner:
         # The input itself is bad (unreadable, no audio, a bad option for this model): retrying
         # cannot help until the file or the options change. An error may say otherwise itself
         # (``retryable``: a Ray worker that died on this file once may be retried, not twice).
-        retryable = getattr(error, "retryable", not isinstance(error, (AudioError, _SetupError, SourceChanged)))
+        retryable = getattr(error, "retryable",
+                            not isinstance(error, (AudioError, _SetupError, SourceChanged, OutputConflict)))
         try:
             status = self.store.fail(job.id, self.owner, message, retryable, self.max_attempts)
         except LeaseLost:
@@ -533,6 +549,10 @@ class SourceChanged(TranscriberError):
     """The input was rewritten mid-run. Not retried as is: the job keeps the key it started
     with, so the next enqueue (a rerun, or watch once the file is stable again) sees new
     content and redoes it from scratch, its old words dropped."""
+
+
+class OutputConflict(TranscriberError):
+    """An output file is the user's (not written by this job, or changed since): not replaced."""
 
 
 class _SetupError(TranscriberError):

@@ -9,11 +9,12 @@ its name is not a temporary one (``.part``, ``.crdownload``, dot-files...).
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from .batch import request_for
+from .batch import refusals, request_for
 from .discover import has_audio, is_temporary, looks_like_media
 from .progress import Reporter
 from .runner import RunResult, Runner, StopFlag
@@ -48,6 +49,8 @@ class StableFiles:
                 st = path.stat()
             except OSError:  # vanished between listing and stat
                 continue
+            if not stat.S_ISREG(st.st_mode):  # a FIFO, a socket...: never opened (it could block)
+                continue
             signature = (st.st_size, st.st_mtime_ns)
             previous = self.seen.get(path)
             since = previous[1] if previous and previous[0] == signature else now
@@ -81,6 +84,11 @@ def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path]
                 request = request_for(path, root, output_dir, spec)
             except OSError:
                 continue  # vanished or unreadable now: looked at again at the next scan
+            why = refusals(store, request, spec)
+            if why:  # an output the user made (or changed): left alone until the file changes
+                tracker.mark_taken(path)
+                reporter.error(f"skipped: {path}: {why}")
+                continue
             job, action = store.enqueue(request)
             if action == BUSY:
                 continue  # another runner has it: look again later (it may have changed since)
