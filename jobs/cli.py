@@ -561,7 +561,7 @@ def status(as_json, statuses, db, db_timeout):
 
 def write_json_array(items) -> None:
     """A JSON array written item by item: flat memory for any number of jobs."""
-    out = click.get_text_stream("stdout")
+    out = sys.stdout
     separator = "[\n  "
     for item in items:
         out.write(separator + json.dumps(item, ensure_ascii=False))

@@ -297,7 +297,9 @@ class Attempt:
         transcript = assemble(segments, self.language, self.duration, self.model or "", self.probability,
                               self.spec.task)
         language = "en" if self.spec.task == "translate" else self.language
-        self._check_ours(self.spec.output_paths(self.job.output_stem, language))
+        paths = self.spec.output_paths(self.job.output_stem, language)
+        self._check_ours(paths)
+        self.store.expect_outputs(self.job.id, [str(p) for p in paths])
         stem = Path(self.spec.named_stem(self.job.output_stem, language))
         return [str(p) for p in write_outputs(transcript, stem, self.spec.formats, self.spec.output_options())]
 

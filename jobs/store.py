@@ -136,6 +136,7 @@ class NewerDatabase(StoreError):
 
 
 ENQUEUE_BATCH = 500  # files queued per transaction
+PENDING = ""  # the signature of an output being written (expect_outputs)
 DEFAULT_TIMEOUT = 30.0  # seconds a statement waits for another process's lock
 NOTICE_AFTER = 3.0  # a wait this long is told to the user (``on_wait``), once per wait
 
@@ -340,7 +341,7 @@ def refusal(path: Path, record: Optional[OutputRecord], job_path: str, job_stem:
         return f"{path} exists and was not written by transcribe; --force replaces it"
     if (record.job_path, record.job_stem) != (job_path, job_stem):
         return f"{path} holds the transcript of another file ({record.job_path}); --force replaces it"
-    if not unchanged(path, record.signature):
+    if record.signature.sha256 != PENDING and not unchanged(path, record.signature):
         return f"{path} was changed since transcribe wrote it; --force replaces it"
     return None
 
@@ -451,6 +452,15 @@ class JobStore:
         return {r["path"]: OutputRecord(r["path"], r["job_id"], FileSignature(r["size"], r["mtime_ns"], r["sha256"]),
                                         r["job_path"], r["output_stem"])
                 for r in self.db.query(sql, params)}
+
+    def expect_outputs(self, job_id: int, paths: Iterable[str]) -> None:
+        """The job is about to write these files (found free, or its own): recorded first, with
+        no signature yet, so that a kill between the write and ``finish`` leaves them the job's."""
+        now = time.time()
+        with self.db.atomic():
+            for path in paths:
+                self.db.execute("INSERT OR REPLACE INTO outputs (path, job_id, size, mtime_ns, sha256, written_at) "
+                                "VALUES (?, ?, -1, -1, ?, ?)", [str(path), job_id, PENDING, now])
 
     def record_outputs(self, job_id: int, paths: Iterable[str]) -> None:
         """Files written for a job (or, with --force, taken over by it): recorded as they are now."""
