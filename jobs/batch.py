@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .discover import content_key, output_stem
+from .discover import content_key, output_stem, resolved
 from .runner import RunResult, owner_is_dead, with_path
 from .spec import JobSpec
-from .store import BUSY, FAILED_BEFORE, NEW, REDO, SKIP, Job, JobStore, OutputRecord, Request, refusal
+from .store import BUSY, FAILED_BEFORE, NEW, REDO, REFUSED, SKIP, Job, JobStore, OutputRecord, Request, refusal
 
 
 @dataclass
@@ -36,14 +36,14 @@ class Batch:
 
 def request_for(source: Path, root: Optional[Path], output_dir: Optional[Path], spec: JobSpec) -> Request:
     """OSError if the file cannot be read, ValueError if its name cannot be stored."""
-    resolved = source.resolve()
+    path = resolved(source)
     try:
-        str(resolved).encode("utf-8")
+        str(path).encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError("the file name is not valid UTF-8; rename it") from None
     stem = output_stem(source, root, output_dir)
-    return Request(path=str(resolved), content_key=content_key(resolved), fingerprint=spec.fingerprint(),
-                   spec=spec.stored(), output_stem=str(Path(stem).resolve()))
+    return Request(path=str(path), content_key=content_key(path), fingerprint=spec.fingerprint(),
+                   spec=spec.stored(), output_stem=str(resolved(stem)))
 
 
 class NameClash(ValueError):
@@ -63,18 +63,20 @@ def check_clashes(requests: Iterable[tuple[str, Request]], spec: JobSpec) -> Non
             owner[path] = given
 
 
-def refusals(store: JobStore, request: Request, spec: JobSpec,
+def refusals(store: JobStore, request: Request, spec: JobSpec, job: Optional[Job] = None,
              records: Optional[dict[str, OutputRecord]] = None) -> Optional[str]:
     """Why this request must not write its outputs: one of them exists and was not written by
-    this tool for this file and place, or changed since (None: free to write). ``records``: the
-    store's output records, read once for a whole batch (else read for these paths)."""
+    this tool for this file and place, or changed since (None: free to write). ``job``: the
+    request's job, if it has one; ``records``: the store's output records, read once for a
+    whole batch (else read for these paths)."""
     paths = spec.output_paths(request.output_stem, spec.named_language())
     present = [p for p in paths if os.path.lexists(p)]
     if not present:
         return None
     records = store.output_records([str(p) for p in present]) if records is None else records
-    return next(filter(None, (refusal(p, records.get(str(p)), request.path, request.output_stem) for p in present)),
-                None)
+    listed = job.outputs if job else ()
+    reasons = (refusal(p, records.get(str(p)), request.path, request.output_stem, listed) for p in present)
+    return next(filter(None, reasons), None)
 
 
 def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]], spec: JobSpec,
@@ -93,16 +95,19 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
         except ValueError as e:
             batch.failed.append((str(source), str(e)))  # printed escaped (progress.printable)
     check_clashes(requests, spec)
+    given = {request.path: name for name, request in requests}
     records = store.output_records()
-    free = []
-    for given, request in requests:
-        why = refusals(store, request, spec, records)
-        if why is None or force:
-            free.append(request)
-        else:
-            batch.refused.append((given, why))
-    for job, action in store.enqueue_many(free, force=force):
-        if force and action in (NEW, REDO):
+
+    def vet(request: Request, job: Optional[Job]) -> Optional[str]:
+        why = refusals(store, request, spec, job, records)
+        if why:
+            batch.refused.append((given[request.path], why))
+        return why
+
+    for job, action in store.enqueue_many([r for _, r in requests], force=force, vet=None if force else vet):
+        if action == REFUSED:
+            continue
+        if force and action in (NEW, REDO):  # what it replaces is the job's now
             store.record_outputs(job.id, [str(p) for p in spec.output_paths(job.output_stem, spec.named_language())
                                           if p.exists()])
         batch.add(job, action)

@@ -107,17 +107,17 @@ def discover(paths: Iterable[Path], check: Callable[[Path], bool] = has_audio
     seen: set[Path] = set()
 
     def add(f: Path, root: Optional[Path]) -> None:
-        key = f.resolve()
+        key = resolved(f)
         if key not in seen:
             seen.add(key)
             found.append((f, root))
 
     for path in paths:
         if path.is_dir():
-            for f in sorted(path.rglob("*")):
-                if any(is_temporary(Path(part)) for part in f.relative_to(path).parts[:-1]):
-                    continue
-                if f.is_file() and looks_like_media(f, check):
+            # in Path order (by components), sorted as strings: Path's own comparison is slow
+            for entry in sorted(_walk(path), key=lambda e: e.path.split(os.sep)):
+                f = Path(entry.path)
+                if entry.is_file() and looks_like_media(f, check):
                     add(f, path)
                 elif is_media_name(f) and (why := broken_link(f)):
                     missing.append((f, why))
@@ -129,6 +129,37 @@ def discover(paths: Iterable[Path], check: Callable[[Path], bool] = has_audio
         else:
             missing.append((path, broken_link(path) or "no such file or folder"))
     return found, missing
+
+
+def _walk(root: Path):
+    """The os.DirEntry of every entry under ``root`` that is not a folder, from one scandir per
+    folder (no stat per file); folders with temporary names and links to folders are not
+    entered."""
+    folders = [root]
+    while folders:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if not is_temporary(Path(entry.name)):
+                    folders.append(Path(entry.path))
+            else:
+                yield entry
+
+
+def resolved(path: Path) -> Path:
+    """``path.resolve()``, with each folder resolved once per process: a big folder costs one
+    lstat per file, not one per component of its path. (A link is resolved in full.)"""
+    if os.path.islink(path):
+        return path.resolve()
+    return Path(_resolved_folder(os.path.dirname(os.path.abspath(path))), path.name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _resolved_folder(folder: str) -> str:
+    return os.path.realpath(folder)
 
 
 def output_stem(source: Path, root: Optional[Path], output_dir: Optional[Path]) -> Path:
@@ -163,7 +194,8 @@ def _media_stems(folder: str, mtime_ns: int) -> Counter:
         names = os.listdir(folder)
     except OSError:
         return Counter()
-    return Counter(Path(n).stem for n in names if is_media_name(Path(n)))
+    stems = (os.path.splitext(n) for n in names if not is_temporary(Path(n)))
+    return Counter(stem for stem, ext in stems if ext.lower() in MEDIA_EXTENSIONS)
 
 
 # The temporary files of transcriber's atomic writer (writers.temp_prefix): ``.NAME-HASH6.XXXXXXXX.part``,

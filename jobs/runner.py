@@ -311,7 +311,7 @@ class Attempt:
         present = [p for p in paths if os.path.lexists(p)]
         records = self.store.output_records([str(p) for p in present]) if present else {}
         for path in present:
-            why = refusal(path, records.get(str(path)), self.job.path, self.job.output_stem)
+            why = refusal(path, records.get(str(path)), self.job.path, self.job.output_stem, self.job.outputs)
             if why:
                 raise OutputConflict(f"not written: {why}")
 

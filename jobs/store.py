@@ -57,6 +57,8 @@ OUTPUTS = "outputs"  # done, only the output settings changed or outputs are mis
 SKIP = "skip"  # done with the same content and options, outputs present
 FAILED_BEFORE = "failed"  # failed on its input (unreadable media); retried when the file changes
 BUSY = "busy"  # running under another runner's live lease
+REFUSED = "refused"  # would replace an output that is not its own (enqueue_many's ``vet``): left as it was
+_WRITTEN = (NEW, REDO, RESUME, OUTPUTS)  # the actions that change the job's row
 
 migrations = Migrations("transcriber.jobs")
 
@@ -334,9 +336,14 @@ class OutputRecord:
     job_stem: Optional[str]
 
 
-def refusal(path: Path, record: Optional[OutputRecord], job_path: str, job_stem: str) -> Optional[str]:
+def refusal(path: Path, record: Optional[OutputRecord], job_path: str, job_stem: str,
+            listed: Iterable[str] = ()) -> Optional[str]:
     """Why the job of (``job_path``, ``job_stem``) must not replace ``path``, an existing file
-    (``record``: what this tool wrote there, if anything); None when it may."""
+    (``record``: what this tool wrote there, if anything); None when it may. ``listed``: the
+    job's own list of outputs, which vouches for a file written before outputs were recorded
+    (a database of an older version)."""
+    if record is None and str(path) in listed:
+        return None
     if record is None:
         return f"{path} exists and was not written by transcribe; --force replaces it"
     if (record.job_path, record.job_stem) != (job_path, job_stem):
@@ -344,6 +351,10 @@ def refusal(path: Path, record: Optional[OutputRecord], job_path: str, job_stem:
     if record.signature.sha256 != PENDING and not unchanged(path, record.signature):
         return f"{path} was changed since transcribe wrote it; --force replaces it"
     return None
+
+
+# Asked by enqueue_many before a file is queued to write outputs: a reason not to, or None.
+Vet = Callable[["Request", Optional[Job]], Optional[str]]
 
 
 @dataclass(frozen=True)
@@ -516,49 +527,65 @@ class JobStore:
         return self.enqueue_many([request], force, outputs_present)[0]
 
     def enqueue_many(self, requests: Sequence[Request], force: bool = False,
-                     outputs_present: Callable[[Iterable[str]], bool] = _all_exist) -> list[tuple[Job, str]]:
+                     outputs_present: Callable[[Iterable[str]], bool] = _all_exist,
+                     vet: Optional[Vet] = None) -> list[tuple[Optional[Job], str]]:
         """``enqueue`` for many files, in transactions of ``ENQUEUE_BATCH``: each holds the write
         lock from its start, so two processes enqueueing the same folder agree on every job,
-        and 10,000 files cost a few commits, not 10,000."""
-        out: list[tuple[Job, str]] = []
+        and 10,000 files cost a few commits, not 10,000.
+
+        ``vet(request, job)`` (job: the existing one, or None) is asked before a file would be
+        queued to write its outputs; a reason means REFUSED: nothing is written for it (the job
+        stays as it was; None in its place when there was none)."""
+        out: list[tuple[Optional[Job], str]] = []
         for i in range(0, len(requests), ENQUEUE_BATCH):
-            out += self._enqueue_batch(requests[i:i + ENQUEUE_BATCH], force, outputs_present)
+            out += self._enqueue_batch(requests[i:i + ENQUEUE_BATCH], force, outputs_present, vet)
         return out
 
     def _enqueue_batch(self, requests: Sequence[Request], force: bool,
-                       outputs_present: Callable[[Iterable[str]], bool]) -> list[tuple[Job, str]]:
+                       outputs_present: Callable[[Iterable[str]], bool],
+                       vet: Optional[Vet]) -> list[tuple[Optional[Job], str]]:
         now = time.time()
-        done: dict[tuple[str, str], tuple[int, str]] = {}  # (path, output_stem) -> (job id, action)
+        done: dict[tuple[str, str], tuple[Optional[Job], str]] = {}  # (path, output_stem) -> (job, action)
         specs: dict[int, str] = {}  # the JSON of each spec dict, made once (a batch shares one)
         with self._write_transaction():
             existing = self._by_identity(requests)
             for request in requests:
                 key = (request.path, request.output_stem)
-                if key in done:
-                    continue
-                spec = specs.get(id(request.spec)) or specs.setdefault(id(request.spec),
-                                                                       json.dumps(request.spec, sort_keys=True))
-                job = existing.get(key)
-                if job is None:
-                    cursor = self.db.execute(
-                        "INSERT INTO jobs (path, content_key, fingerprint, spec, output_stem, status, "
-                        "created_at, queued_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [request.path, request.content_key, request.fingerprint, spec, request.output_stem,
-                         QUEUED, now, now, now])
-                    done[key] = (cursor.lastrowid, NEW)
-                    continue
-                action = self._decide(job, request, spec, force, outputs_present, now)
-                if action == REDO:
-                    self._reset(job.id, request.content_key, request.fingerprint, spec, request.output_stem, now)
-                elif action in (RESUME, OUTPUTS):
-                    self.db.execute(
-                        "UPDATE jobs SET status = ?, spec = ?, errors = CASE WHEN status = ? "
-                        "THEN 0 ELSE errors END, lease_owner = NULL, lease_expires = NULL, queued_at = ?, "
-                        "updated_at = ? WHERE id = ?",
-                        [QUEUED, spec, FAILED, now, now, job.id])
-                done[key] = (job.id, action)
-            jobs = {j.id: j for j in self.jobs(ids=[job_id for job_id, _ in done.values()])}
-        return [(jobs[job_id], action) for job_id, action in done.values()]
+                if key not in done:
+                    if id(request.spec) not in specs:
+                        specs[id(request.spec)] = json.dumps(request.spec, sort_keys=True)
+                    done[key] = self._enqueue_one(request, existing.get(key), specs[id(request.spec)], force,
+                                                  outputs_present, vet, now)
+            changed = [job.id for job, action in done.values() if action in _WRITTEN]
+            fresh = {j.id: j for j in self.jobs(ids=changed)} if changed else {}
+        return [(fresh.get(job.id, job) if job else None, action) for job, action in done.values()]
+
+    def _enqueue_one(self, request: Request, job: Optional[Job], spec: str, force: bool,
+                     outputs_present: Callable[[Iterable[str]], bool], vet: Optional[Vet],
+                     now: float) -> tuple[Optional[Job], str]:
+        """One file of ``_enqueue_batch`` (inside its transaction): (the job as read, the action)."""
+        if job is None:
+            if vet is not None and vet(request, None):
+                return None, REFUSED
+            cursor = self.db.execute(
+                "INSERT INTO jobs (path, content_key, fingerprint, spec, output_stem, status, "
+                "created_at, queued_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [request.path, request.content_key, request.fingerprint, spec, request.output_stem,
+                 QUEUED, now, now, now])
+            return Job(cursor.lastrowid, request.path, request.content_key, request.fingerprint, request.spec,
+                       request.output_stem, QUEUED), NEW
+        action = self._decide(job, request, force, outputs_present, now)
+        if action in (REDO, RESUME, OUTPUTS) and vet is not None and vet(request, job):
+            return job, REFUSED
+        if action == REDO:
+            self._reset(job.id, request.content_key, request.fingerprint, spec, request.output_stem, now)
+        elif action in (RESUME, OUTPUTS):
+            self.db.execute(
+                "UPDATE jobs SET status = ?, spec = ?, errors = CASE WHEN status = ? "
+                "THEN 0 ELSE errors END, lease_owner = NULL, lease_expires = NULL, queued_at = ?, "
+                "updated_at = ? WHERE id = ?",
+                [QUEUED, spec, FAILED, now, now, job.id])
+        return job, action
 
     def _by_identity(self, requests: Sequence[Request]) -> dict[tuple[str, str], Job]:
         """The jobs of these (path, output_stem) pairs that exist, in one query."""
@@ -581,13 +608,13 @@ class JobStore:
         self.db.execute("COMMIT")
 
     @staticmethod
-    def _decide(job: Job, request: Request, spec: str, force: bool,
+    def _decide(job: Job, request: Request, force: bool,
                 outputs_present: Callable[[Iterable[str]], bool], now: float) -> str:
         if job.status == RUNNING and not job.stalled(now):
             return BUSY
         if force or job.content_key != request.content_key or job.fingerprint != request.fingerprint:
             return REDO
-        same_outputs = json.dumps(job.spec, sort_keys=True) == spec
+        same_outputs = job.spec == request.spec  # (dicts: no JSON made per job)
         if job.status == DONE:
             return SKIP if same_outputs and outputs_present(job.outputs) else OUTPUTS
         if job.status == FAILED and not job.retryable:

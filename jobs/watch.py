@@ -19,7 +19,7 @@ from .discover import has_audio, is_temporary, looks_like_media
 from .progress import Reporter
 from .runner import RunResult, Runner, StopFlag
 from .spec import JobSpec
-from .store import BUSY, FAILED_BEFORE, SKIP, JobStore
+from .store import BUSY, FAILED_BEFORE, REFUSED, SKIP, JobStore
 
 Signature = tuple[int, int]  # (size, mtime_ns)
 
@@ -84,12 +84,11 @@ def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path]
                 request = request_for(path, root, output_dir, spec)
             except OSError:
                 continue  # vanished or unreadable now: looked at again at the next scan
-            why = refusals(store, request, spec)
-            if why:  # an output the user made (or changed): left alone until the file changes
+            ((job, action),) = store.enqueue_many([request], vet=lambda r, j: refusals(store, r, spec, j))
+            if action == REFUSED:  # an output the user made (or changed): left alone until the file changes
                 tracker.mark_taken(path)
-                reporter.error(f"skipped: {path}: {why}")
+                reporter.error(f"skipped: {path}: {refusals(store, request, spec, job)}")
                 continue
-            job, action = store.enqueue(request)
             if action == BUSY:
                 continue  # another runner has it: look again later (it may have changed since)
             tracker.mark_taken(path)

@@ -123,7 +123,7 @@ def test_retry_failed_resumes_from_the_stored_words(db, tmp_path):
     assert result.exit_code == 1
     assert "1 done, 0 skipped, 1 failed" in result.stderr
     assert [line for line in result.stderr.splitlines() if "gone.wav" in line] == [  # once, as it failed
-        f"error: cannot read audio from {str(tmp_path / 'gone.wav')!r}: No such file or directory"]
+        f"error: cannot read audio from {str(tmp_path / 'gone.wav')!r}: file is empty"]
     subs = list(srt.parse((tmp_path / "real.srt").read_text()))
     assert " ".join(s.content.replace("\n", " ") for s in subs) == "One, two, three."
     assert json.loads((tmp_path / "real.json").read_text())["segments"][0]["text"] == " One, two, three."
