@@ -19,6 +19,7 @@ import functools
 import json
 import os
 import re
+import signal
 import sys
 import time
 from collections import Counter
@@ -37,8 +38,8 @@ from .discover import discover, has_audio
 from .engines import EngineCache
 from .progress import Reporter, printable
 from .ray_worker import DEFAULT_WORKER_TIMEOUT, ClusterError
-from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, RunResult,
-                     Runner, StopFlag, owner_is_dead)
+from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, STOP_GRACE_SECONDS,
+                     RunResult, Runner, StopFlag, owner_is_dead)
 from .spec import CUE_FIELDS, JobSpec
 from .store import DEFAULT_TIMEOUT as DEFAULT_DB_TIMEOUT
 from .store import DONE, FAILED, GONE, QUEUED, RUNNING, STALLED, STATUSES, Job, JobStore, StoreError, default_path
@@ -415,17 +416,24 @@ def stop_message(reporter_ref: list):
 
 
 @contextlib.contextmanager
-def closing_on_interrupt(reporter, message: str):
-    """Close the progress bars however the block ends; a KeyboardInterrupt (a second Ctrl-C,
-    after the first asked for a stop at the next checkpoint) prints ``message`` and exits 130."""
+def closing_on_interrupt(reporter, message: str, stop: Optional[StopFlag] = None):
+    """Close the progress bars however the block ends; a KeyboardInterrupt (a second Ctrl-C, or
+    the step in flight dropped at the end of the stop's grace) prints ``message`` and exits
+    128 + the signal that asked for the stop (130 for Ctrl-C)."""
     try:
         yield
     except KeyboardInterrupt:
         reporter.close()
         click.echo(message, err=True)
-        sys.exit(130)
+        sys.exit(128 + ((stop.signum if stop else None) or signal.SIGINT))
     finally:
         reporter.close()
+
+
+def stop_flag(reporter, ray: Optional[RaySettings]) -> StopFlag:
+    """The run's StopFlag. In this process a stop acts within STOP_GRACE_SECONDS (the step in
+    flight dropped); Ray workers checkpoint on their own, so a Ray run waits for them."""
+    return StopFlag(stop_message([reporter]), grace=None if ray else STOP_GRACE_SECONDS)
 
 
 def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettings,
@@ -436,9 +444,10 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettin
         if not quiet and sys.platform.startswith("linux") and not blas.loaded_path:
             click.echo(f"note: {blas.describe()}", err=True)
         reporter = Reporter(total_files=len(batch.to_run), quiet=quiet)
-        with closing_on_interrupt(reporter, "interrupted: unfinished files stay queued; run again to resume"):
+        stop = stop_flag(reporter, ray)
+        with closing_on_interrupt(reporter, "interrupted: unfinished files stay queued; run again to resume", stop):
             with runners(store, reporter, ray, len(batch.to_run), settings) as make:
-                with StopFlag(stop_message([reporter])) as stop:
+                with stop:
                     make(stop).run(batch.to_run, result)
     lines, code = summary(batch, result)
     for line in lines:
@@ -626,10 +635,11 @@ Examples:
 def watch(folder, spec, output_dir, stable_seconds, interval, runner, db, db_timeout, quiet, ray):
     store = open_store(db, db_timeout)
     reporter = Reporter(quiet=quiet)
-    with closing_on_interrupt(reporter, "interrupted"):
+    stop = stop_flag(reporter, ray)
+    with closing_on_interrupt(reporter, "interrupted: a file in progress resumes from its last checkpoint", stop):
         with runners(store, reporter, ray, None, runner) as make:
             reporter.info(f"watching {folder} (Ctrl-C to stop)")
-            with StopFlag(stop_message([reporter])) as stop:
+            with stop:
                 result = watch_folder(store, folder, spec, output_dir, make(stop), reporter, stop,
                                       interval=interval, stable_seconds=stable_seconds)
     # each failure was printed as it happened (the runner's "error:" line): only the count here,

@@ -22,7 +22,9 @@ job is queued again until it has failed ``max_attempts`` times, except for an un
 which no retry can fix (it is retried when the file changes, or by ``transcribe retry``).
 
 SIGINT/SIGTERM (``StopFlag``) stop the runner after the current job's next checkpoint; the job
-goes back to the queue and resumes from there next time. A second Ctrl-C stops at once.
+goes back to the queue and resumes from there next time. A second Ctrl-C stops at once, and so
+does a step that has not reached its checkpoint STOP_GRACE_SECONDS after the first (its work is
+dropped: the job resumes from the checkpoint before it).
 """
 
 from __future__ import annotations
@@ -71,14 +73,24 @@ class Stopped(Exception):
     """A stop was requested; the job was checkpointed and is given back."""
 
 
-class StopFlag:
-    """SIGINT/SIGTERM request a stop (the runner checks it at each checkpoint); a second SIGINT
-    raises KeyboardInterrupt at once. Handlers are installed only in the main thread."""
+# After a stop is asked, how long the step being decoded may take to reach its checkpoint; past
+# that it is dropped (the job resumes from its last checkpoint), so a stop acts within 2 s even
+# in a long one-shot window or a slow model load.
+STOP_GRACE_SECONDS = 1.5
 
-    def __init__(self, on_request=None):
+
+class StopFlag:
+    """SIGINT/SIGTERM request a stop (the runner checks it at each step and checkpoints there);
+    a second SIGINT raises KeyboardInterrupt at once, and so does the end of ``grace`` seconds
+    after the first request (None: wait for the checkpoint however long). Handlers are
+    installed only in the main thread."""
+
+    def __init__(self, on_request=None, grace: Optional[float] = None):
         self.signum: Optional[int] = None
         self.on_request = on_request
+        self.grace = grace
         self._previous: dict[int, object] = {}
+        self._timer: Optional[threading.Timer] = None
 
     @property
     def requested(self) -> bool:
@@ -89,6 +101,12 @@ class StopFlag:
         self.signum = self.signum or signum
         if first and self.on_request:
             self.on_request(signum)
+        if first and self.grace is not None and self._previous:
+            # a real SIGINT to the main thread: a blocking call there (a sleep, a read) is cut short
+            main = threading.main_thread().ident
+            self._timer = threading.Timer(self.grace, signal.pthread_kill, [main, signal.SIGINT])
+            self._timer.daemon = True
+            self._timer.start()
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None and signum == signal.SIGINT:
@@ -108,6 +126,8 @@ class StopFlag:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()

@@ -11,10 +11,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -498,3 +500,25 @@ def test_a_cache_that_cannot_take_the_checked_marker_still_transcribes(tmp_path,
             folder.chmod(0o700)
     assert result.returncode == 0, result.stderr
     assert "country" in media.with_suffix(".json").read_text()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_acts_within_2_seconds_even_in_a_long_step(tmp_path, media, monkeypatch, signum):
+    """SIGTERM or Ctrl-C while the engine is in a 30 s step (a long one-shot window, a slow model
+    load): the step is dropped within 2 s, exit 128 + the signal, and the job goes back to the
+    queue with its last checkpoint (the first two steps)."""
+    def slow_third_step(i):
+        if i == 3:
+            threading.Timer(0.2, os.kill, [os.getpid(), signum]).start()
+            time.sleep(30)
+
+    use_engine(monkeypatch, ScriptedEngine(slow_third_step))
+    db = tmp_path / "jobs.db"
+    t0 = time.monotonic()
+    result = invoke("--db", str(db), str(media), "-f", "json", "--checkpoint-seconds", "0.25", "-q")
+    assert time.monotonic() - t0 < 2.0 + 0.5 + 1.0  # the stop's 2 s, the first steps, slack
+    no_traceback(result)
+    assert result.exit_code == 128 + signum
+    row = intact(db, media)
+    assert row["status"] == "queued" and row["errors"] == 0 and row["progress"] == 0.5
+    assert not media.with_suffix(".json").exists()
