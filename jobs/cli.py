@@ -459,7 +459,8 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettin
 # readable=False: an unreadable file fails as a job of the batch (one line), not the whole command
 @click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False, path_type=Path))
 @spec_options
-@click.option("--force", is_flag=True, help="Redo files that are already done.")
+@click.option("--force", is_flag=True, help="Redo files that are already done, and replace outputs this tool "
+                                            "did not write (or that changed since), which are otherwise kept.")
 @runner_options
 @ray_options
 def run(paths, spec, output_dir, force, runner, db, db_timeout, quiet, ray):

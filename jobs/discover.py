@@ -117,7 +117,7 @@ def discover(paths: Iterable[Path], check: Callable[[Path], bool] = has_audio
             # in Path order (by components), sorted as strings: Path's own comparison is slow
             for entry in sorted(_walk(path), key=lambda e: e.path.split(os.sep)):
                 f = Path(entry.path)
-                if entry.is_file() and looks_like_media(f, check):
+                if _is_file(entry) and looks_like_media(f, check):
                     add(f, path)
                 elif is_media_name(f) and (why := broken_link(f)):
                     missing.append((f, why))
@@ -147,6 +147,14 @@ def _walk(root: Path):
                     folders.append(Path(entry.path))
             else:
                 yield entry
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    """A regular file, or a link to one (a link loop is not: its OSError says so)."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
 
 
 def resolved(path: Path) -> Path:

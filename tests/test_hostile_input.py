@@ -15,9 +15,11 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -572,3 +574,31 @@ def test_a_failed_one_off_run_elsewhere_leaves_the_done_job_as_it_was(tmp_path, 
         assert first.status == "done" and first.outputs == (str(media.with_suffix(".json")),)
     assert media.with_suffix(".json").read_text() == words
     assert lines(invoke("--db", str(db), str(media), "-f", "json", "-q")) == ["0 done, 1 skipped, 0 failed"]
+
+
+def test_watch_counts_files_not_attempts(tmp_path, monkeypatch):
+    """A file rewritten while it is transcribed fails that attempt, then is taken again once
+    stable and done: the summary says 1 done, 0 failed (the file's end, not its attempts)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    media = folder / "talk.flac"
+    shutil.copy(JFK, media)
+    calls = []
+
+    def on_step(i):
+        if len(calls) == 1 and i == 6:
+            shutil.copy(PRESS_YARD, media)  # rewritten mid-run: this attempt fails
+        if len(calls) == 2 and i == 10:
+            threading.Timer(0.3, os.kill, [os.getpid(), signal.SIGTERM]).start()
+
+    class Counting(ScriptedEngine):
+        def steps(self, path, state):
+            calls.append(path)
+            yield from super().steps(path, state)
+
+    use_engine(monkeypatch, Counting(on_step))
+    result = invoke("--db", str(tmp_path / "jobs.db"), "watch", str(folder), "--stable-seconds", "0",
+                    "--interval", "0.05", "-f", "json", "--checkpoint-seconds", "1", "-q")
+    no_traceback(result)
+    assert len(calls) == 2
+    assert result.stderr.splitlines()[-1] == "watch stopped: 1 done, 0 failed"
