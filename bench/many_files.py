@@ -13,7 +13,8 @@ runner's cost is per name, not per byte), then times, each in a fresh process as
   API, with a subtitle written for each, so no clip is decoded): the whole command, wall;
 - ``status``, ``status --json`` (wall, peak RSS, bytes written), ``--version`` and ``--help``.
 
-Each command runs ``--repeat`` times; the table gives the best and the median wall time.
+Each command runs ``--repeat`` times; the table gives the best and the median wall time and the
+best CPU time (user + system: the figure to compare on a shared machine).
 ``--code`` runs another checkout's ``jobs``/``transcriber`` with this interpreter (its
 dependencies must be the same), so BEFORE and AFTER are measured side by side on one machine.
 """
@@ -42,10 +43,10 @@ from jobs.discover import discover
 from jobs.spec import JobSpec
 from jobs.store import JobStore
 store = JobStore(sys.argv[1])
-t = time.perf_counter()
+t, cpu = time.perf_counter(), time.process_time()
 files, missing = discover([Path(sys.argv[2])])
 batch = enqueue_files(store, files, JobSpec(), None)
-print(f"{time.perf_counter() - t:.3f} {len(batch.to_run)}")
+print(f"{time.perf_counter() - t:.3f} {time.process_time() - cpu:.3f} {len(batch.to_run)}")
 """
 
 # every job claimed and finished through the store, with its subtitle written: "done"
@@ -90,33 +91,28 @@ def build_folder(folder: Path, n: int) -> None:
             shutil.copy(clip, target)
 
 
-def run(env: dict, code: Path, *args: str) -> tuple[float, int, str]:
-    """(wall seconds, bytes on stdout, stdout) of one command, which must succeed."""
-    t = time.perf_counter()
-    proc = subprocess.run([sys.executable, *args], cwd=code, env=env, capture_output=True)
-    wall = time.perf_counter() - t
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(args[:3])}... exited {proc.returncode}: {proc.stderr.decode()[-2000:]}")
-    return wall, len(proc.stdout), proc.stdout.decode(errors="replace")
-
-
-def peak_rss(env: dict, code: Path, *args: str) -> int:
-    """Peak RSS (KiB) of one command, measured alone (/usr/bin/time-like, via wait4)."""
-    proc = subprocess.Popen([sys.executable, *args], cwd=code, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    _, _, usage = os.wait4(proc.pid, 0)
-    proc.returncode = 0  # reaped here: Popen must not wait for it again
-    return usage.ru_maxrss
+def run(env: dict, code: Path, *args: str) -> tuple[float, float, int, int, str]:
+    """(wall seconds, CPU seconds (user + system), peak RSS KiB, bytes on stdout, stdout) of one
+    command, which must succeed. CPU time is the figure to compare on a shared machine: wall
+    time there counts the other processes' turns too."""
+    with tempfile.TemporaryFile() as out:
+        t = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, *args], cwd=code, env=env, stdout=out, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        if proc.returncode != 0:
+            sys.exit(f"{' '.join(args[:3])}... exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+        out.seek(0)
+        text = out.read()
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, len(text), text.decode(errors="replace")
 
 
 def timed(label: str, repeat: int, env: dict, code: Path, *args: str) -> dict:
-    walls, out = [], 0
-    for _ in range(repeat):
-        wall, out, _ = run(env, code, *args)
-        walls.append(wall)
-    row = {"what": label, "best": min(walls), "median": statistics.median(walls), "bytes": out}
-    row["rss_mb"] = peak_rss(env, code, *args) / 1024
-    return row
+    runs = [run(env, code, *args) for _ in range(repeat)]
+    walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
+    return {"what": label, "best": min(walls), "median": statistics.median(walls), "cpu": min(cpus),
+            "bytes": runs[0][3], "rss_mb": max(r[2] for r in runs) / 1024}
 
 
 def main() -> None:
@@ -136,16 +132,17 @@ def main() -> None:
         if not folder.exists():
             build_folder(folder, args.files)
         rows = []
-        enqueues = []
+        walls, cpus = [], []
         for _ in range(args.repeat):
             for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
                 p.unlink(missing_ok=True)
-            _, _, out = run(env, code, "-c", ENQUEUE, str(db), str(folder))
-            seconds, queued = out.split()
+            out = run(env, code, "-c", ENQUEUE, str(db), str(folder))[-1]
+            seconds, cpu, queued = out.split()
             assert int(queued) == args.files, out
-            enqueues.append(float(seconds))
-        rows.append({"what": f"enqueue {args.files} new (in process)", "best": min(enqueues),
-                     "median": statistics.median(enqueues), "bytes": 0, "rss_mb": 0.0})
+            walls.append(float(seconds))
+            cpus.append(float(cpu))
+        rows.append({"what": f"enqueue {args.files} new (in process)", "best": min(walls),
+                     "median": statistics.median(walls), "cpu": min(cpus), "bytes": 0, "rss_mb": 0.0})
         run(env, code, "-c", MARK_DONE, str(db))
         rows.append(timed(f"rerun, {args.files} done: transcribe FOLDER", args.repeat, env, code,
                           "-m", "jobs", str(folder), "-q"))
@@ -157,10 +154,10 @@ def main() -> None:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
     print(f"code: {code}; {args.files} files; load average {os.getloadavg()[0]:.2f}")
-    print("| what | best s | median s | stdout | peak RSS |")
-    print("|---|---|---|---|---|")
+    print("| what | wall best s | wall median s | CPU best s | stdout | peak RSS |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['what']} | {r['best']:.3f} | {r['median']:.3f} | {r['bytes'] / 1e6:.1f} MB | "
+        print(f"| {r['what']} | {r['best']:.3f} | {r['median']:.3f} | {r['cpu']:.3f} | {r['bytes'] / 1e6:.1f} MB | "
               f"{r['rss_mb']:.0f} MB |")
 
 
