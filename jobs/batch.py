@@ -38,12 +38,12 @@ def request_for(source: Path, root: Optional[Path], output_dir: Optional[Path], 
     """OSError if the file cannot be read, ValueError if its name cannot be stored."""
     path = resolved(source)
     try:
-        str(path).encode("utf-8")
+        path.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError("the file name is not valid UTF-8; rename it") from None
     stem = output_stem(source, root, output_dir)
-    return Request(path=str(path), content_key=content_key(path), fingerprint=spec.fingerprint(),
-                   spec=spec.stored(), output_stem=str(resolved(stem)))
+    return Request(path=path, content_key=content_key(path), fingerprint=spec.fingerprint(),
+                   spec=spec.stored(), output_stem=resolved(stem))
 
 
 class NameClash(ValueError):
@@ -53,9 +53,9 @@ class NameClash(ValueError):
 
 def check_clashes(requests: Iterable[tuple[str, Request]], spec: JobSpec) -> None:
     """NameClash naming both inputs (as given) when two requests would write one file."""
-    owner: dict[Path, str] = {}
+    owner: dict[str, str] = {}
     for given, request in requests:
-        for path in spec.output_paths(request.output_stem, spec.named_language()):
+        for path in spec.output_names(request.output_stem, spec.named_language()):
             if path in owner:
                 raise NameClash(f"{owner[path]} and {given} would both write {path}: transcribe them into "
                                 f"different --output-dir folders, or name their common folder (its "
@@ -69,13 +69,13 @@ def refusals(store: JobStore, request: Request, spec: JobSpec, job: Optional[Job
     this tool for this file and place, or changed since (None: free to write). ``job``: the
     request's job, if it has one; ``records``: the store's output records, read once for a
     whole batch (else read for these paths)."""
-    paths = spec.output_paths(request.output_stem, spec.named_language())
-    present = [p for p in paths if os.path.lexists(p)]
+    names = spec.output_names(request.output_stem, spec.named_language())
+    present = [name for name in names if os.path.lexists(name)]
     if not present:
         return None
-    records = store.output_records([str(p) for p in present]) if records is None else records
+    records = store.output_records(present) if records is None else records
     listed = job.outputs if job else ()
-    reasons = (refusal(p, records.get(str(p)), request.path, request.output_stem, listed) for p in present)
+    reasons = (refusal(Path(p), records.get(p), request.path, request.output_stem, listed) for p in present)
     return next(filter(None, reasons), None)
 
 

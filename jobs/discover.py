@@ -39,7 +39,12 @@ TEMPORARY_SUFFIXES = (".part", ".partial", ".tmp", ".temp", ".crdownload", ".dow
 
 
 def is_temporary(path: Path) -> bool:
-    name = path.name.lower()
+    return temporary_name(path.name)
+
+
+def temporary_name(name: str) -> bool:
+    """``is_temporary`` for a bare file name (no Path made: a folder listing has thousands)."""
+    name = name.lower()
     return (name.startswith((".", "~$")) or name.endswith(TEMPORARY_SUFFIXES)
             or (name.startswith("#") and name.endswith("#")))
 
@@ -104,7 +109,7 @@ def discover(paths: Iterable[Path], check: Callable[[Path], bool] = has_audio
     Symbolic links to folders are not followed in a folder (a link to ``..`` would loop)."""
     found: list[tuple[Path, Optional[Path]]] = []
     missing: list[tuple[Path, str]] = []
-    seen: set[Path] = set()
+    seen: set[str] = set()
 
     def add(f: Path, root: Optional[Path]) -> None:
         key = resolved(f)
@@ -157,12 +162,13 @@ def _is_file(entry: os.DirEntry) -> bool:
         return False
 
 
-def resolved(path: Path) -> Path:
-    """``path.resolve()``, with each folder resolved once per process: a big folder costs one
-    lstat per file, not one per component of its path. (A link is resolved in full.)"""
+def resolved(path: Path) -> str:
+    """``str(path.resolve())``, with each folder resolved once per process: a big folder costs
+    one lstat per file, not one per component of its path. (A link is resolved in full.)"""
     if os.path.islink(path):
-        return path.resolve()
-    return Path(_resolved_folder(os.path.dirname(os.path.abspath(path))), path.name)
+        return str(Path(path).resolve())
+    absolute = os.path.abspath(path)
+    return os.path.join(_resolved_folder(os.path.dirname(absolute)), os.path.basename(absolute))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -202,7 +208,7 @@ def _media_stems(folder: str, mtime_ns: int) -> Counter:
         names = os.listdir(folder)
     except OSError:
         return Counter()
-    stems = (os.path.splitext(n) for n in names if not is_temporary(Path(n)))
+    stems = (os.path.splitext(n) for n in names if not temporary_name(n))
     return Counter(stem for stem, ext in stems if ext.lower() in MEDIA_EXTENSIONS)
 
 

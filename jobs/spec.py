@@ -103,8 +103,12 @@ class JobSpec:
         """The files a job with this spec writes: ``stem`` + each format's extension, with
         ``tag_language`` the ``language`` code before it (``talk.en.srt``; ``und`` when no
         language is known). Without ``tag_language`` the language plays no part."""
+        return [Path(name) for name in self.output_names(stem, language)]
+
+    def output_names(self, stem: str, language: Optional[str]) -> list[str]:
+        """``output_paths`` as strings (no Path made: a batch of 10,000 files asks for each)."""
         stem = self.named_stem(stem, language)
-        return [Path(stem + FORMATS[fmt][0]) for fmt in self.formats]
+        return [stem + FORMATS[fmt][0] for fmt in self.formats]
 
     def named_stem(self, stem: str, language: Optional[str]) -> str:
         """``stem``, or with ``tag_language`` ``stem.LANG`` (see ``output_paths``)."""
