@@ -14,12 +14,15 @@ the store (jobs/store.py, all the SQL), and the runner (jobs/runner.py) does the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
 import re
+import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -30,16 +33,16 @@ from tqdm import tqdm
 from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, CueOptions, ModelError, StreamingOptions,
                          blas, check_model_options, doctor_report, list_models)
 
-from .batch import Batch, enqueue_files, summary
+from .batch import Batch, NameClash, enqueue_files, summary
 from .discover import discover, has_audio
 from .engines import EngineCache
 from .progress import Reporter, printable
 from .ray_worker import DEFAULT_WORKER_TIMEOUT, ClusterError
-from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, RunResult,
-                     Runner, StopFlag, owner_is_dead)
+from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, STOP_GRACE_SECONDS,
+                     RunResult, Runner, StopFlag, owner_is_dead)
 from .spec import CUE_FIELDS, JobSpec
 from .store import DEFAULT_TIMEOUT as DEFAULT_DB_TIMEOUT
-from .store import FAILED, STATUSES, Job, JobStore, StoreError, default_path
+from .store import DONE, FAILED, GONE, QUEUED, RUNNING, STALLED, STATUSES, Job, JobStore, StoreError, default_path
 from .watch import watch as watch_folder
 
 EXAMPLES = """
@@ -247,7 +250,8 @@ def spec_options(f):
     def command(**kwargs):
         fields = {name: kwargs.pop(name) for name in SPEC_FLAGS}
         spec = make_spec(**fields)
-        try:  # an English-only model asked for German: before any job is queued
+        check_contradictions(spec, fields, kwargs)
+        try:  # an unknown model or language, an English-only model asked for German: before any job is queued
             check_model_options(spec.model, language=spec.language, task=spec.task)
         except ValueError as e:
             raise click.UsageError(str(e)) from e
@@ -308,6 +312,10 @@ def spec_options(f):
                      help="WebVTT: an inline <hh:mm:ss.ttt> timestamp before every word."),
         click.option("--json-cues", is_flag=True,
                      help="JSON: the subtitle cues too, next to the word timeline."),
+        click.option("--tag-language", is_flag=True,
+                     help="Name the outputs with their language code before the extension: talk.en.srt, "
+                          "talk.de.vtt (what Jellyfin, Plex, Kodi and VLC read as the subtitle's language; "
+                          "'und' when no language was found)."),
     ]):
         command = decorator(command)
     return command
@@ -315,8 +323,35 @@ def spec_options(f):
 
 # the flags spec_options takes from the command line: JobSpec fields of the same name
 SPEC_FLAGS = ("formats", "model", "language", "task", "beam_size", "mode", "chunk_seconds",
-              "frame_threshold", "audio_max_len", "live", *CUE_FIELDS, "vtt_karaoke", "json_cues")
+              "frame_threshold", "audio_max_len", "live", *CUE_FIELDS, "vtt_karaoke", "json_cues",
+              "tag_language")
 _FLAG_NAMES = re.compile(rf"\b(?:CueOptions\.)?({'|'.join(CUE_FIELDS + ('chunk_seconds', 'frame_threshold', 'audio_max_len', 'beam_size'))})\b")
+
+
+# decoding flags each mode may or may not take: one that changes nothing in the mode's options
+# (a streaming flag with --mode oneshot) is a contradiction, not silently ignored
+ENGINE_FLAGS = ("beam_size", "chunk_seconds", "frame_threshold", "audio_max_len")
+
+
+def check_contradictions(spec: JobSpec, fields: dict, others: dict) -> None:
+    """A usage error for flags that contradict each other or cannot act."""
+    for name in ENGINE_FLAGS:
+        if fields[name] is not None and not _acts(spec, name, fields[name]):
+            raise click.UsageError(f"--{name.replace('_', '-')} has no effect with --mode {spec.mode}")
+    for flag, fmt in (("vtt_karaoke", "vtt"), ("json_cues", "json")):
+        if fields[flag] and fmt not in spec.formats:
+            raise click.UsageError(f"--{flag.replace('_', '-')} needs the {fmt} format (-f {fmt})")
+    if others.get("ray_address") is not None and others.get("batch_files", 1) > 1:
+        raise click.UsageError("--batch-files and --ray contradict: Ray workers take one file at a time")
+
+
+def _acts(spec: JobSpec, name: str, value) -> bool:
+    """Whether the decoding flag ``name`` changes the mode's options at all."""
+    try:
+        other = dataclasses.replace(spec, **{name: value * 2 + 1}).engine_options()
+    except ValueError:
+        return True  # out of range for the mode: it reads the flag
+    return other != spec.engine_options()
 
 
 def make_spec(**fields) -> JobSpec:
@@ -381,17 +416,24 @@ def stop_message(reporter_ref: list):
 
 
 @contextlib.contextmanager
-def closing_on_interrupt(reporter, message: str):
-    """Close the progress bars however the block ends; a KeyboardInterrupt (a second Ctrl-C,
-    after the first asked for a stop at the next checkpoint) prints ``message`` and exits 130."""
+def closing_on_interrupt(reporter, message: str, stop: Optional[StopFlag] = None):
+    """Close the progress bars however the block ends; a KeyboardInterrupt (a second Ctrl-C, or
+    the step in flight dropped at the end of the stop's grace) prints ``message`` and exits
+    128 + the signal that asked for the stop (130 for Ctrl-C)."""
     try:
         yield
     except KeyboardInterrupt:
         reporter.close()
         click.echo(message, err=True)
-        sys.exit(130)
+        sys.exit(128 + ((stop.signum if stop else None) or signal.SIGINT))
     finally:
         reporter.close()
+
+
+def stop_flag(reporter, ray: Optional[RaySettings]) -> StopFlag:
+    """The run's StopFlag. In this process a stop acts within STOP_GRACE_SECONDS (the step in
+    flight dropped); Ray workers checkpoint on their own, so a Ray run waits for them."""
+    return StopFlag(stop_message([reporter]), grace=None if ray else STOP_GRACE_SECONDS)
 
 
 def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettings,
@@ -402,9 +444,10 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettin
         if not quiet and sys.platform.startswith("linux") and not blas.loaded_path:
             click.echo(f"note: {blas.describe()}", err=True)
         reporter = Reporter(total_files=len(batch.to_run), quiet=quiet)
-        with closing_on_interrupt(reporter, "interrupted: unfinished files stay queued; run again to resume"):
+        stop = stop_flag(reporter, ray)
+        with closing_on_interrupt(reporter, "interrupted: unfinished files stay queued; run again to resume", stop):
             with runners(store, reporter, ray, len(batch.to_run), settings) as make:
-                with StopFlag(stop_message([reporter])) as stop:
+                with stop:
                     make(stop).run(batch.to_run, result)
     lines, code = summary(batch, result)
     for line in lines:
@@ -416,7 +459,8 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettin
 # readable=False: an unreadable file fails as a job of the batch (one line), not the whole command
 @click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False, path_type=Path))
 @spec_options
-@click.option("--force", is_flag=True, help="Redo files that are already done.")
+@click.option("--force", is_flag=True, help="Redo files that are already done, and replace outputs this tool "
+                                            "did not write (or that changed since), which are otherwise kept.")
 @runner_options
 @ray_options
 def run(paths, spec, output_dir, force, runner, db, db_timeout, quiet, ray):
@@ -435,7 +479,10 @@ def run(paths, spec, output_dir, force, runner, db, db_timeout, quiet, ray):
         click.echo(printable(f"error: no media files found in {', '.join(str(p) for p in paths)}"), err=True)
         sys.exit(1)
     batch = Batch(failed=[(str(p), why) for p, why in missing])
-    enqueue_files(store, files, spec, output_dir, force=force, batch=batch)
+    try:
+        enqueue_files(store, files, spec, output_dir, force=force, batch=batch)
+    except NameClash as e:  # before anything was queued
+        raise click.UsageError(printable(str(e))) from e
     run_batch(store, batch, quiet, runner, ray)
 
 
@@ -450,9 +497,19 @@ def _clock(seconds: Optional[float]) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-def _status_of(job: Job, now: float) -> str:
-    dead = job.status == "running" and job.lease_owner and owner_is_dead(job.lease_owner)
-    return "stalled" if dead or job.stalled(now) else job.status
+SHOWN_STATUSES = (*STATUSES, STALLED, GONE)
+
+
+def shown_status(job: Job, now: float) -> str:
+    """The one status ``status`` shows, in its table, count line and JSON alike: ``stalled`` for
+    a running job whose runner is gone (dead, or its lease expired), ``gone`` for a job not done
+    whose input no longer exists, else the stored one."""
+    status = job.status
+    if status == RUNNING and (job.stalled(now) or (job.lease_owner and owner_is_dead(job.lease_owner))):
+        status = STALLED
+    if status in (QUEUED, STALLED, FAILED) and not os.path.lexists(job.path):
+        status = GONE
+    return status
 
 
 def _note(job: Job) -> str:
@@ -472,12 +529,12 @@ def _language(job: Job) -> str:
     return f"{job.language} ({job.language_probability:.2f})"
 
 
-def status_table(jobs: list[Job]) -> str:
-    now = time.time()
+def status_table(jobs: list[tuple[Job, str]]) -> str:
+    """The table of (job, its shown status) pairs."""
     header = ("ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "WORKER", "UPDATED", "FILE", "NOTE")
-    rows = [(str(j.id), _status_of(j, now), f"{_clock(j.progress)}/{_clock(j.duration)}", str(j.runs),
+    rows = [(str(j.id), shown, f"{_clock(j.progress)}/{_clock(j.duration)}", str(j.runs),
              _language(j), j.worker or "-", _when(j.updated_at), printable(j.path), printable(_note(j)))
-            for j in jobs]
+            for j, shown in jobs]
     return "\n".join(_table(header, rows))
 
 
@@ -492,20 +549,34 @@ Examples:
   transcribe status --json | jq '.[] | select(.status == "failed") | .path'
 """)
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of jobs.")
-@click.option("-s", "--status", "statuses", multiple=True, type=click.Choice(STATUSES),
+@click.option("-s", "--status", "statuses", multiple=True, type=click.Choice(SHOWN_STATUSES),
               help="Only jobs with this status (repeatable).")
 @db_option
 def status(as_json, statuses, db, db_timeout):
     store = open_store(db, db_timeout)
-    jobs = store.jobs(statuses=statuses or None)
+    now = time.time()
+    shown = ((j, shown_status(j, now)) for j in store.each_job())
+    shown = ((j, s) for j, s in shown if s in statuses) if statuses else shown
     if as_json:
-        click.echo(json.dumps([j.to_dict() for j in jobs], indent=2, ensure_ascii=False))
-    elif not jobs:
+        write_json_array(j.to_dict(s) for j, s in shown)
+        return
+    jobs = list(shown)
+    if not jobs:
         click.echo("no jobs" + (f" with status {', '.join(statuses)}" if statuses else ""))
-    else:
-        click.echo(status_table(jobs))
-        counts = {s: sum(1 for j in jobs if j.status == s) for s in STATUSES}
-        click.echo(", ".join(f"{n} {s}" for s, n in counts.items() if n))
+        return
+    click.echo(status_table(jobs))
+    counts = Counter(s for _, s in jobs)
+    click.echo(", ".join(f"{counts[s]} {s}" for s in SHOWN_STATUSES if counts[s]))
+
+
+def write_json_array(items) -> None:
+    """A JSON array written item by item: flat memory for any number of jobs."""
+    out = sys.stdout
+    separator = "[\n  "
+    for item in items:
+        out.write(separator + json.dumps(item, ensure_ascii=False))
+        separator = ",\n  "
+    out.write("[]\n" if separator.startswith("[") else "\n]\n")
 
 
 @main.command(help="""Queue jobs again and run them: failed (or stalled) ones resume from their
@@ -565,14 +636,18 @@ Examples:
 def watch(folder, spec, output_dir, stable_seconds, interval, runner, db, db_timeout, quiet, ray):
     store = open_store(db, db_timeout)
     reporter = Reporter(quiet=quiet)
-    with closing_on_interrupt(reporter, "interrupted"):
+    stop = stop_flag(reporter, ray)
+    with closing_on_interrupt(reporter, "interrupted: a file in progress resumes from its last checkpoint", stop):
         with runners(store, reporter, ray, None, runner) as make:
             reporter.info(f"watching {folder} (Ctrl-C to stop)")
-            with StopFlag(stop_message([reporter])) as stop:
+            with stop:
                 result = watch_folder(store, folder, spec, output_dir, make(stop), reporter, stop,
                                       interval=interval, stable_seconds=stable_seconds)
-    # each failure was printed as it happened (the runner's "error:" line): only the count here
-    click.echo(f"watch stopped: {len(result.done)} done, {len(result.failed)} failed", err=True)
+    # each failure was printed as it happened (the runner's "error:" line): only the count here,
+    # of files, by how each one ended (a file restarted while still being written counts once)
+    ended = store.jobs(ids={j.id for j in result.done} | {j.id for j, _ in result.failed})
+    done = sum(1 for j in ended if j.status == DONE)
+    click.echo(f"watch stopped: {done} done, {sum(1 for j in ended if j.status == FAILED)} failed", err=True)
 
 
 @main.command(help="""Show what this installation runs on: versions, the ffmpeg in use, which BLAS

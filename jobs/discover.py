@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import re
+import stat
+import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -33,7 +39,12 @@ TEMPORARY_SUFFIXES = (".part", ".partial", ".tmp", ".temp", ".crdownload", ".dow
 
 
 def is_temporary(path: Path) -> bool:
-    name = path.name.lower()
+    return temporary_name(path.name)
+
+
+def temporary_name(name: str) -> bool:
+    """``is_temporary`` for a bare file name (no Path made: a folder listing has thousands)."""
+    name = name.lower()
     return (name.startswith((".", "~$")) or name.endswith(TEMPORARY_SUFFIXES)
             or (name.startswith("#") and name.endswith("#")))
 
@@ -75,6 +86,20 @@ def broken_link(path: Path) -> Optional[str]:
         return f"symbolic link to {os.readlink(path)}: {e.strerror or e}"
 
 
+def special_file(path: Path) -> Optional[str]:
+    """Why a path that exists is not a file to transcribe: a FIFO, a device or a socket (opening
+    or reading one can wait forever, or never end); None for a regular file or a folder."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    for test, what in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return f"{what}, not a file: refused (only regular files are transcribed)"
+    return None
+
+
 def discover(paths: Iterable[Path], check: Callable[[Path], bool] = has_audio
              ) -> tuple[list[tuple[Path, Optional[Path]]], list[tuple[Path, str]]]:
     """Expand paths into (file, the folder it was found under or None), in a stable order,
@@ -84,37 +109,170 @@ def discover(paths: Iterable[Path], check: Callable[[Path], bool] = has_audio
     Symbolic links to folders are not followed in a folder (a link to ``..`` would loop)."""
     found: list[tuple[Path, Optional[Path]]] = []
     missing: list[tuple[Path, str]] = []
-    seen: set[Path] = set()
+    seen: set[str] = set()
 
     def add(f: Path, root: Optional[Path]) -> None:
-        key = f.resolve()
+        key = resolved(f)
         if key not in seen:
             seen.add(key)
             found.append((f, root))
 
     for path in paths:
         if path.is_dir():
-            for f in sorted(path.rglob("*")):
-                if any(is_temporary(Path(part)) for part in f.relative_to(path).parts[:-1]):
-                    continue
-                if f.is_file() and looks_like_media(f, check):
+            # in Path order (by components), sorted as strings: Path's own comparison is slow
+            for entry in sorted(_walk(path), key=lambda e: e.path.split(os.sep)):
+                f = Path(entry.path)
+                if _is_file(entry) and looks_like_media(f, check):
                     add(f, path)
                 elif is_media_name(f) and (why := broken_link(f)):
                     missing.append((f, why))
         elif path.exists():
-            add(path, None)
+            if why := special_file(path):
+                missing.append((path, why))
+            else:
+                add(path, None)
         else:
             missing.append((path, broken_link(path) or "no such file or folder"))
     return found, missing
 
 
+def _walk(root: Path):
+    """The os.DirEntry of every entry under ``root`` that is not a folder, from one scandir per
+    folder (no stat per file); folders with temporary names and links to folders are not
+    entered."""
+    folders = [root]
+    while folders:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if not is_temporary(Path(entry.name)):
+                    folders.append(Path(entry.path))
+            else:
+                yield entry
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    """A regular file, or a link to one (a link loop is not: its OSError says so)."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
+def resolved(path: Path) -> str:
+    """``str(path.resolve())``, with each folder resolved once per process: a big folder costs
+    one lstat per file, not one per component of its path. (A link is resolved in full.)"""
+    if os.path.islink(path):
+        return str(Path(path).resolve())
+    absolute = os.path.abspath(path)
+    return os.path.join(_resolved_folder(os.path.dirname(absolute)), os.path.basename(absolute))
+
+
+@functools.lru_cache(maxsize=1024)
+def _resolved_folder(folder: str) -> str:
+    return os.path.realpath(folder)
+
+
 def output_stem(source: Path, root: Optional[Path], output_dir: Optional[Path]) -> Path:
     """``<stem>`` next to the source, or under ``output_dir`` mirroring the folder it came from
-    (so two ``talk.mp3`` in different subfolders do not overwrite each other)."""
+    (so two ``talk.mp3`` in different subfolders do not overwrite each other).
+
+    The one naming rule of ``run`` and ``watch``: a file whose stem another media file of its
+    folder shares (``talk.wav`` beside ``talk.mp3``) keeps its extension (``talk.wav.srt``,
+    ``talk.mp3.srt``), whatever else the command named; it depends on the folder only, so two
+    commands (or a watch scan) always give a file the same name. Names that still clash
+    (``a/talk.mp3 b/talk.mp3 -o out/``) are the batch's to refuse (jobs/batch.py)."""
+    name = source.name if _shares_stem(source) else source.stem
     if output_dir is None:
-        return source.with_suffix("")
+        return source.with_name(name)
     relative = source.relative_to(root) if root is not None else Path(source.name)
-    return output_dir / relative.with_suffix("")
+    return output_dir / relative.with_name(name)
+
+
+def _shares_stem(source: Path) -> bool:
+    try:
+        mtime = os.stat(source.parent).st_mtime_ns  # a new or removed entry changes it
+    except OSError:
+        return False
+    own = 0 if is_media_name(source) else 1  # an unknown extension ffmpeg read: counted too
+    return _media_stems(str(source.parent), mtime)[source.stem] + own > 1
+
+
+@functools.lru_cache(maxsize=256)
+def _media_stems(folder: str, mtime_ns: int) -> Counter:
+    """How many media files of ``folder`` have each stem (one listing per folder and state)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return Counter()
+    stems = (os.path.splitext(n) for n in names if not temporary_name(n))
+    return Counter(stem for stem, ext in stems if ext.lower() in MEDIA_EXTENSIONS)
+
+
+# The temporary files of transcriber's atomic writer (writers.temp_prefix): ``.NAME-HASH6.XXXXXXXX.part``,
+# and before it ``.FULL-NAME.XXXXXXXX.part`` of an output name. A kill between writing one and
+# renaming it leaves it behind; one older than STALE_SECONDS is no live writer's (a write takes
+# well under a second), and the next run over that folder removes it.
+_OUR_TEMPORARY = re.compile(r"\..{1,32}-[0-9a-f]{6}\.[a-z0-9_]{8}\.part|\..+\.(srt|vtt|json|txt)\.[a-z0-9_]{8}\.part",
+                            re.DOTALL)
+STALE_SECONDS = 60.0
+_cleaned: set[str] = set()  # folders this process has swept already
+
+
+def remove_stale_temporaries(folder: Path, now: Optional[float] = None) -> list[Path]:
+    """Remove the atomic writer's temporary files a kill left in ``folder`` (once per process
+    and folder); the paths removed."""
+    if str(folder) in _cleaned:
+        return []
+    _cleaned.add(str(folder))
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    for entry in entries:
+        if not _OUR_TEMPORARY.fullmatch(entry.name):
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime > STALE_SECONDS:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:
+            continue
+    return removed
+
+
+@dataclass(frozen=True)
+class FileSignature:
+    """What an output file held when this tool wrote it: size and mtime catch a change for the
+    price of a stat(); the SHA-256 of the whole (small) file decides when they differ."""
+
+    size: int
+    mtime_ns: int
+    sha256: str
+
+
+def file_signature(path: Path) -> FileSignature:
+    """OSError if the file cannot be read."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    return FileSignature(st.st_size, st.st_mtime_ns, digest)
+
+
+def unchanged(path: Path, written: FileSignature) -> bool:
+    """The file is still what was written (False if it is gone or cannot be read)."""
+    try:
+        st = os.stat(path)
+        if (st.st_size, st.st_mtime_ns) == (written.size, written.mtime_ns):
+            return True
+        return st.st_size == written.size and file_signature(path).sha256 == written.sha256
+    except OSError:
+        return False
 
 
 # The content key tells "the same file as last time" from "a new or changed file".
@@ -133,9 +291,13 @@ SAMPLE_BYTES = 64 * 1024
 
 
 def content_key(path: Path) -> str:
-    """``size:mtime_ns:sha256-prefix``; OSError if the file cannot be read."""
-    with open(path, "rb") as f:
+    """``size:mtime_ns:sha256-prefix``; OSError if the file cannot be read, or is not a regular
+    file (opened without blocking: a FIFO that no one writes would wait forever)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, "rb") as f:
         st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is not a regular file")
         digest = hashlib.sha256()
         offsets = sorted({0, max(0, st.st_size // 2 - SAMPLE_BYTES // 2), max(0, st.st_size - SAMPLE_BYTES)})
         for offset in offsets:

@@ -22,7 +22,9 @@ job is queued again until it has failed ``max_attempts`` times, except for an un
 which no retry can fix (it is retried when the file changes, or by ``transcribe retry``).
 
 SIGINT/SIGTERM (``StopFlag``) stop the runner after the current job's next checkpoint; the job
-goes back to the queue and resumes from there next time. A second Ctrl-C stops at once.
+goes back to the queue and resumes from there next time. A second Ctrl-C stops at once, and so
+does a step that has not reached its checkpoint STOP_GRACE_SECONDS after the first (its work is
+dropped: the job resumes from the checkpoint before it).
 """
 
 from __future__ import annotations
@@ -39,11 +41,11 @@ from typing import Optional
 
 from transcriber import AudioError, ModelError, Segment, Step, TranscriberError, assemble, probe, write_outputs
 
-from .discover import content_key
+from .discover import content_key, remove_stale_temporaries
 from .engines import EngineCache
 from .progress import FileBar, Reporter
 from .spec import JobSpec
-from .store import FAILED, Job, JobStore, LeaseLost, Resume, StoreError, owner_id
+from .store import FAILED, Job, JobStore, LeaseLost, Resume, StoreError, owner_id, refusal
 
 DEFAULT_LEASE_SECONDS = 60.0  # a runner that stops heartbeating loses its job after this long
 DEFAULT_CHECKPOINT_SECONDS = 10.0
@@ -71,14 +73,24 @@ class Stopped(Exception):
     """A stop was requested; the job was checkpointed and is given back."""
 
 
-class StopFlag:
-    """SIGINT/SIGTERM request a stop (the runner checks it at each checkpoint); a second SIGINT
-    raises KeyboardInterrupt at once. Handlers are installed only in the main thread."""
+# After a stop is asked, how long the step being decoded may take to reach its checkpoint; past
+# that it is dropped (the job resumes from its last checkpoint), so a stop acts within 2 s even
+# in a long one-shot window or a slow model load.
+STOP_GRACE_SECONDS = 1.5
 
-    def __init__(self, on_request=None):
+
+class StopFlag:
+    """SIGINT/SIGTERM request a stop (the runner checks it at each step and checkpoints there);
+    a second SIGINT raises KeyboardInterrupt at once, and so does the end of ``grace`` seconds
+    after the first request (None: wait for the checkpoint however long). Handlers are
+    installed only in the main thread."""
+
+    def __init__(self, on_request=None, grace: Optional[float] = None):
         self.signum: Optional[int] = None
         self.on_request = on_request
+        self.grace = grace
         self._previous: dict[int, object] = {}
+        self._timer: Optional[threading.Timer] = None
 
     @property
     def requested(self) -> bool:
@@ -89,6 +101,12 @@ class StopFlag:
         self.signum = self.signum or signum
         if first and self.on_request:
             self.on_request(signum)
+        if first and self.grace is not None and self._previous:
+            # a real SIGINT to the main thread: a blocking call there (a sleep, a read) is cut short
+            main = threading.main_thread().ident
+            self._timer = threading.Timer(self.grace, signal.pthread_kill, [main, signal.SIGINT])
+            self._timer.daemon = True
+            self._timer.start()
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None and signum == signal.SIGINT:
@@ -108,6 +126,8 @@ class StopFlag:
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
@@ -271,8 +291,8 @@ class Attempt:
         self.committed += self.pending
         self.pending, self.state = [], None
         _kill_hook(f"checkpoint:{seq}")
-        if self.spec.live:
-            self._write(self.committed)
+        if self.spec.live:  # recorded as the job's at once, not only when it is done
+            self.store.record_outputs(self.job.id, self._write(self.committed))
 
     def complete(self) -> None:
         """The engine reached the end of the file: commit the rest, the words are complete."""
@@ -293,10 +313,27 @@ class Attempt:
         return written
 
     def _write(self, segments: list[Segment]) -> list[str]:
+        """Write the outputs, each one only if it is not the user's (see ``_check_ours``)."""
         transcript = assemble(segments, self.language, self.duration, self.model or "", self.probability,
                               self.spec.task)
-        written = write_outputs(transcript, Path(self.job.output_stem), self.spec.formats, self.spec.output_options())
-        return [str(p) for p in written]
+        language = "en" if self.spec.task == "translate" else self.language
+        paths = self.spec.output_paths(self.job.output_stem, language)
+        self._check_ours(paths)
+        self.store.expect_outputs(self.job.id, [str(p) for p in paths])
+        stem = Path(self.spec.named_stem(self.job.output_stem, language))
+        return [str(p) for p in write_outputs(transcript, stem, self.spec.formats, self.spec.output_options())]
+
+    def _check_ours(self, paths: list[Path]) -> None:
+        """OutputConflict when an output exists that this job did not write, or that changed
+        since (a hand-made subtitle, another file's transcript): the user's, left as it is.
+        Also removes the temporary files a killed writer left in the outputs' folder."""
+        remove_stale_temporaries(paths[0].parent)
+        present = [p for p in paths if os.path.lexists(p)]
+        records = self.store.output_records([str(p) for p in present]) if present else {}
+        for path in present:
+            why = refusal(path, records.get(str(path)), self.job.path, self.job.output_stem, self.job.outputs)
+            if why:
+                raise OutputConflict(f"not written: {why}")
 
     def check_source(self) -> None:
         """The file still holds what this attempt started on; SourceChanged if not.
@@ -514,7 +551,8 @@ class Runner:
         # The input itself is bad (unreadable, no audio, a bad option for this model): retrying
         # cannot help until the file or the options change. An error may say otherwise itself
         # (``retryable``: a Ray worker that died on this file once may be retried, not twice).
-        retryable = getattr(error, "retryable", not isinstance(error, (AudioError, _SetupError, SourceChanged)))
+        retryable = getattr(error, "retryable",
+                            not isinstance(error, (AudioError, _SetupError, SourceChanged, OutputConflict)))
         try:
             status = self.store.fail(job.id, self.owner, message, retryable, self.max_attempts)
         except LeaseLost:
@@ -533,6 +571,10 @@ class SourceChanged(TranscriberError):
     """The input was rewritten mid-run. Not retried as is: the job keeps the key it started
     with, so the next enqueue (a rerun, or watch once the file is stable again) sees new
     content and redoes it from scratch, its old words dropped."""
+
+
+class OutputConflict(TranscriberError):
+    """An output file is the user's (not written by this job, or changed since): not replaced."""
 
 
 class _SetupError(TranscriberError):

@@ -14,12 +14,14 @@ Two hashes of it matter:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
-from transcriber import DEFAULT_MODE, DEFAULT_MODEL, CueOptions, OutputOptions, engine_options
+from transcriber import DEFAULT_MODE, DEFAULT_MODEL, FORMATS, CueOptions, OutputOptions, engine_options
 
 # Bump when the meaning of stored words or engine states changes for the same options (a
 # decoding fix that should redo finished files): every fingerprint changes with it.
@@ -55,6 +57,8 @@ class JobSpec:
     max_duration: float = _CUES.max_duration
     vtt_karaoke: bool = False
     json_cues: bool = False
+    # outputs named talk.en.srt (the language before the extension, as media servers read it)
+    tag_language: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "formats", tuple(self.formats))
@@ -77,19 +81,53 @@ class JobSpec:
         """A short hash of everything that changes the words.
 
         Taken over the *resolved* library options, so a changed library default redoes jobs as
-        surely as a changed flag does.
+        surely as a changed flag does. Computed once per spec (a batch of 10,000 files has one).
         """
-        words = {"version": FINGERPRINT_VERSION, "model": self.model, "mode": self.mode,
-                 "options": dataclasses.asdict(self.engine_options())}
-        text = json.dumps(words, sort_keys=True, default=list)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return _fingerprint(self)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["formats"] = list(self.formats)
         return d
 
+    def stored(self) -> dict:
+        """``to_dict``, made once per spec and shared: not to be modified."""
+        return _stored(self)
+
+    def named_language(self) -> Optional[str]:
+        """The language the outputs' names carry when it is known before decoding (given, or
+        English for a translation); None when it will be detected."""
+        return "en" if self.task == "translate" else self.language
+
+    def output_paths(self, stem: str, language: Optional[str]) -> list[Path]:
+        """The files a job with this spec writes: ``stem`` + each format's extension, with
+        ``tag_language`` the ``language`` code before it (``talk.en.srt``; ``und`` when no
+        language is known). Without ``tag_language`` the language plays no part."""
+        return [Path(name) for name in self.output_names(stem, language)]
+
+    def output_names(self, stem: str, language: Optional[str]) -> list[str]:
+        """``output_paths`` as strings (no Path made: a batch of 10,000 files asks for each)."""
+        stem = self.named_stem(stem, language)
+        return [stem + FORMATS[fmt][0] for fmt in self.formats]
+
+    def named_stem(self, stem: str, language: Optional[str]) -> str:
+        """``stem``, or with ``tag_language`` ``stem.LANG`` (see ``output_paths``)."""
+        return f"{stem}.{language or 'und'}" if self.tag_language else stem
+
     @classmethod
     def from_dict(cls, d: dict) -> "JobSpec":
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: (tuple(v) if k == "formats" else v) for k, v in d.items() if k in known})
+
+
+@functools.lru_cache(maxsize=64)
+def _fingerprint(spec: JobSpec) -> str:
+    words = {"version": FINGERPRINT_VERSION, "model": spec.model, "mode": spec.mode,
+             "options": dataclasses.asdict(spec.engine_options())}
+    text = json.dumps(words, sort_keys=True, default=list)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=64)
+def _stored(spec: JobSpec) -> dict:
+    return spec.to_dict()

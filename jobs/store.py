@@ -24,6 +24,7 @@ no longer write anything for that job (``LeaseLost``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -40,8 +41,13 @@ from sqlite_utils.migrations import Migrations
 
 from transcriber import Segment, Word
 
+from .discover import FileSignature, file_signature, unchanged
+
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 STATUSES = (QUEUED, RUNNING, DONE, FAILED)
+# What ``transcribe status`` shows besides: a running job whose runner is gone, a job not done
+# whose input file is gone (deleted or renamed)
+STALLED, GONE = "stalled", "gone"
 
 # What ``enqueue``/``retry`` did with a path or job.
 NEW = "new"  # first time seen: queued
@@ -51,6 +57,8 @@ OUTPUTS = "outputs"  # done, only the output settings changed or outputs are mis
 SKIP = "skip"  # done with the same content and options, outputs present
 FAILED_BEFORE = "failed"  # failed on its input (unreadable media); retried when the file changes
 BUSY = "busy"  # running under another runner's live lease
+REFUSED = "refused"  # would replace an output that is not its own (enqueue_many's ``vet``): left as it was
+_WRITTEN = (NEW, REDO, RESUME, OUTPUTS)  # the actions that change the job's row
 
 migrations = Migrations("transcriber.jobs")
 
@@ -100,6 +108,23 @@ def m005_warnings(db: Database) -> None:
     db["jobs"].add_column("warnings", str)
 
 
+@migrations()
+def m006_outputs(db: Database) -> None:
+    """The files this tool wrote, as it wrote them (size, mtime, SHA-256), and for which job: a
+    subtitle file that is not in here, or that changed since, is the user's, never overwritten
+    without --force."""
+    db["outputs"].create({"path": str, "job_id": int, "size": int, "mtime_ns": int, "sha256": str,
+                          "written_at": float}, pk="path", not_null={"job_id", "sha256"})
+
+
+@migrations()
+def m007_job_is_file_and_place(db: Database) -> None:
+    """A job is a file and the place its outputs go (``output_stem``): the same file transcribed
+    into another folder is another job, so a one-off run elsewhere never touches a done one."""
+    db.execute("DROP INDEX IF EXISTS idx_jobs_path")
+    db["jobs"].create_index(["path", "output_stem"], unique=True)
+
+
 class StoreError(Exception):
     """The database cannot be opened or used (one line, for the CLI)."""
 
@@ -112,6 +137,8 @@ class NewerDatabase(StoreError):
     """The database was migrated by a newer version of this program."""
 
 
+ENQUEUE_BATCH = 500  # files queued per transaction
+PENDING = ""  # the signature of an output being written (expect_outputs)
 DEFAULT_TIMEOUT = 30.0  # seconds a statement waits for another process's lock
 NOTICE_AFTER = 3.0  # a wait this long is told to the user (``on_wait``), once per wait
 
@@ -274,12 +301,18 @@ class Job:
         """Running, but its runner's lease has expired (the runner died or hung)."""
         return self.status == RUNNING and (self.lease_expires or 0) < (now or time.time())
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
+    def to_dict(self, status: Optional[str] = None) -> dict:
+        """The job as plain data; ``status``: the one shown (``stalled``, ``gone``: see
+        jobs/cli.py's ``shown_status``), with ``stalled`` true exactly when it says so."""
+        d = {name: getattr(self, name) for name in _FIELDS}  # not asdict: a deep copy per job
         d["outputs"] = list(self.outputs)
         d["warnings"] = list(self.warnings)
-        d["stalled"] = self.stalled()
+        d["status"] = status or self.status
+        d["stalled"] = d["status"] == STALLED if status else self.stalled()
         return d
+
+
+_FIELDS = [f.name for f in dataclasses.fields(Job)]
 
 
 @dataclass(frozen=True)
@@ -290,6 +323,38 @@ class Resume:
     state: Optional[dict] = None  # the engine's state after the last committed segment
     position: float = 0.0  # seconds of audio done
     checkpoints: int = 0
+
+
+@dataclass(frozen=True)
+class OutputRecord:
+    """A file this tool wrote: for which job, and what it held then."""
+
+    path: str
+    job_id: int
+    signature: FileSignature
+    job_path: Optional[str]  # the job's input and output stem (None: the job was deleted)
+    job_stem: Optional[str]
+
+
+def refusal(path: Path, record: Optional[OutputRecord], job_path: str, job_stem: str,
+            listed: Iterable[str] = ()) -> Optional[str]:
+    """Why the job of (``job_path``, ``job_stem``) must not replace ``path``, an existing file
+    (``record``: what this tool wrote there, if anything); None when it may. ``listed``: the
+    job's own list of outputs, which vouches for a file written before outputs were recorded
+    (a database of an older version)."""
+    if record is None and str(path) in listed:
+        return None
+    if record is None:
+        return f"{path} exists and was not written by transcribe; --force replaces it"
+    if (record.job_path, record.job_stem) != (job_path, job_stem):
+        return f"{path} holds the transcript of another file ({record.job_path}); --force replaces it"
+    if record.signature.sha256 != PENDING and not unchanged(path, record.signature):
+        return f"{path} was changed since transcribe wrote it; --force replaces it"
+    return None
+
+
+# Asked by enqueue_many before a file is queued to write outputs: a reason not to, or None.
+Vet = Callable[["Request", Optional[Job]], Optional[str]]
 
 
 @dataclass(frozen=True)
@@ -331,7 +396,10 @@ class JobStore:
             self._migrate()
         except StoreError:
             raise
-        except (sqlite3.Error, OSError) as e:
+        except OSError as e:  # its folder: not a folder, not writable...
+            raise StoreError(f"cannot open job database {self.path} ({e.strerror or e}): make its folder "
+                             f"{self.path.parent} writable, or put it elsewhere with --db or $TRANSCRIBER_DB") from e
+        except sqlite3.Error as e:
             raise StoreError(f"cannot open job database {self.path}: {e}") from e
 
     def _migrate(self) -> None:
@@ -379,8 +447,45 @@ class JobStore:
         return Job.from_row(rows[0]) if rows else None
 
     def by_path(self, path: str) -> Optional[Job]:
-        rows = list(self.db.query("SELECT * FROM jobs WHERE path = ?", [path]))
+        """The file's job (the latest one, when it was sent to several output folders)."""
+        rows = list(self.db.query("SELECT * FROM jobs WHERE path = ? ORDER BY updated_at DESC, id DESC LIMIT 1",
+                                  [path]))
         return Job.from_row(rows[0]) if rows else None
+
+    def output_records(self, paths: Optional[Iterable[str]] = None) -> dict[str, OutputRecord]:
+        """The files this tool wrote (among ``paths``; all of them if None), by path."""
+        sql = ("SELECT o.path, o.job_id, o.size, o.mtime_ns, o.sha256, j.path AS job_path, j.output_stem "
+               "FROM outputs o LEFT JOIN jobs j ON j.id = o.job_id")
+        params: list = []
+        if paths is not None:
+            sql += " WHERE o.path IN (SELECT value FROM json_each(?))"
+            params.append(json.dumps(list(paths)))
+        return {r["path"]: OutputRecord(r["path"], r["job_id"], FileSignature(r["size"], r["mtime_ns"], r["sha256"]),
+                                        r["job_path"], r["output_stem"])
+                for r in self.db.query(sql, params)}
+
+    def expect_outputs(self, job_id: int, paths: Iterable[str]) -> None:
+        """The job is about to write these files (found free, or its own): recorded first, with
+        no signature yet, so that a kill between the write and ``finish`` leaves them the job's."""
+        now = time.time()
+        with self.db.atomic():
+            for path in paths:
+                self.db.execute("INSERT OR REPLACE INTO outputs (path, job_id, size, mtime_ns, sha256, written_at) "
+                                "VALUES (?, ?, -1, -1, ?, ?)", [str(path), job_id, PENDING, now])
+
+    def record_outputs(self, job_id: int, paths: Iterable[str]) -> None:
+        """Files written for a job (or, with --force, taken over by it): recorded as they are now."""
+        with self.db.atomic():
+            self._record_outputs(job_id, paths, time.time())
+
+    def _record_outputs(self, job_id: int, paths: Iterable[str], now: float) -> None:
+        for path in paths:
+            try:
+                sig = file_signature(Path(path))
+            except OSError:
+                continue  # gone already: nothing of the user's to protect there
+            self.db.execute("INSERT OR REPLACE INTO outputs (path, job_id, size, mtime_ns, sha256, written_at) "
+                            "VALUES (?, ?, ?, ?, ?, ?)", [str(path), job_id, sig.size, sig.mtime_ns, sig.sha256, now])
 
     def jobs(self, statuses: Optional[Iterable[str]] = None, ids: Optional[Iterable[int]] = None) -> list[Job]:
         where, params = [], []
@@ -392,6 +497,10 @@ class JobStore:
             params.append(json.dumps(list(ids)))
         sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id"
         return [Job.from_row(r) for r in self.db.query(sql, params)]
+
+    def each_job(self) -> Iterable[Job]:
+        """Every job, in id order, read as it is consumed (flat memory for any number of jobs)."""
+        return map(Job.from_row, self.db.query("SELECT * FROM jobs ORDER BY id"))
 
     def checkpoints(self, job_id: int) -> list[dict]:
         """The checkpoint rows of a job, in order, without their (large) payloads."""
@@ -414,42 +523,98 @@ class JobStore:
 
     def enqueue(self, request: Request, force: bool = False,
                 outputs_present: Callable[[Iterable[str]], bool] = _all_exist) -> tuple[Job, str]:
-        """Queue a file unless it is done with the same content and options; what was done.
+        """Queue a file unless it is done with the same content and options; what was done."""
+        return self.enqueue_many([request], force, outputs_present)[0]
 
-        One transaction: two processes enqueueing the same folder agree on every job.
-        """
+    def enqueue_many(self, requests: Sequence[Request], force: bool = False,
+                     outputs_present: Callable[[Iterable[str]], bool] = _all_exist,
+                     vet: Optional[Vet] = None) -> list[tuple[Optional[Job], str]]:
+        """``enqueue`` for many files, in transactions of ``ENQUEUE_BATCH``: each holds the write
+        lock from its start, so two processes enqueueing the same folder agree on every job,
+        and 10,000 files cost a few commits, not 10,000.
+
+        ``vet(request, job)`` (job: the existing one, or None) is asked before a file would be
+        queued to write its outputs; a reason means REFUSED: nothing is written for it (the job
+        stays as it was; None in its place when there was none)."""
+        out: list[tuple[Optional[Job], str]] = []
+        for i in range(0, len(requests), ENQUEUE_BATCH):
+            out += self._enqueue_batch(requests[i:i + ENQUEUE_BATCH], force, outputs_present, vet)
+        return out
+
+    def _enqueue_batch(self, requests: Sequence[Request], force: bool,
+                       outputs_present: Callable[[Iterable[str]], bool],
+                       vet: Optional[Vet]) -> list[tuple[Optional[Job], str]]:
         now = time.time()
-        spec = json.dumps(request.spec, sort_keys=True)
-        with self.db.atomic():
-            # A write first: this transaction holds the write lock from here on.
+        done: dict[tuple[str, str], tuple[Optional[Job], str]] = {}  # (path, output_stem) -> (job, action)
+        specs: dict[int, str] = {}  # the JSON of each spec dict, made once (a batch shares one)
+        with self._write_transaction():
+            existing = self._by_identity(requests)
+            for request in requests:
+                key = (request.path, request.output_stem)
+                if key not in done:
+                    if id(request.spec) not in specs:
+                        specs[id(request.spec)] = json.dumps(request.spec, sort_keys=True)
+                    done[key] = self._enqueue_one(request, existing.get(key), specs[id(request.spec)], force,
+                                                  outputs_present, vet, now)
+            changed = [job.id for job, action in done.values() if action in _WRITTEN]
+            fresh = {j.id: j for j in self.jobs(ids=changed)} if changed else {}
+        return [(fresh.get(job.id, job) if job else None, action) for job, action in done.values()]
+
+    def _enqueue_one(self, request: Request, job: Optional[Job], spec: str, force: bool,
+                     outputs_present: Callable[[Iterable[str]], bool], vet: Optional[Vet],
+                     now: float) -> tuple[Optional[Job], str]:
+        """One file of ``_enqueue_batch`` (inside its transaction): (the job as read, the action)."""
+        if job is None:
+            if vet is not None and vet(request, None):
+                return None, REFUSED
             cursor = self.db.execute(
                 "INSERT INTO jobs (path, content_key, fingerprint, spec, output_stem, status, "
-                "created_at, queued_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT(path) DO NOTHING",
+                "created_at, queued_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [request.path, request.content_key, request.fingerprint, spec, request.output_stem,
                  QUEUED, now, now, now])
-            if cursor.rowcount == 1:
-                return self.get(cursor.lastrowid), NEW
-            job = self.by_path(request.path)
-            action = self._decide(job, request, spec, force, outputs_present, now)
-            if action == REDO:
-                self._reset(job.id, request.content_key, request.fingerprint, spec, request.output_stem, now)
-            elif action in (RESUME, OUTPUTS):
-                self.db.execute(
-                    "UPDATE jobs SET status = ?, spec = ?, output_stem = ?, errors = CASE WHEN status = ? "
-                    "THEN 0 ELSE errors END, lease_owner = NULL, lease_expires = NULL, queued_at = ?, "
-                    "updated_at = ? WHERE id = ?",
-                    [QUEUED, spec, request.output_stem, FAILED, now, now, job.id])
-        return self.get(job.id), action
+            return Job(cursor.lastrowid, request.path, request.content_key, request.fingerprint, request.spec,
+                       request.output_stem, QUEUED), NEW
+        action = self._decide(job, request, force, outputs_present, now)
+        if action in (REDO, RESUME, OUTPUTS) and vet is not None and vet(request, job):
+            return job, REFUSED
+        if action == REDO:
+            self._reset(job.id, request.content_key, request.fingerprint, spec, request.output_stem, now)
+        elif action in (RESUME, OUTPUTS):
+            self.db.execute(
+                "UPDATE jobs SET status = ?, spec = ?, errors = CASE WHEN status = ? "
+                "THEN 0 ELSE errors END, lease_owner = NULL, lease_expires = NULL, queued_at = ?, "
+                "updated_at = ? WHERE id = ?",
+                [QUEUED, spec, FAILED, now, now, job.id])
+        return job, action
+
+    def _by_identity(self, requests: Sequence[Request]) -> dict[tuple[str, str], Job]:
+        """The jobs of these (path, output_stem) pairs that exist, in one query."""
+        pairs = json.dumps([[r.path, r.output_stem] for r in requests])
+        rows = self.db.query(
+            "SELECT * FROM jobs WHERE (path, output_stem) IN (SELECT json_extract(value, '$[0]'), "
+            "json_extract(value, '$[1]') FROM json_each(?))", [pairs])
+        return {(j.path, j.output_stem): j for j in map(Job.from_row, rows)}
+
+    @contextlib.contextmanager
+    def _write_transaction(self):
+        """A transaction that takes the write lock at its start (waiting for it as every
+        statement does), so nothing it read can go stale before it writes."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.conn.rollback()
+            raise
+        self.db.execute("COMMIT")
 
     @staticmethod
-    def _decide(job: Job, request: Request, spec: str, force: bool,
+    def _decide(job: Job, request: Request, force: bool,
                 outputs_present: Callable[[Iterable[str]], bool], now: float) -> str:
         if job.status == RUNNING and not job.stalled(now):
             return BUSY
         if force or job.content_key != request.content_key or job.fingerprint != request.fingerprint:
             return REDO
-        same_outputs = json.dumps(job.spec, sort_keys=True) == spec and job.output_stem == request.output_stem
+        same_outputs = job.spec == request.spec  # (dicts: no JSON made per job)
         if job.status == DONE:
             return SKIP if same_outputs and outputs_present(job.outputs) else OUTPUTS
         if job.status == FAILED and not job.retryable:
@@ -594,12 +759,14 @@ class JobStore:
         return seq
 
     def finish(self, job_id: int, owner: str, outputs: Sequence[str]) -> None:
+        """The job is done: its outputs, as they are now (``outputs`` records them), are its."""
         now = time.time()
         with self.db.atomic():
             self._fenced(job_id, owner, "status = ?, outputs = ?, progress = coalesce(nullif(duration, 0), "
                          "progress), last_error = NULL, lease_owner = NULL, "
                          "lease_expires = NULL, updated_at = ?, finished_at = ?",
                          [DONE, json.dumps([str(p) for p in outputs]), now, now])
+            self._record_outputs(job_id, outputs, now)
 
     def release(self, job_id: int, owner: str) -> None:
         """Give a job back to the queue (stopped by a signal); its checkpoint stays."""

@@ -9,16 +9,17 @@ its name is not a temporary one (``.part``, ``.crdownload``, dot-files...).
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from .batch import request_for
+from .batch import refusals, request_for
 from .discover import has_audio, is_temporary, looks_like_media
 from .progress import Reporter
 from .runner import RunResult, Runner, StopFlag
 from .spec import JobSpec
-from .store import BUSY, FAILED_BEFORE, SKIP, JobStore
+from .store import BUSY, FAILED_BEFORE, REFUSED, SKIP, JobStore
 
 Signature = tuple[int, int]  # (size, mtime_ns)
 
@@ -47,6 +48,8 @@ class StableFiles:
             try:
                 st = path.stat()
             except OSError:  # vanished between listing and stat
+                continue
+            if not stat.S_ISREG(st.st_mode):  # a FIFO, a socket...: never opened (it could block)
                 continue
             signature = (st.st_size, st.st_mtime_ns)
             previous = self.seen.get(path)
@@ -81,7 +84,11 @@ def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path]
                 request = request_for(path, root, output_dir, spec)
             except OSError:
                 continue  # vanished or unreadable now: looked at again at the next scan
-            job, action = store.enqueue(request)
+            ((job, action),) = store.enqueue_many([request], vet=lambda r, j: refusals(store, r, spec, j))
+            if action == REFUSED:  # an output the user made (or changed): left alone until the file changes
+                tracker.mark_taken(path)
+                reporter.error(f"skipped: {path}: {refusals(store, request, spec, job)}")
+                continue
             if action == BUSY:
                 continue  # another runner has it: look again later (it may have changed since)
             tracker.mark_taken(path)

@@ -8,9 +8,16 @@ The model is never loaded: a scripted engine (tests/test_jobs_runner.py's) stand
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
+import socket
 import sqlite3
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +31,7 @@ from jobs.spec import JobSpec
 from jobs.store import JobStore
 from transcriber import Segment, Step, Word
 
-from .conftest import JFK, PRESS_YARD, damaged_flac
+from .conftest import JFK, PRESS_YARD, ROOT, damaged_flac
 from .test_jobs_runner import ScriptedEngine
 
 
@@ -324,3 +331,194 @@ def test_ffmpeg_errors_on_a_file_it_decodes_are_kept_on_the_job_as_a_warning(tmp
         assert invoke("--db", str(db), str(media), "--mode", mode, "-f", "json", "-q").exit_code == 0
         assert intact(db, media)["warnings"] is None
         assert json.loads(invoke("--db", str(db), "status", "--json").stdout)[0]["warnings"] == []
+
+
+# --- issue 18: usage errors before anything is queued; nothing hangs; the environment named -----
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "base", "--language", "xx"], "unknown language 'xx': --language takes one of Whisper's codes: en, "),
+    (["--model", "no-such-model"], "unknown model 'no-such-model': --model takes a name, tiny.en (pip install "),
+    (["--mode", "oneshot", "--chunk-seconds", "2"], "--chunk-seconds has no effect with --mode oneshot"),
+    (["--vtt-karaoke"], "--vtt-karaoke needs the vtt format (-f vtt)"),
+    (["--json-cues", "-f", "srt"], "--json-cues needs the json format (-f json)"),
+])
+def test_usage_errors_come_before_anything_is_queued(tmp_path, media, monkeypatch, args, message):
+    """Exit 2 with the cause (an unknown model names the pip packages and folder layouts), the
+    database not even created, the engine never asked."""
+    engine = ScriptedEngine(n=4)
+    use_engine(monkeypatch, engine)
+    db = tmp_path / "jobs.db"
+    result = invoke("--db", str(db), str(media), "-q", *args)
+    no_traceback(result)
+    assert result.exit_code == 2
+    assert f"Error: {message}" in result.stderr
+    if "no-such-model" in args:
+        assert "CTranslate2 layout (model.bin" in result.stderr and "MLX layout" in result.stderr
+    assert not db.exists() and engine.started_from == []
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The command in its own process (a hang is a TimeoutExpired, not a stuck suite)."""
+    return subprocess.run([sys.executable, "-m", "jobs", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "TRANSCRIBER_BLAS": "none", **(env or {})}, cwd=ROOT)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device"])
+def test_a_fifo_socket_or_device_named_is_refused_at_once(tmp_path, kind):
+    """Never opened (a FIFO nobody writes would block the content key's open() forever): one
+    line naming it, exit 1, within seconds."""
+    if kind == "fifo":
+        path = tmp_path / "pipe.wav"
+        os.mkfifo(path)
+        what = "a named pipe (FIFO)"
+    elif kind == "socket":
+        path = tmp_path / "sock.wav"
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+        what = "a socket"
+    else:
+        path, what = Path("/dev/zero"), "a character device"
+    result = cli("--db", str(tmp_path / "jobs.db"), str(path), "-q", timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        "0 done, 0 skipped, 1 failed",
+        f"failed: {path}: {what}, not a file: refused (only regular files are transcribed)"]
+
+
+def test_a_queued_file_deleted_since_is_gone_in_every_view(tmp_path, media):
+    """Queued, then deleted: ``gone`` in the table, the count line and --json; ``-s gone`` finds it."""
+    db = tmp_path / "jobs.db"
+    with JobStore(db) as store:
+        store.enqueue(request_for(media, None, None, JobSpec()))
+    media.unlink()
+    table = invoke("status", "--db", str(db)).stdout.splitlines()
+    assert table[1].split()[1] == "gone" and table[-1] == "1 gone"
+    (job,) = json.loads(invoke("status", "--db", str(db), "--json").stdout)
+    assert job["status"] == "gone" and job["stalled"] is False
+    assert invoke("status", "--db", str(db), "-s", "gone").stdout.splitlines()[-1] == "1 gone"
+
+
+def test_a_name_of_241_bytes_and_more_gets_its_outputs(tmp_path, monkeypatch):
+    """A 250-byte name (255 is the usual limit): its outputs (249 bytes) fit, and so must the
+    atomic writer's temporary names."""
+    media = tmp_path / ("x" * 245 + ".flac")
+    shutil.copy(PRESS_YARD, media)
+    use_engine(monkeypatch, ScriptedEngine(n=4))
+    result = invoke("--db", str(tmp_path / "jobs.db"), str(media), "-f", "srt,json", "-q")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.suffix for p in tmp_path.glob("x*")) == [".flac", ".json", ".srt"]
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+
+
+def test_stale_part_files_are_removed_by_the_next_run(tmp_path, media, monkeypatch):
+    """What a kill between writing and renaming leaves (today's temporary names and the old
+    ``.talk.srt.XXXXXXXX.part``) is removed once it is a minute old; a fresh one (another
+    writer's, maybe) and files that are not ours stay."""
+    from transcriber.writers import temp_prefix
+    old = [tmp_path / ".talk.srt.ab12cd34.part", tmp_path / f"{temp_prefix('talk.json')}zz9_abcd.part"]
+    fresh = tmp_path / f"{temp_prefix('talk.srt')}fresh123.part"
+    other = tmp_path / ".download.part"
+    for path in (*old, fresh, other):
+        path.write_text("partial")
+    for path in (*old, other):
+        os.utime(path, (time.time() - 3600,) * 2)
+    use_engine(monkeypatch, ScriptedEngine(n=4))
+    assert invoke("--db", str(tmp_path / "jobs.db"), str(media), "-f", "srt,json", "-q").exit_code == 0
+    assert [p.exists() for p in (*old, fresh, other)] == [False, False, True, True]
+
+
+def test_a_stale_conversion_folder_is_no_model_and_the_next_conversion_removes_it(tmp_path, monkeypatch):
+    """kill -9 mid-conversion leaves models/.convert-XXXX: `transcribe models` does not list
+    it, and the next conversion in that cache removes it once it is stale (not a fresh one)."""
+    import numpy as np
+    from transcriber.model import loader
+    monkeypatch.setenv("TRANSCRIBER_CACHE", str(tmp_path / "cache"))
+    models = tmp_path / "cache" / "models"
+    stale, fresh = models / ".convert-k1ll3d", models / ".convert-wr1t1n"
+    for folder in (stale, fresh):
+        folder.mkdir(parents=True)
+        (folder / "weights.safetensors").write_bytes(b"\0" * 1000)
+        (folder / "config.json").write_text("{}")
+    os.utime(stale, (time.time() - 3600,) * 2)
+    listing = invoke("models")
+    assert listing.exit_code == 0 and ".convert" not in listing.stdout
+    loader._convert_once(models / "made-1234", tmp_path, lambda: ({"w": np.zeros(2, np.float32)}, {}))
+    assert (models / "made-1234" / "weights.safetensors").is_file()
+    assert not stale.exists() and fresh.exists()
+
+
+@pytest.fixture
+def converted_tiny() -> Path:
+    """The default cache's conversion of tiny.en (made if needed)."""
+    from transcriber.model import loader
+    folder, _ = loader.resolve("tiny.en")
+    return folder
+
+
+@pytest.mark.parametrize("fault", ["not a folder", "read-only"])
+def test_an_unusable_cache_folder_is_one_line_and_fails_no_job(tmp_path, media, fault):
+    """$TRANSCRIBER_CACHE a file, or a read-only folder without the conversion: one line naming
+    the cache folder and what to do, exit 1; the job is still queued, no attempt counted."""
+    cache = tmp_path / "cache"
+    if fault == "not a folder":
+        cache.write_text("")
+    else:
+        cache.mkdir()
+        cache.chmod(0o500)
+        if os.access(cache, os.W_OK):
+            pytest.skip("this user writes anywhere (root)")
+    db = tmp_path / "jobs.db"
+    try:
+        result = cli("--db", str(db), str(media), "-q", env={"TRANSCRIBER_CACHE": str(cache)})
+    finally:
+        if cache.is_dir():
+            cache.chmod(0o700)
+    assert result.returncode == 1, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: the cache folder {cache} cannot be used (") and line.endswith(
+        "): make it a writable folder, or point $TRANSCRIBER_CACHE at one"), line
+    row = intact(db, media)
+    assert row["status"] == "queued" and row["errors"] == 0
+
+
+@pytest.mark.slow
+def test_a_cache_that_cannot_take_the_checked_marker_still_transcribes(tmp_path, media, converted_tiny):
+    """A cache holding a good conversion where the "checked" marker cannot be written (read-only,
+    or its folder taken by a file): the model is checked again and the file transcribed."""
+    models = tmp_path / "cache" / "models" / converted_tiny.name
+    models.mkdir(parents=True)
+    for f in converted_tiny.iterdir():
+        os.link(f, models / f.name)
+    (tmp_path / "cache" / "checked").write_text("")  # the marker's folder cannot be made
+    for folder in (models, models.parent, tmp_path / "cache"):
+        folder.chmod(0o500)
+    try:
+        result = cli("--db", str(tmp_path / "jobs.db"), str(media), "--mode", "oneshot", "-f", "json", "-q",
+                     env={"TRANSCRIBER_CACHE": str(tmp_path / "cache")})
+    finally:
+        for folder in (models, models.parent, tmp_path / "cache"):
+            folder.chmod(0o700)
+    assert result.returncode == 0, result.stderr
+    assert "country" in media.with_suffix(".json").read_text()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_acts_within_2_seconds_even_in_a_long_step(tmp_path, media, monkeypatch, signum):
+    """SIGTERM or Ctrl-C while the engine is in a 30 s step (a long one-shot window, a slow model
+    load): the step is dropped within 2 s, exit 128 + the signal, and the job goes back to the
+    queue with its last checkpoint (the first two steps)."""
+    def slow_third_step(i):
+        if i == 3:
+            threading.Timer(0.2, os.kill, [os.getpid(), signum]).start()
+            time.sleep(30)
+
+    use_engine(monkeypatch, ScriptedEngine(slow_third_step))
+    db = tmp_path / "jobs.db"
+    t0 = time.monotonic()
+    result = invoke("--db", str(db), str(media), "-f", "json", "--checkpoint-seconds", "0.25", "-q")
+    assert time.monotonic() - t0 < 2.0 + 0.5 + 1.0  # the stop's 2 s, the first steps, slack
+    no_traceback(result)
+    assert result.exit_code == 128 + signum
+    row = intact(db, media)
+    assert row["status"] == "queued" and row["errors"] == 0 and row["progress"] == 0.5
+    assert not media.with_suffix(".json").exists()

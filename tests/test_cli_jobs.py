@@ -39,6 +39,8 @@ def db(tmp_path, data_dir) -> Path:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     shutil.copy(data_dir / SHORT, tmp_path / "real.flac")
+    for name in ("gone.wav", "done.wav", "queued.wav", "stalled.wav"):  # there: not shown "gone"
+        (tmp_path / name).write_bytes(b"")
     with JobStore(path) as store:
         def add(name: str) -> int:
             p = str(tmp_path / name)
@@ -76,19 +78,23 @@ def test_status_table(db):
     assert rows["queued.wav"].split()[1] == "queued"
     assert rows["stalled.wav"].split()[1] == "stalled"  # its runner's process is gone
     assert rows["real.flac"].split()[1] == "failed" and rows["real.flac"].endswith("No space left on device")
-    assert lines[-1] == "1 queued, 1 running, 1 done, 2 failed"
+    assert lines[-1] == "1 queued, 1 done, 2 failed, 1 stalled"  # as the table says
 
 
 def test_status_json_and_filter(db):
     jobs = json.loads(invoke("status", "--db", str(db), "--json").stdout)
     assert [Path(j["path"]).name for j in jobs] == ["gone.wav", "done.wav", "queued.wav", "stalled.wav", "real.flac"]
-    assert {j["status"] for j in jobs} == {"failed", "done", "queued", "running"}
+    assert {j["status"] for j in jobs} == {"failed", "done", "queued", "stalled"}
+    assert [j["stalled"] for j in jobs] == [False, False, False, True, False]
     gone = jobs[0]
     assert gone["last_error"].endswith("file is empty") and "\n" not in gone["last_error"]
     assert gone["errors"] == 1 and gone["retryable"] is False and gone["spec"]["model"] == "tiny.en"
     failed = invoke("status", "--db", str(db), "-s", "failed")
     assert [line.split()[1] for line in failed.stdout.splitlines()[1:3]] == ["failed", "failed"]
-    assert "no jobs with status running" not in invoke("status", "--db", str(db), "-s", "running").stdout
+    assert invoke("status", "--db", str(db), "-s", "running").stdout.strip() == "no jobs with status running"
+    stalled = invoke("status", "--db", str(db), "-s", "stalled")
+    assert [Path(line.split()[8]).name for line in stalled.stdout.splitlines()[1:-1]] == ["stalled.wav"]
+    assert stalled.stdout.splitlines()[-1] == "1 stalled"
     empty = invoke("status", "--db", str(db.parent / "other.db"))
     assert empty.stdout.strip() == "no jobs"
 
@@ -117,7 +123,7 @@ def test_retry_failed_resumes_from_the_stored_words(db, tmp_path):
     assert result.exit_code == 1
     assert "1 done, 0 skipped, 1 failed" in result.stderr
     assert [line for line in result.stderr.splitlines() if "gone.wav" in line] == [  # once, as it failed
-        f"error: cannot read audio from {str(tmp_path / 'gone.wav')!r}: No such file or directory"]
+        f"error: cannot read audio from {str(tmp_path / 'gone.wav')!r}: file is empty"]
     subs = list(srt.parse((tmp_path / "real.srt").read_text()))
     assert " ".join(s.content.replace("\n", " ") for s in subs) == "One, two, three."
     assert json.loads((tmp_path / "real.json").read_text())["segments"][0]["text"] == " One, two, three."

@@ -15,9 +15,11 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -358,12 +360,14 @@ def test_a_pickle_given_as_the_model_is_refused_never_unpickled(tmp_path, monkey
 # --- files that are not media ---------------------------------------------------------------
 
 def not_media(folder: Path) -> dict[str, Path]:
-    made = {name: folder / name for name in ("empty.flac", "notes.txt", "cover.png", "subtitles.srt",
+    # (subtitles.vtt: a subtitles.srt given as the input would be its own output, which is kept:
+    # see test_an_input_that_would_be_its_own_output_is_kept)
+    made = {name: folder / name for name in ("empty.flac", "notes.txt", "cover.png", "subtitles.vtt",
                                              "pickle.mp3", "cut.flac")}
     made["empty.flac"].write_bytes(b"")
     made["notes.txt"].write_text("shopping list\n" * 100)
     ffmpeg("-f", "lavfi", "-i", "color=c=red:s=32x32:d=1", "-frames:v", "1", str(made["cover.png"]))
-    made["subtitles.srt"].write_text("1\n00:00:00,000 --> 00:00:01,000\nhello\n")
+    made["subtitles.vtt"].write_text("WEBVTT\n\n00:00:00.000 --> 00:00:01.000\nhello\n")
     made["pickle.mp3"].write_bytes(pickle.dumps({"not": "audio"}))
     made["cut.flac"].write_bytes(JFK.read_bytes()[:50_000])
     return made
@@ -373,7 +377,7 @@ def not_media(folder: Path) -> dict[str, Path]:
     ("empty.flac", "file is empty"),
     ("notes.txt", "no audio stream"),  # ffmpeg reads text as ANSI art: a video
     ("cover.png", "no audio stream"),
-    ("subtitles.srt", "no audio stream"),
+    ("subtitles.vtt", "no audio stream"),
     ("pickle.mp3", "Invalid data found when processing input"),
     ("cut.flac", "truncated: decoded"),
 ])
@@ -427,3 +431,174 @@ def test_a_file_without_read_permission(tmp_path, where):
     assert done.stderr.splitlines() == [
         "0 done, 0 skipped, 1 failed", f"failed: cannot read {str(secret)!r}: Permission denied"]
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("jobs.db")) == ["secret.flac"]
+
+
+# --- issue 18: an output belongs to one input -------------------------------------------------
+
+def two_talks(tmp_path: Path) -> tuple[Path, Path]:
+    """a/talk.flac and b/talk.flac: two recordings with one name."""
+    a, b = tmp_path / "a" / "talk.flac", tmp_path / "b" / "talk.flac"
+    for path, source in ((a, JFK), (b, PRESS_YARD)):
+        path.parent.mkdir()
+        shutil.copy(source, path)
+    return a, b
+
+
+@pytest.mark.parametrize("form", ["files", "folders"])
+def test_two_inputs_that_would_write_one_output_are_a_usage_error(tmp_path, monkeypatch, form):
+    """``a/talk.flac b/talk.flac -o out/`` (or ``a/ b/ -o out/``): both would write out/talk.srt.
+    Refused before anything is queued (exit 2), naming both; nothing written."""
+    a, b = two_talks(tmp_path)
+    use_engine(monkeypatch, ScriptedEngine(n=4))
+    db, out = tmp_path / "jobs.db", tmp_path / "out"
+    paths = [str(a), str(b)] if form == "files" else [str(a.parent), str(b.parent)]
+    result = invoke("--db", str(db), *paths, "-o", str(out))
+    no_traceback(result)
+    assert result.exit_code == 2
+    assert f"{paths[0] if form == 'files' else a} and {paths[1] if form == 'files' else b} would both write " \
+           f"{out / 'talk.srt'}" in result.stderr
+    assert not out.exists()
+    with JobStore(db) as store:
+        assert store.jobs() == []
+
+
+def test_separate_runs_into_one_folder_never_overwrite_another_files_transcript(tmp_path, monkeypatch):
+    """a into out/, then b into out/: b is skipped, saying whose out/talk.json is; a rerun of a
+    is a plain skip, and the file still holds a's words."""
+    a, b = two_talks(tmp_path)
+    db, out = tmp_path / "jobs.db", tmp_path / "out"
+    use_engine(monkeypatch, ScriptedEngine(n=4))
+    assert invoke("--db", str(db), str(a), "-o", str(out), "-f", "json", "-q").exit_code == 0
+    words = (out / "talk.json").read_text()
+    use_engine(monkeypatch, ScriptedEngine(n=6))
+    second = invoke("--db", str(db), str(b), "-o", str(out), "-f", "json", "-q")
+    assert second.exit_code == 0, second.output
+    assert lines(second) == ["0 done, 1 skipped, 0 failed",
+                             f"skipped: {b}: {out / 'talk.json'} holds the transcript of another file ({a}); "
+                             f"--force replaces it"]
+    assert (out / "talk.json").read_text() == words
+    again = invoke("--db", str(db), str(a), "-o", str(out), "-f", "json", "-q")
+    assert lines(again) == ["0 done, 1 skipped, 0 failed"]
+    assert (out / "talk.json").read_text() == words
+
+
+def test_a_hand_made_subtitle_survives_a_run(tmp_path, monkeypatch):
+    """talk.srt made by hand beside talk.flac: the run skips the file with the reason, the
+    subtitle untouched; --force replaces it, and from then on it is the job's."""
+    media = tmp_path / "talk.flac"
+    shutil.copy(PRESS_YARD, media)
+    mine = "1\n00:00:00,000 --> 00:00:01,000\nmy own words\n"
+    (tmp_path / "talk.srt").write_text(mine)
+    engine = ScriptedEngine(n=4)
+    use_engine(monkeypatch, engine)
+    db = tmp_path / "jobs.db"
+    result = invoke("--db", str(db), str(media), "-q")
+    assert result.exit_code == 0, result.output
+    assert lines(result) == ["0 done, 1 skipped, 0 failed",
+                             f"skipped: {media}: {tmp_path / 'talk.srt'} exists and was not written by "
+                             f"transcribe; --force replaces it"]
+    assert (tmp_path / "talk.srt").read_text() == mine and engine.started_from == []
+    forced = invoke("--db", str(db), str(media), "-q", "--force")
+    assert lines(forced) == ["1 done, 0 skipped, 0 failed"]
+    assert "w1" in (tmp_path / "talk.srt").read_text()
+    assert lines(invoke("--db", str(db), str(media), "-q", "--max-line-chars", "30")) == [
+        "1 done, 0 skipped, 0 failed"]  # its own output now: rewritten with the new layout
+
+
+def test_an_output_edited_since_is_not_overwritten_by_new_settings(tmp_path, monkeypatch):
+    """A done file whose srt the user corrected: a run with another layout (which would rewrite
+    it) skips it, saying it changed; the correction stays."""
+    media = tmp_path / "talk.flac"
+    shutil.copy(PRESS_YARD, media)
+    use_engine(monkeypatch, ScriptedEngine(n=4))
+    db = tmp_path / "jobs.db"
+    assert invoke("--db", str(db), str(media), "-q").exit_code == 0
+    srt = tmp_path / "talk.srt"
+    srt.write_text(srt.read_text().replace("w1", "corrected"))
+    result = invoke("--db", str(db), str(media), "-q", "--max-line-chars", "30")
+    assert lines(result) == ["0 done, 1 skipped, 0 failed",
+                             f"skipped: {media}: {srt} was changed since transcribe wrote it; --force replaces it"]
+    assert "corrected" in srt.read_text()
+
+
+def test_an_input_that_would_be_its_own_output_is_kept(tmp_path, monkeypatch):
+    """subtitles.srt named as the input: its srt output is itself, never written over."""
+    path = tmp_path / "subtitles.srt"
+    path.write_text("1\n00:00:00,000 --> 00:00:01,000\nhello\n")
+    before = path.read_bytes()
+    use_engine(monkeypatch, ScriptedEngine(n=4))
+    result = invoke("--db", str(tmp_path / "jobs.db"), str(path), "-q")
+    assert result.exit_code == 0 and "skipped: " in result.stderr
+    assert path.read_bytes() == before
+
+
+def test_run_and_watch_give_a_shared_stem_the_same_names(tmp_path):
+    """talk.wav beside talk.flac: each keeps its extension (talk.wav.srt, talk.flac.srt), whether
+    named alone, with the other, or found by watch (which asks request_for for one file)."""
+    from jobs.batch import request_for
+    from jobs.spec import JobSpec
+    for name in ("talk.flac", "talk.wav"):
+        shutil.copy(PRESS_YARD, tmp_path / name)
+    spec = JobSpec()
+    stems = {name: request_for(tmp_path / name, tmp_path, None, spec).output_stem for name in ("talk.flac", "talk.wav")}
+    assert stems == {"talk.flac": str(tmp_path / "talk.flac"), "talk.wav": str(tmp_path / "talk.wav")}
+    assert request_for(tmp_path / "talk.wav", None, None, spec).output_stem == stems["talk.wav"]
+    (tmp_path / "talk.wav").unlink()
+    assert request_for(tmp_path / "talk.flac", None, None, spec).output_stem == str(tmp_path / "talk")
+
+
+def test_language_tagged_output_names(tmp_path, monkeypatch):
+    """--tag-language: talk.en.srt and talk.en.json (the language the engine reported)."""
+    media = tmp_path / "talk.flac"
+    shutil.copy(PRESS_YARD, media)
+    use_engine(monkeypatch, ScriptedEngine(n=4))
+    result = invoke("--db", str(tmp_path / "jobs.db"), str(media), "-f", "srt,json", "--tag-language", "-q")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.glob("talk*")) == ["talk.en.json", "talk.en.srt", "talk.flac"]
+
+
+def test_a_failed_one_off_run_elsewhere_leaves_the_done_job_as_it_was(tmp_path, monkeypatch):
+    """Done; then once more into a folder that cannot be made (under a file): that run fails, but
+    the done job (its status, its outputs) is untouched and a rerun of it is a skip."""
+    media = tmp_path / "talk.flac"
+    shutil.copy(PRESS_YARD, media)
+    use_engine(monkeypatch, ScriptedEngine(n=4))
+    db = tmp_path / "jobs.db"
+    assert invoke("--db", str(db), str(media), "-f", "json", "-q").exit_code == 0
+    words = media.with_suffix(".json").read_text()
+    (tmp_path / "a-file").write_text("")
+    failed = invoke("--db", str(db), str(media), "-f", "json", "-q", "-o", str(tmp_path / "a-file" / "out"))
+    assert failed.exit_code == 1
+    with JobStore(db) as store:
+        first = store.jobs()[0]
+        assert first.status == "done" and first.outputs == (str(media.with_suffix(".json")),)
+    assert media.with_suffix(".json").read_text() == words
+    assert lines(invoke("--db", str(db), str(media), "-f", "json", "-q")) == ["0 done, 1 skipped, 0 failed"]
+
+
+def test_watch_counts_files_not_attempts(tmp_path, monkeypatch):
+    """A file rewritten while it is transcribed fails that attempt, then is taken again once
+    stable and done: the summary says 1 done, 0 failed (the file's end, not its attempts)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    media = folder / "talk.flac"
+    shutil.copy(JFK, media)
+    calls = []
+
+    def on_step(i):
+        if len(calls) == 1 and i == 6:
+            shutil.copy(PRESS_YARD, media)  # rewritten mid-run: this attempt fails
+        if len(calls) == 2 and i == 10:
+            threading.Timer(0.3, os.kill, [os.getpid(), signal.SIGTERM]).start()
+
+    class Counting(ScriptedEngine):
+        def steps(self, path, state):
+            calls.append(path)
+            yield from super().steps(path, state)
+
+    use_engine(monkeypatch, Counting(on_step))
+    result = invoke("--db", str(tmp_path / "jobs.db"), "watch", str(folder), "--stable-seconds", "0",
+                    "--interval", "0.05", "-f", "json", "--checkpoint-seconds", "1", "-q")
+    no_traceback(result)
+    assert len(calls) == 2
+    assert result.stderr.splitlines()[-1] == "watch stopped: 1 done, 0 failed"

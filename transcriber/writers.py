@@ -7,6 +7,7 @@ the target directory and renamed over the target, so a reader never sees a parti
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import os
@@ -169,6 +170,15 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def temp_prefix(name: str) -> str:
+    """The start of the temporary file's name for ``name``: a dot, its first 32 bytes and a
+    short hash of the whole (``.talk.srt-1a2b3c.``), so the temporary name (~54 bytes with
+    tempfile's 8 random characters and ``.part``) fits wherever ``name`` fits, even a 255-byte
+    name, and still tells whose it is. jobs/discover.py removes those a kill left behind."""
+    head = name.encode("utf-8")[:32].decode("utf-8", errors="ignore")
+    return f".{head}-{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}."
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` so that ``path`` is either untouched or complete.
 
@@ -179,7 +189,7 @@ def write_atomic(path: Path, text: str) -> None:
     done = False
     try:
         with tempfile.NamedTemporaryFile("w", encoding="utf-8", newline="", dir=path.parent,
-                                         delete=False, prefix=f".{path.name}.",
+                                         delete=False, prefix=temp_prefix(path.name),
                                          suffix=".part") as f:
             temp = Path(f.name)
             f.write(text)

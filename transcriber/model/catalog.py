@@ -88,8 +88,8 @@ def _converted_folders(known: set[Path]) -> list[ModelStatus]:
     root = loader.cache_root() / "models"
     found: list[ModelStatus] = []
     for cache in sorted(root.iterdir() if root.is_dir() else []):
-        if cache in known or not (cache / "weights.safetensors").is_file():
-            continue
+        if cache in known or cache.name.startswith(".") or not (cache / "weights.safetensors").is_file():
+            continue  # (a dot-folder: a conversion under way, or one a kill left, see loader)
         try:
             sources = [Path(p) for p in json.loads((cache / "config.json").read_text()).get("converted_from", [])]
         except (OSError, ValueError, AttributeError):

@@ -14,6 +14,7 @@ directly. Nothing is ever unpickled: npz is read with ``allow_pickle=False``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -21,6 +22,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -95,15 +97,39 @@ def converted_folder(parts: list[Path], folder: Path, name: str, files: tuple[st
     return cache_root() / "models" / f"{name.replace('/', '_')}-{_source_key(parts, folder, files)}"
 
 
+# A conversion folder older than this is no live converter's: a kill left it (a conversion takes
+# seconds to a minute), and the next conversion in the cache removes it.
+STALE_CONVERSION_SECONDS = 600
+
+
+def _unusable_cache(error: OSError) -> ModelError:
+    """The cache folder, not the model nor the file: one line saying what to do."""
+    return ModelError(f"the cache folder {cache_root()} cannot be used ({error.strerror or error}): make it a "
+                      f"writable folder, or point $TRANSCRIBER_CACHE at one")
+
+
+def _remove_stale_conversions(models: Path) -> None:
+    now = time.time()
+    for tmp in models.glob(".convert-*"):
+        with contextlib.suppress(OSError):
+            if now - tmp.stat().st_mtime > STALE_CONVERSION_SECONDS:
+                shutil.rmtree(tmp)
+
+
 def _convert_once(target: Path, folder: Path, build: Callable[[], tuple[dict, dict]]) -> Path:
     """Write ``build()``'s (weights, config) and the tokenizer files of ``folder`` to ``target``,
-    unless it is there: written to a temporary folder and renamed, so a cache folder is whole."""
+    unless it is there: written to a temporary folder and renamed, so a cache folder is whole.
+    A cache folder that cannot be written is a ModelError naming it, before anything is built."""
     if (target / "weights.safetensors").is_file():
         return target
-    weights, config = build()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_conversions(target.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    except OSError as e:
+        raise _unusable_cache(e) from e
+    try:
+        weights, config = build()
         mx.save_safetensors(str(tmp / "weights.safetensors"), {k: mx.array(v) for k, v in weights.items()})
         (tmp / "config.json").write_text(json.dumps(config, indent=1))
         for f in TOKENIZER_FILES:
@@ -243,8 +269,11 @@ def check_model(whisper: Whisper, folder: Path, weights: Path) -> None:
     logits, _, _ = whisper.decoder(mx.array([[0]]), whisper.decoder.start(whisper.encoder(mel)))
     if not np.isfinite(np.asarray(logits)).all():
         raise fail("gives logits that are not finite numbers on a test input")
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(f"{weights.resolve()}\n")
+    try:  # a read-only cache: the check is done again next time, nothing worse
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(f"{weights.resolve()}\n")
+    except OSError:
+        pass
 
 
 def _alignment_heads(config: dict, weights: dict[str, mx.array]):
