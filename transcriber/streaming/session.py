@@ -288,12 +288,14 @@ class StreamingSession:
             out.append(Word(begin, finish, text, float(np.mean(probs)), emitted_at=now))
             last_end = finish
         # A sound caption or a guess inside a sure pass stays in the state as tokens only; a pass
-        # that is a guess as a whole (over music: nonspeech.py) goes with its audio. Kept as a
-        # prefix, the guesses made the model end every later pass at once (an empty text), and
-        # 100 s of speech after 15 s of music were lost.
-        kept = GATE.speech_words(out, after_speech=bool(out) and s.last_end > 0
-                                 and out[0].start - s.last_end < SPEECH_GAP)
-        if out and not kept:
+        # that is a guess as a whole after a pause (over music: nonspeech.py) goes with its audio.
+        # Kept as a prefix, the guesses made the model end every later pass at once (an empty
+        # text), and 100 s of speech after 15 s of music were lost. A guess that goes on from
+        # speech (an unsure word of a translation) stays a prefix: forgetting it cut the buffer
+        # to its last seconds, and the next passes looped ("charming, charming, ...").
+        after_speech = bool(out) and s.last_end > 0 and out[0].start - s.last_end < SPEECH_GAP
+        kept = GATE.speech_words(out, after_speech=after_speech)
+        if out and not kept and not after_speech:
             self._forget(before)
         out = kept
         if out:
