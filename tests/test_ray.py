@@ -66,6 +66,11 @@ def copy_of(folder: Path, tmp_path: Path, names=None) -> Path:
     return out
 
 
+# Streaming: a file is many steps (one a chunk), so a worker can be stopped, killed or hung
+# mid-file at a given step (one-shot, the default, takes jfk.flac in one window).
+STREAM = ("--mode", "stream")
+
+
 def invoke(*args) -> "click.testing.Result":  # noqa: F821
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
@@ -83,7 +88,7 @@ def words_of(folder: Path) -> dict[str, list]:
 def reference(folder, tmp_path_factory) -> dict[str, list]:
     """The in-process runner's words for the four files."""
     work = copy_of(folder, tmp_path_factory.mktemp("reference"))
-    result = invoke(work, "--db", work.parent / "jobs.db", "-f", "json", "-q")
+    result = invoke(work, *STREAM, "--db", work.parent / "jobs.db", "-f", "json", "-q")
     assert result.exit_code == 0, result.output
     words = words_of(work)
     assert len(words) == 4 and all(words.values())
@@ -103,7 +108,7 @@ def test_four_files_on_two_workers_give_the_in_process_words(ray_address, folder
     work = copy_of(folder, tmp_path)
     db = tmp_path / "jobs.db"
     # --ray before the folder: taken for a path, not for the Ray address
-    result = invoke("--ray", work, "--db", db, "-f", "json", "--checkpoint-seconds", "2")
+    result = invoke("--ray", work, *STREAM, "--db", db, "-f", "json", "--checkpoint-seconds", "2")
     assert result.exit_code == 0, result.output
     assert "2 workers (1 BLAS thread each), the first ready in" in result.output
     assert "4 done, 0 skipped, 0 failed" in result.output
@@ -158,7 +163,7 @@ def stopped_worker(db: Path, name: str):
 def test_a_worker_killed_mid_file_is_replaced_and_the_file_resumes(ray_address, folder, reference, tmp_path):
     work = copy_of(folder, tmp_path)
     db = tmp_path / "jobs.db"
-    proc = driver(work, "--ray", ray_address, "--db", db, "-f", "json", "--checkpoint-seconds", "1",
+    proc = driver(work, *STREAM, "--ray", ray_address, "--db", db, "-f", "json", "--checkpoint-seconds", "1",
                   env_extra={HOOK: "SIGSTOP@jfk.flac:4"})
     def others_done() -> bool:
         return db.exists() and all(j.status == "done" for name, j in jobs_in(db).items() if name != "jfk.flac")
@@ -187,7 +192,7 @@ def test_a_worker_killed_mid_file_is_replaced_and_the_file_resumes(ray_address, 
 def test_the_driver_killed_mid_file_then_a_rerun_resumes_it(ray_address, folder, reference, tmp_path):
     work = copy_of(folder, tmp_path, names={"jfk.flac"})
     db = tmp_path / "jobs.db"
-    args = (work, "--ray", ray_address, "--db", db, "-f", "json", "--checkpoint-seconds", "1", "--workers", "1")
+    args = (work, *STREAM, "--ray", ray_address, "--db", db, "-f", "json", "--checkpoint-seconds", "1", "--workers", "1")
     proc = driver(*args, env_extra={HOOK: "SIGSTOP@jfk.flac:4"})
     try:
         pid = wait_for(lambda: stopped_worker(db, "jfk.flac"), "the worker of jfk.flac to stop at step 4")
@@ -211,7 +216,7 @@ def test_the_driver_killed_mid_file_then_a_rerun_resumes_it(ray_address, folder,
 def test_a_hung_worker_is_killed_after_the_timeout_and_restarted(ray_address, folder, reference, tmp_path):
     work = copy_of(folder, tmp_path, names={"jfk.flac"})
     db = tmp_path / "jobs.db"
-    proc = driver(work, "--ray", ray_address, "--db", db, "-f", "json", "--checkpoint-seconds", "1",
+    proc = driver(work, *STREAM, "--ray", ray_address, "--db", db, "-f", "json", "--checkpoint-seconds", "1",
                   "--workers", "1", "--worker-timeout", "20", env_extra={HOOK: "SIGSTOP@jfk.flac:4"})
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
@@ -237,7 +242,7 @@ def test_files_a_worker_cannot_read_fail_alone(ray_address, folder, reference, t
 
     monkeypatch.setattr(Attempt, "begin", vanish_after_the_driver_looked)
     db = tmp_path / "jobs.db"
-    result = invoke(work, "--ray", "--db", db, "-f", "json", "--workers", "2", "-q")
+    result = invoke(work, *STREAM, "--ray", "--db", db, "-f", "json", "--workers", "2", "-q")
     assert result.exit_code == 1, result.output
     errors = sorted(re.findall(r"error: (.*)", result.output))
     assert len(errors) == 2, result.output
