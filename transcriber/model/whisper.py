@@ -18,7 +18,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from .. import blas
+from .. import blas, native
 
 # One layer's attention keys and values, each (B, H, T, D/H).
 LayerCache = tuple[mx.array, mx.array]
@@ -373,6 +373,10 @@ class TextDecoder(nn.Module):
         costliest part of a pass over many tokens (a 200-token prompt needs two positions).
         Nothing is mutated: the caller keeps or drops the returned state.
         """
+        layers = range(len(self.blocks)) if want_weights is True else (want_weights or ())
+        step = self.native_step()
+        if step is not None and step.supports(tokens, want_logits):
+            return step.step(tokens, state, layers)
         offset = state.offset
         t = tokens.shape[1]
         mask = None
@@ -390,7 +394,6 @@ class TextDecoder(nn.Module):
             visible = (mx.arange(offset + t)[None, :] >= state.pad[:, None])[:, None, None, :]
             mask = visible if mask is None else visible & mask
             cross_mask = (mx.arange(state.audio_span)[None, :] < state.audio_len[:, None])[:, None, None, :]
-        layers = range(len(self.blocks)) if want_weights is True else (want_weights or ())
         new_kv, weights = [], []
         for i, (block, cross_kv, cache) in enumerate(zip(self.blocks, state.cross_kv, state.self_kv)):
             x, kv, w = block.decode(x, cross_kv, cache, mask, i in layers, cross_mask)
@@ -402,11 +405,21 @@ class TextDecoder(nn.Module):
             logits = self.project(self.ln(x if want_logits is True else x[:, mx.array(list(want_logits))]))
         return logits, DecoderState(state.cross_kv, new_kv, state.pad, state.audio_len), (weights if layers else None)
 
+    def native_step(self):
+        """The native kernels' one-token step for this decoder (transcriber/native), or None:
+        off the CPU, kernels not built or disabled (then every op here is MLX's)."""
+        ops = native.ops() if mx.default_device() == mx.cpu else None
+        return ops.decoder_step(self, native.weights_precision()) if ops is not None else None
+
     def project(self, h: mx.array):
         """Logits (B, T, V) of final hidden states (B, T, D): an MLX array, or on the CPU for a
-        row or two (a decode step, a prompt's two positions) a numpy array from the sgemv of
-        the BLAS serving MLX (``blas.host_matvec``: the projection is most of a step's time)."""
+        few rows (a prompt's two positions) a numpy array from the native small-row linear, or
+        else from the sgemv of the BLAS serving MLX (``blas.host_matvec``): the projection is
+        most of a step's time."""
         b, t, d = h.shape
+        step = self.native_step()
+        if step is not None and b * t <= step.MAX_ROWS:
+            return step.logits(np.array(h.reshape(b * t, d), dtype=np.float32)).reshape(b, t, -1)
         matvec = blas.host_matvec() if b * t <= MAX_MATVEC_ROWS and mx.default_device() == mx.cpu else None
         if matvec is None:
             return h @ self.output_weight()
