@@ -35,7 +35,7 @@ class Status:
     def line(self) -> str:
         """One line for `transcribe doctor` and logs."""
         if self.path is None:
-            return f"native kernels: {self.reason}"
+            return f"native kernels: {self.reason}; MLX's own ops serve"
         bad = {k: v for k, v in self.checks.items() if v}
         ok = [k for k, v in self.checks.items() if v is None]
         text = f"native kernels: {self.isa}; self-check passed: {', '.join(ok) or 'none'}"

@@ -122,8 +122,9 @@ def _compile(cxx: list[str], paths: dict[str, list[str]], target: str, info: dic
             info["paths"], info["error"] = [], f"link failed: {err}"
 
 
-def main() -> int:
-    info = build()
+def main(argv: list[str]) -> int:
+    """``build.py [FOLDER]``: build into FOLDER (default: next to this file)."""
+    info = build(argv[0] if argv else HERE)
     if info["error"]:
         print(f"transcriber: native kernels not built ({info['error']}); MLX's own ops will be used")
     else:
@@ -132,4 +133,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -18,6 +18,7 @@ from importlib import metadata
 from . import build
 
 ENV = "TRANSCRIBER_KERNELS"
+FOLDER = build.HERE  # where build.py put the library and build.json
 PATHS = ("avx512", "avx2", "neon", "portable")  # best first
 HOW = "run `make install` with a C++ compiler on PATH (g++ or clang++)"
 
@@ -63,7 +64,7 @@ def _describe(path: str, flags: frozenset[str]) -> str:
 def record() -> dict | None:
     """build.json, or None when the install never ran the build."""
     try:
-        with open(os.path.join(build.HERE, build.INFO)) as f:
+        with open(os.path.join(FOLDER, build.INFO)) as f:
             return json.load(f)
     except (OSError, ValueError):
         return None
@@ -80,14 +81,14 @@ def _choose(built: list[str], flags: frozenset[str]) -> tuple[str | None, str | 
     """(path, None) or (None, reason)."""
     forced = os.environ.get(ENV, "").strip().lower()
     if forced in ("off", "none", "0"):
-        return None, f"{ENV}={forced}"
+        return None, f"off ({ENV}={forced})"
     if forced:
         if forced not in PATHS:
-            return None, f"{ENV}={forced} is not one of {', '.join(PATHS)}, off"
+            return None, f"off ({ENV}={forced} is not one of {', '.join(PATHS)}, off)"
         if forced not in built:
-            return None, f"{ENV}={forced}: that path was not built (built: {', '.join(built) or 'none'})"
+            return None, f"off ({ENV}={forced}: that path was not built; built: {', '.join(built) or 'none'})"
         if not runnable(forced, flags):
-            return None, f"{ENV}={forced}: this CPU lacks {', '.join(f for f in _NEEDS[forced] if f not in flags)}"
+            return None, f"off ({ENV}={forced}: this CPU lacks {', '.join(f for f in _NEEDS[forced] if f not in flags)})"
         return forced, None
     for path in PATHS:
         if path in built and runnable(path, flags):
@@ -115,7 +116,7 @@ def load() -> Loaded:
     if path is None:
         return Loaded(None, None, "", reason)
     try:
-        lib = ctypes.CDLL(os.path.join(build.HERE, build.LIBRARY))
+        lib = ctypes.CDLL(os.path.join(FOLDER, build.LIBRARY))
     except OSError as e:
         return Loaded(None, None, "", f"not loadable ({e}; {HOW} again)")
     return Loaded(lib, path, _describe(path, flags))
