@@ -15,7 +15,7 @@ import pytest
 
 from transcriber import native
 from transcriber.native import checks, loader
-from transcriber.native.kernels import Kernels, Packed
+from transcriber.native.kernels import Kernels
 
 BUILT = loader.record() or {}
 FLAGS = loader.cpu_flags()
@@ -44,9 +44,9 @@ def test_linear_rows_and_widths_match_mlx(kernels, rows, width, out):
     b = rng.standard_normal(out, dtype=np.float32)
     res = rng.standard_normal((rows, out), dtype=np.float32)
     want = np.array(mx.array(x) @ mx.array(w).T + mx.array(b) + mx.array(res))
-    np.testing.assert_allclose(kernels.linear(x, Packed(w, "f32"), b, res), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(kernels.linear(x, kernels.pack(w, "f32"), b, res), want, rtol=1e-4, atol=1e-4)
     want_bf16 = np.array(mx.array(x) @ mx.array(w).astype(mx.bfloat16).astype(mx.float32).T)
-    np.testing.assert_allclose(kernels.linear(x, Packed(w, "bf16")), want_bf16, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(kernels.linear(x, kernels.pack(w, "bf16")), want_bf16, rtol=1e-4, atol=1e-4)
 
 
 def test_softmax_masked_and_minus_inf_match_mlx(kernels):

@@ -88,6 +88,11 @@ def softmax(scores: mx.array) -> mx.array:
     scores = scores.astype(mx.float32)
     mx.eval(scores)
     w = np.asarray(scores)
+    ops = native.ops()
+    kernel = ops.softmax_inplace() if ops is not None and w.flags.c_contiguous else None
+    if kernel is not None:  # one vectorised pass (AVX-512: ~3x numpy's three)
+        kernel(w)
+        return scores
     w -= w.max(axis=-1, keepdims=True)
     np.exp(w, out=w)
     w /= w.sum(axis=-1, keepdims=True)

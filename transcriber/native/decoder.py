@@ -54,7 +54,7 @@ class DecoderStep:
         self.cache = GrowingCache()
 
     def _weight(self, w: mx.array) -> Packed:
-        packed = Packed(np.array(w, dtype=np.float32), self.precision)
+        packed = self.k.pack(np.asarray(w), self.precision)
         self._keep.append(packed)
         return packed
 

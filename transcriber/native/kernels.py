@@ -18,6 +18,7 @@ _i, _l, _fl = ctypes.c_int, ctypes.c_long, ctypes.c_float
 _SIGNATURES = {
     "linear": [_i, _i, _i, _f, _f, _i, _f, _f, _f],
     "layer_norm": [_i, _i, _f, _f, _f, _fl, _f],
+    "pack": [_i, _i, _f, _i, _f],
     "gelu": [_l, _f, _f],
     "softmax": [_l, _i, _f],
     "attend": [_i, _i, _i, _fl, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f],
@@ -25,13 +26,8 @@ _SIGNATURES = {
 }
 
 
-def to_bf16(a: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bits (uint16), rounded to nearest even (as MLX's astype does)."""
-    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
 def from_bf16(h: np.ndarray) -> np.ndarray:
+    """bfloat16 bits (uint16) -> float32."""
     return (h.astype(np.uint32) << 16).view(np.float32)
 
 
@@ -39,19 +35,17 @@ LANES = 16  # the kernels' vector width: weights are packed in blocks of this ma
 
 
 class Packed:
-    """A linear's weight (N, K) packed once for the kernels: (ceil(N/16), K, 16), column
-    blocks zero-padded, in bfloat16 bits (uint16) or float32."""
+    """A linear's weight (N, K) packed once for the kernels (by the native ``pack``):
+    (ceil(N/16), K, 16), column blocks zero-padded, in bfloat16 bits (uint16) or float32."""
 
-    def __init__(self, w: np.ndarray, precision: str = "bf16"):
+    def __init__(self, kernels: "Kernels", w: np.ndarray, precision: str = "bf16"):
         if precision not in ("bf16", "f32"):
             raise ValueError(f"weight precision must be bf16 or f32, got {precision!r}")
+        w = np.ascontiguousarray(w, dtype=np.float32)
         n, k = w.shape
-        blocks = -(-n // LANES)
-        padded = np.zeros((blocks * LANES, k), np.float32)
-        padded[:n] = w
-        packed = np.ascontiguousarray(padded.reshape(blocks, LANES, k).transpose(0, 2, 1))
-        self.data = to_bf16(packed) if precision == "bf16" else packed
         self.n, self.k, self.wtype = n, k, int(precision == "bf16")
+        self.data = np.empty((-(-n // LANES), k, LANES), np.uint16 if self.wtype else np.float32)
+        kernels.fn("pack")(n, k, _ptr(w), self.wtype, _ptr(self.data))
 
 
 def _ptr(a: np.ndarray | None):
@@ -71,6 +65,10 @@ def _check(a: np.ndarray, dtype=np.float32) -> np.ndarray:
 
 class Kernels:
     """One path's functions of the library (``tk_<path>_<name>``)."""
+
+    def pack(self, w: np.ndarray, precision: str = "bf16") -> Packed:
+        """w (N, K) float32 packed for ``linear``."""
+        return Packed(self, w, precision)
 
     def __init__(self, lib: ctypes.CDLL, path: str):
         self.lib, self.path = lib, path

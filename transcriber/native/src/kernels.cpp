@@ -353,6 +353,26 @@ EXPORT void TK(linear)(int R, int K, int N, const float* x, const void* w, int w
   linear(R, K, N, x, w, wtype, b, res, y);
 }
 
+// w (N, K) float32 -> the packed layout linear() reads, (ceil(N/16), K, 16), zero-padded, in
+// wtype (1: bfloat16, rounded to nearest even as MLX rounds; 0: float32). Done once per weight.
+EXPORT void TK(pack)(int N, int K, const float* w, int wtype, void* out) {
+  const int blocks = (N + LANES - 1) / LANES;
+  for (int j = 0; j < blocks; j++)
+    for (int k = 0; k < K; k++)
+      for (int i = 0; i < LANES; i++) {
+        const int n = j * LANES + i;
+        const float v = n < N ? w[(long)n * K + k] : 0.0f;
+        const long at = ((long)j * K + k) * LANES + i;
+        if (wtype == 1) {
+          uint32_t u;
+          memcpy(&u, &v, 4);
+          ((uint16_t*)out)[at] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+        } else {
+          ((float*)out)[at] = v;
+        }
+      }
+}
+
 EXPORT void TK(layer_norm)(int R, int D, const float* x, const float* g, const float* b, float eps, float* y) {
   layer_norm(R, D, x, g, b, eps, y);
 }
