@@ -157,3 +157,22 @@ def test_growing_cache_never_changes_what_an_older_state_sees():
     d = cache.extend(truncated, new[4])
     np.testing.assert_array_equal(np.array(d)[:, :, 1], new[4])
     np.testing.assert_array_equal(np.array(c)[:, :, 1], new[1])
+
+
+def test_two_threads_give_the_same_results(kernels):
+    """TRANSCRIBER_KERNEL_THREADS=2 splits the large linears by column blocks and attention by
+    heads: the same sums in the same order, so the same floats."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 384), dtype=np.float32)
+    w = kernels.pack(rng.standard_normal((5000, 384), dtype=np.float32))  # over the threshold
+    q = rng.standard_normal((2, 6, 64), dtype=np.float32)
+    kv = rng.standard_normal((2, 6, 1500, 64), dtype=np.float32)
+    one = kernels.linear(x, w), kernels.attend(q, kv, kv, want_weights=True)
+    kernels.set_threads(2)
+    try:
+        two = kernels.linear(x, w), kernels.attend(q, kv, kv, want_weights=True)
+    finally:
+        kernels.set_threads(1)
+    np.testing.assert_array_equal(one[0], two[0])
+    np.testing.assert_array_equal(one[1][0], two[1][0])
+    np.testing.assert_array_equal(one[1][1], two[1][1])

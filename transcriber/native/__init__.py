@@ -76,6 +76,23 @@ def weights_precision() -> str:
     return value if value in ("bf16", "f32") else "bf16"
 
 
+THREADS_ENV = "TRANSCRIBER_KERNEL_THREADS"
+
+
+def threads() -> int:
+    """Threads for the large kernels: $TRANSCRIBER_KERNEL_THREADS, else DEFAULT_THREADS capped
+    at the cores this process may use."""
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(DEFAULT_THREADS, cores))
+
+
+# One: on this project's 2-core machines, shared (load 4-6), a second OpenMP thread made a step
+# 2-20x slower (a descheduled thread stalls every barrier); measured 2026-12-01, see
+# bench/kernels.md. TRANSCRIBER_KERNEL_THREADS=2 is there for a quiet machine.
+DEFAULT_THREADS = 1
 _lock = threading.Lock()
 _ops: Optional[Ops] = None
 _status: Optional[Status] = None
@@ -106,6 +123,7 @@ def _load():
     from .kernels import Kernels
 
     k = Kernels(loaded.lib, loaded.path)
+    k.set_threads(threads())
     results = checks.run(k)
     st = Status(loaded.path, loaded.isa, None, results)
     bad = [f"{kind}: {note}" for kind, note in results.items() if note]

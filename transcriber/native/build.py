@@ -105,10 +105,17 @@ def build(out_dir: str = HERE) -> dict:
 
 def _compile(cxx: list[str], paths: dict[str, list[str]], target: str, info: dict) -> None:
     with tempfile.TemporaryDirectory() as tmp:
+        # OpenMP for the two-thread projection and heads; without it (a clang lacking libomp)
+        # the pragmas are ignored and everything runs on the caller's thread
+        probe = os.path.join(tmp, "omp.cpp")
+        with open(probe, "w") as f:
+            f.write("int main() { int n = 0;\n#pragma omp parallel\n n = 1; return n - 1; }\n")
+        omp = ["-fopenmp"] if _run([*cxx, "-fopenmp", probe, "-o", os.path.join(tmp, "omp")]) is None else []
+        info["openmp"] = bool(omp)
         objects = []
         for name, flags in paths.items():
             obj = os.path.join(tmp, f"{name}.o")
-            err = _run([*cxx, *_COMMON, *flags, f"-DTK_PATH={name}", "-c", SOURCE, "-o", obj])
+            err = _run([*cxx, *_COMMON, *omp, *flags, f"-DTK_PATH={name}", "-c", SOURCE, "-o", obj])
             if err:
                 info["failed"][name] = err
             else:
@@ -117,7 +124,7 @@ def _compile(cxx: list[str], paths: dict[str, list[str]], target: str, info: dic
         if not objects:
             info["error"] = "build failed: " + "; ".join(f"{k}: {v}" for k, v in info["failed"].items())
             return
-        err = _run([*cxx, "-shared", *objects, "-o", target])
+        err = _run([*cxx, "-shared", *omp, *objects, "-o", target])
         if err:
             info["paths"], info["error"] = [], f"link failed: {err}"
 

@@ -19,6 +19,7 @@ _SIGNATURES = {
     "linear": [_i, _i, _i, _f, _f, _i, _f, _f, _f],
     "layer_norm": [_i, _i, _f, _f, _f, _fl, _f],
     "pack": [_i, _i, _f, _i, _f],
+    "set_threads": [_i],
     "gelu": [_l, _f, _f],
     "softmax": [_l, _i, _f],
     "attend": [_i, _i, _i, _fl, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f],
@@ -65,6 +66,10 @@ def _check(a: np.ndarray, dtype=np.float32) -> np.ndarray:
 
 class Kernels:
     """One path's functions of the library (``tk_<path>_<name>``)."""
+
+    def set_threads(self, n: int) -> None:
+        """Threads for the large linears and the attention heads (1: the caller's only)."""
+        self.fn("set_threads")(max(1, int(n)))
 
     def pack(self, w: np.ndarray, precision: str = "bf16") -> Packed:
         """w (N, K) float32 packed for ``linear``."""

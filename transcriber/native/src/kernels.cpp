@@ -136,10 +136,10 @@ inline vf vgelu(vf x) {
 // R rows: R * B * S independent accumulators hide the FMA latency, and each weight is read
 // once for all rows.
 template <int R, int B, typename T>
-void linear_blocks(int K, int blocks, const float* x, const T* w, const float* b, const float* res, float* y,
-                   int N) {
+void linear_blocks(int K, int j0, int blocks, const float* x, const T* w, const float* b, const float* res,
+                   float* y, int N) {
   constexpr int V = B * S;  // vectors per k
-  for (int j = 0; j < blocks; j += B) {
+  for (int j = j0; j < blocks; j += B) {
     const int nb = blocks - j < B ? blocks - j : B;
     vf acc[R][V] = {};
     const T* wj = w + (long)j * K * LANES;
@@ -181,17 +181,37 @@ constexpr int blocks_for() {
 }
 
 template <typename T>
+void linear_range(int R, int K, int N, int j0, int blocks, const float* x, const T* w, const float* b,
+                  const float* res, float* y) {
+  switch (R) {
+    case 1: return linear_blocks<1, blocks_for<1>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    case 2: return linear_blocks<2, blocks_for<2>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    case 3: return linear_blocks<3, blocks_for<3>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    case 4: return linear_blocks<4, blocks_for<4>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    case 5: return linear_blocks<5, blocks_for<5>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    case 6: return linear_blocks<6, blocks_for<6>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    case 7: return linear_blocks<7, blocks_for<7>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    default: return linear_blocks<8, blocks_for<8>(), T>(K, j0, blocks, x, w, b, res, y, N);
+  }
+}
+
+// Threads for the large linears (the vocabulary projection: 40 MB of bf16 a step, more than
+// one core's memory bandwidth) and the attention heads; set by tk_<path>_set_threads.
+int g_threads = 1;
+// Below this many weights a linear stays on one thread: the fork costs more than it saves.
+constexpr long PARALLEL_WEIGHTS = 1L << 20;
+
+template <typename T>
 void linear_any(int R, int K, int N, const float* x, const T* w, const float* b, const float* res, float* y) {
   const int blocks = (N + LANES - 1) / LANES;
-  switch (R) {
-    case 1: return linear_blocks<1, blocks_for<1>(), T>(K, blocks, x, w, b, res, y, N);
-    case 2: return linear_blocks<2, blocks_for<2>(), T>(K, blocks, x, w, b, res, y, N);
-    case 3: return linear_blocks<3, blocks_for<3>(), T>(K, blocks, x, w, b, res, y, N);
-    case 4: return linear_blocks<4, blocks_for<4>(), T>(K, blocks, x, w, b, res, y, N);
-    case 5: return linear_blocks<5, blocks_for<5>(), T>(K, blocks, x, w, b, res, y, N);
-    case 6: return linear_blocks<6, blocks_for<6>(), T>(K, blocks, x, w, b, res, y, N);
-    case 7: return linear_blocks<7, blocks_for<7>(), T>(K, blocks, x, w, b, res, y, N);
-    default: return linear_blocks<8, blocks_for<8>(), T>(K, blocks, x, w, b, res, y, N);
+  const int threads = (long)N * K >= PARALLEL_WEIGHTS ? g_threads : 1;
+  if (threads <= 1) return linear_range(R, K, N, 0, blocks, x, w, b, res, y);
+  // contiguous ranges of blocks, a multiple of 4 each (the widest block group)
+  const int per = ((blocks + threads - 1) / threads + 3) / 4 * 4;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int t = 0; t < threads; t++) {
+    const int j0 = t * per, j1 = j0 + per < blocks ? j0 + per : blocks;
+    if (j0 < j1) linear_range(R, K, N, j0, j1, x, w, b, res, y);
   }
 }
 
@@ -282,11 +302,13 @@ void attend(int R, int H, int Dh, float scale, const float* q, const float* k, S
             Strides vs, int T, const float* extra_k, const float* extra_v, const int* lo, const int* hi,
             float* out, float* weights) {
   const int total = T + (extra_k ? 1 : 0);
-  std::vector<float> p(total + W);
   const int D = H * Dh;
+  const int threads = (long)T * Dh * H >= (1L << 16) ? g_threads : 1;  // the audio, not a short cache
   // heads outer, rows inner: rows that share their keys (beams over one window: row stride 0)
   // find a head's keys and values still in cache
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int h = 0; h < H; h++) {
+    std::vector<float> p(total + W);
     for (int r = 0; r < R; r++) {
       const int first = lo ? lo[r] : 0, last = hi ? (hi[r] < total ? hi[r] : total) : total;
       const float* qh = q + (long)r * D + h * Dh;
@@ -347,6 +369,8 @@ struct Layer {
 };
 
 }  // namespace
+
+EXPORT void TK(set_threads)(int n) { g_threads = n < 1 ? 1 : n; }
 
 EXPORT void TK(linear)(int R, int K, int N, const float* x, const void* w, int wtype, const float* b,
                        const float* res, float* y) {
