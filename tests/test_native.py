@@ -176,3 +176,28 @@ def test_two_threads_give_the_same_results(kernels):
     np.testing.assert_array_equal(one[0], two[0])
     np.testing.assert_array_equal(one[1][0], two[1][0])
     np.testing.assert_array_equal(one[1][1], two[1][1])
+
+
+@pytest.mark.parametrize("positions", [1, 63, 301])
+def test_encoder_attention_matches_mlx(kernels, positions):
+    rng = np.random.default_rng(positions)
+    heads, dh = 6, 64
+    q = rng.standard_normal((positions, heads * dh), dtype=np.float32) * 2
+    k = rng.standard_normal((heads, positions, dh), dtype=np.float32) * 2
+    v = rng.standard_normal((heads, positions, dh), dtype=np.float32)
+    qh = mx.array(q).reshape(positions, heads, dh).transpose(1, 0, 2)
+    w = mx.softmax((qh / 8) @ mx.array(k).swapaxes(-1, -2), axis=-1, precise=True)
+    want = np.array((w @ mx.array(v)).transpose(1, 0, 2).reshape(positions, heads * dh))
+    got = kernels.encoder_attention(q, np.ascontiguousarray(k.transpose(0, 2, 1)), v)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_encoder_on_the_kernels_matches_mlx(model, monkeypatch):
+    from transcriber.model.whisper import MultiHeadAttention
+
+    native.reset()
+    mel = mx.array(np.random.default_rng(2).standard_normal((1, 1000, 80), dtype=np.float32))  # 10 s
+    got = np.array(model.encoder(mel))
+    monkeypatch.setattr(MultiHeadAttention, "attend_all", lambda self, q, k, v: self.attend_with_weights(q, k, v)[0])
+    want = np.array(model.encoder(mel))
+    np.testing.assert_allclose(got, want, atol=1e-3 * np.abs(want).max())

@@ -186,6 +186,24 @@ class MultiHeadAttention(nn.Module):
         out = mx.fast.scaled_dot_product_attention(self.split_heads(q), k, v, scale=scale, mask=mask)
         return self.out(self.merge_heads(out))
 
+    def attend_all(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
+        """Unmasked attention without weights (the encoder). q (B,S,D); k, v (B,H,S,D/H) ->
+        (B,S,D). On the CPU the native kernel where it serves (scores, softmax and values in
+        L1-sized tiles: ~2x MLX's two batched sgemms and the softmax between), else
+        ``attend_with_weights``."""
+        ops = native.ops() if mx.default_device() == mx.cpu else None
+        kernel = ops.encoder_attention() if ops is not None else None
+        if kernel is None:
+            return self.attend_with_weights(q, k, v)[0]
+        mx.eval(q, k, v)
+        qs, ks, vs = np.asarray(q), np.asarray(k), np.asarray(v)
+        outs = [kernel(np.ascontiguousarray(qs[b], dtype=np.float32),
+                       np.ascontiguousarray(ks[b].transpose(0, 2, 1), dtype=np.float32),
+                       np.ascontiguousarray(vs[b], dtype=np.float32)) for b in range(qs.shape[0])]
+        if any(o is None for o in outs):
+            return self.attend_with_weights(q, k, v)[0]
+        return self.out(mx.array(np.stack(outs)))
+
     def attend_with_weights(self, q: mx.array, k: mx.array, v: mx.array):
         """Explicit attention. q (B,T,D); k, v (B,H,S,D/H) -> output (B,T,D) and the weights
         (B,H,T,S) after softmax: ``attend_cross`` over a transposed view of the keys."""
@@ -210,8 +228,7 @@ class ResidualAttentionBlock(nn.Module):
     def encode(self, x: mx.array) -> mx.array:
         """Encoder block: (B, S, D) -> (B, S, D)."""
         h = self.attn_ln(x)
-        out, _ = self.attn.attend_with_weights(self.attn.query(h), *self.attn.keys_values(h))
-        return self.mlp(x + out)
+        return self.mlp(x + self.attn.attend_all(self.attn.query(h), *self.attn.keys_values(h)))
 
     def decode(self, x, cross_kv, cache: Optional[LayerCache], mask, want_weights: bool, cross_mask=None):
         """Decoder block. x (B,T,D); cross_kv = precomputed keys (transposed) and values of the

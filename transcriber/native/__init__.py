@@ -61,6 +61,10 @@ class Ops:
             self._steps = {key: DecoderStep(self.kernels, decoder, precision)}  # one model at a time
         return self._steps[key]
 
+    def encoder_attention(self):
+        """``f(q, k_t, v)`` (kernels.Kernels.encoder_attention), or None."""
+        return self.kernels.encoder_attention if self.status.serves("encoder_attention") else None
+
     def softmax_inplace(self):
         """``f(scores)`` over the last axis of a float32 numpy array, in place; or None."""
         return self.kernels.softmax if self.status.serves("softmax") else None

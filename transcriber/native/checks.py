@@ -99,9 +99,24 @@ def check_attend(k: Kernels) -> bool:
     return True
 
 
+def check_encoder_attention(k: Kernels) -> bool:
+    rng = _rng()
+    for s, h, dh in ((37, 2, 16), (100, 3, 64), (7, 1, 32)):
+        q = rng.standard_normal((s, h * dh), dtype=np.float32)
+        keys = rng.standard_normal((h, s, dh), dtype=np.float32)
+        vals = rng.standard_normal((h, s, dh), dtype=np.float32)
+        qh = mx.array(q).reshape(s, h, dh).transpose(1, 0, 2)
+        weights = mx.softmax((qh * dh ** -0.5) @ mx.array(keys).swapaxes(-1, -2), axis=-1, precise=True)
+        ref = (weights @ mx.array(vals)).transpose(1, 0, 2).reshape(s, h * dh)
+        got = k.encoder_attention(q, np.ascontiguousarray(keys.transpose(0, 2, 1)), vals)
+        if got is None or not _close(got, ref):
+            return False
+    return True
+
+
 CHECKS: dict[str, Callable[[Kernels], bool]] = {
     "linear": check_linear, "layer_norm": check_layer_norm, "gelu": check_gelu,
-    "softmax": check_softmax, "attend": check_attend,
+    "softmax": check_softmax, "attend": check_attend, "encoder_attention": check_encoder_attention,
 }
 
 

@@ -20,6 +20,7 @@ _SIGNATURES = {
     "layer_norm": [_i, _i, _f, _f, _f, _fl, _f],
     "pack": [_i, _i, _f, _i, _f],
     "set_threads": [_i],
+    "encoder_attention": [_i, _i, _i, _f, _f, _f, _f],
     "gelu": [_l, _f, _f],
     "softmax": [_l, _i, _f],
     "attend": [_i, _i, _i, _fl, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f],
@@ -83,7 +84,7 @@ class Kernels:
         f = self._fns.get(name)
         if f is None:
             f = getattr(self.lib, f"tk_{self.path}_{name}")
-            f.argtypes, f.restype = _SIGNATURES[name], None
+            f.argtypes, f.restype = _SIGNATURES[name], (ctypes.c_int if name == "encoder_attention" else None)
             self._fns[name] = f
         return f
 
@@ -117,6 +118,15 @@ class Kernels:
         n = _check(s).shape[-1]
         self.fn("softmax")(s.size // max(n, 1), n, _ptr(s))
         return s
+
+    def encoder_attention(self, q: np.ndarray, k_t: np.ndarray, v: np.ndarray) -> np.ndarray | None:
+        """Unmasked self-attention of S positions: q (S, H*Dh), k_t (H, Dh, S), v (H, S, Dh)
+        -> (S, H*Dh); None when Dh is no multiple of the path's vector width."""
+        s, d = _check(q).shape
+        h, dh, _ = _check(k_t).shape
+        out = np.empty((s, d), np.float32)
+        failed = self.fn("encoder_attention")(s, h, dh, _ptr(q), _ptr(k_t), _ptr(_check(v)), _ptr(out))
+        return None if failed else out
 
     def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, extra: tuple | None = None,
                lo: np.ndarray | None = None, hi: np.ndarray | None = None,

@@ -361,6 +361,84 @@ void attend(int R, int H, int Dh, float scale, const float* q, const float* k, S
   }
 }
 
+// Encoder self-attention for RR query rows of one head, in one pass over L1-sized tiles:
+// scores (RR x S, register tiles of RR rows x 4 vectors of positions), softmax per row, then
+// the product with the values. q rows at stride D; kt (Dh, S) the head's keys transposed; v (S,
+// Dh); out rows at stride D; s: scratch of RR x Sp floats (Sp = S rounded up to W).
+template <int RR>
+void encoder_rows(int S, int Sp, int D, int Dh, float scale, const float* q, const float* kt, const float* v,
+                  float* out, float* s) {
+  int t = 0;
+  for (; t + 4 * W <= S; t += 4 * W) {
+    vf acc[RR][4] = {};
+    for (int d = 0; d < Dh; d++) {
+      const float* kd = kt + (long)d * S + t;
+      vf k[4] = {load(kd), load(kd + W), load(kd + 2 * W), load(kd + 3 * W)};
+      for (int r = 0; r < RR; r++) {
+        const float qr = q[(long)r * D + d] * scale;
+        for (int c = 0; c < 4; c++) acc[r][c] += qr * k[c];
+      }
+    }
+    for (int r = 0; r < RR; r++)
+      for (int c = 0; c < 4; c++) store(s + (long)r * Sp + t + c * W, acc[r][c]);
+  }
+  for (; t < S; t += W) {  // the last positions, a vector at a time (zero-padded past S)
+    const int valid = S - t < W ? S - t : W;
+    vf acc[RR] = {};
+    for (int d = 0; d < Dh; d++) {
+      float tmp[W] = {};
+      memcpy(tmp, kt + (long)d * S + t, valid * sizeof(float));
+      vf kd = load(tmp);
+      for (int r = 0; r < RR; r++) acc[r] += (q[(long)r * D + d] * scale) * kd;
+    }
+    for (int r = 0; r < RR; r++) store(s + (long)r * Sp + t, acc[r]);
+  }
+  for (int r = 0; r < RR; r++) softmax_row(S, s + (long)r * Sp);
+  for (int d0 = 0; d0 < Dh; d0 += 4 * W) {
+    const int nv = (Dh - d0) / W < 4 ? (Dh - d0) / W : 4;
+    vf acc[RR][4] = {};
+    for (int u = 0; u < S; u++) {
+      const float* vu = v + (long)u * Dh + d0;
+      vf vv[4];
+      for (int c = 0; c < nv; c++) vv[c] = load(vu + c * W);
+      for (int r = 0; r < RR; r++) {
+        const float p = s[(long)r * Sp + u];
+        for (int c = 0; c < nv; c++) acc[r][c] += p * vv[c];
+      }
+    }
+    for (int r = 0; r < RR; r++)
+      for (int c = 0; c < nv; c++) store(out + (long)r * D + d0 + c * W, acc[r][c]);
+  }
+}
+
+constexpr int ENCODER_ROWS = S == 1 ? 6 : 3;  // RR * 4 accumulators + 4 keys in the registers
+
+// Full self-attention of S positions, H heads of Dh (a multiple of the vector width):
+// q (S, H*Dh), kt (H, Dh, S), v (H, S, Dh) -> out (S, H*Dh). No mask (the encoder has none).
+void encoder_attention(int S, int H, int Dh, const float* q, const float* kt, const float* v, float* out) {
+  const int D = H * Dh, Sp = (S + W - 1) / W * W;
+  const float scale = 1.0f / __builtin_sqrtf((float)Dh);
+  const int blocks = (S + ENCODER_ROWS - 1) / ENCODER_ROWS;
+#pragma omp parallel num_threads(g_threads) if (g_threads > 1)
+  {
+    std::vector<float> s((long)ENCODER_ROWS * Sp);
+#pragma omp for collapse(2) schedule(static)
+    for (int h = 0; h < H; h++)
+      for (int b = 0; b < blocks; b++) {
+        const int r0 = b * ENCODER_ROWS;
+        const float *qh = q + (long)r0 * D + h * Dh, *kh = kt + (long)h * Dh * S, *vh = v + (long)h * S * Dh;
+        float* oh = out + (long)r0 * D + h * Dh;
+        if (r0 + ENCODER_ROWS <= S) {
+          encoder_rows<ENCODER_ROWS>(S, Sp, D, Dh, scale, qh, kh, vh, oh, s.data());
+        } else {
+          for (int r = r0; r < S; r++)
+            encoder_rows<1>(S, Sp, D, Dh, scale, q + (long)r * D + h * Dh, kh, vh, out + (long)r * D + h * Dh,
+                            s.data());
+        }
+      }
+  }
+}
+
 // A decoder layer's weights: linears (N, K) in wtype, biases and norms float32.
 struct Layer {
   const void *wq, *wk, *wv, *wo, *cwq, *cwo, *w1, *w2;
@@ -371,6 +449,12 @@ struct Layer {
 }  // namespace
 
 EXPORT void TK(set_threads)(int n) { g_threads = n < 1 ? 1 : n; }
+
+EXPORT int TK(encoder_attention)(int S, int H, int Dh, const float* q, const float* kt, const float* v, float* out) {
+  if (Dh % W != 0) return 1;  // the values' product needs whole vectors: the caller uses MLX
+  encoder_attention(S, H, Dh, q, kt, v, out);
+  return 0;
+}
 
 EXPORT void TK(linear)(int R, int K, int N, const float* x, const void* w, int wtype, const float* b,
                        const float* res, float* y) {
