@@ -51,7 +51,7 @@ class DecoderStep:
         self.ln = (self._vector(decoder.ln.weight), self._vector(decoder.ln.bias))
         self._fn = kernels.fn("decoder_layer")
         self._wtype = int(precision == "bf16")
-        self.cache = GrowingCache()
+        self.cache = GrowingCache(len(self.layers))
 
     def _weight(self, w: mx.array) -> Packed:
         packed = self.k.pack(np.asarray(w), self.precision)

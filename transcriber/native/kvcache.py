@@ -21,7 +21,10 @@ import mlx.core as mx
 import numpy as np
 
 ROOM = 64  # positions added when a buffer is full (a 30 s window is ~100-200 tokens)
-TRACKED = 512  # slices remembered (two per layer and live state suffice; more only costs copies)
+# Slices remembered per layer: a key and a value slice for each of a few live states (a decode
+# and the state it may rewind to). A forgotten one only costs a copy; a remembered one keeps its
+# buffer alive, so not more (512 in all kept ~190 MB of abandoned streaming passes).
+TRACKED_PER_LAYER = 8
 
 
 @dataclass
@@ -35,8 +38,9 @@ class GrowingCache:
     """``past(entry)`` -> the cached positions to attend over; ``extend(entry, new)`` -> the
     next cache (an MLX array). One per DecoderStep."""
 
-    def __init__(self) -> None:
+    def __init__(self, layers: int = 4) -> None:
         self._known: OrderedDict[int, tuple[mx.array, _Buffer]] = OrderedDict()
+        self._limit = TRACKED_PER_LAYER * layers
 
     def _buffer(self, entry: Optional[mx.array]) -> Optional[_Buffer]:
         hit = None if entry is None else self._known.get(id(entry))
@@ -67,7 +71,7 @@ class GrowingCache:
         if entry is not None:
             self._known.pop(id(entry), None)
         self._known[id(out)] = (out, buf)
-        while len(self._known) > TRACKED:
+        while len(self._known) > self._limit:
             self._known.popitem(last=False)
         return out
 
