@@ -55,11 +55,14 @@ class Ops:
         if not all(self.status.serves(k) for k in ("linear", "layer_norm", "gelu", "attend")):
             return None
         key = (id(decoder), id(decoder.token_embedding.weight), precision)
-        if key not in self._steps:
-            from .decoder import DecoderStep
+        with _lock:
+            if key not in self._steps:
+                from .decoder import DecoderStep
 
-            self._steps = {key: DecoderStep(self.kernels, decoder, precision)}  # one model at a time
-        return self._steps[key]
+                if len(self._steps) >= KEPT_MODELS:  # their bf16 copies: the oldest goes
+                    self._steps.pop(next(iter(self._steps)))
+                self._steps[key] = DecoderStep(self.kernels, decoder, precision)
+            return self._steps[key]
 
     def encoder_attention(self):
         """``f(q, k_t, v)`` (kernels.Kernels.encoder_attention), or None."""
@@ -71,6 +74,7 @@ class Ops:
 
 
 PRECISION_ENV = "TRANSCRIBER_KERNEL_WEIGHTS"
+KEPT_MODELS = 2  # decoders whose packed weights are kept (jobs may switch between two models)
 
 
 def weights_precision() -> str:

@@ -13,6 +13,7 @@ is copied into a new buffer first. So no array anyone holds ever sees a value ch
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
@@ -41,6 +42,8 @@ class GrowingCache:
     def __init__(self, layers: int = 4) -> None:
         self._known: OrderedDict[int, tuple[mx.array, _Buffer]] = OrderedDict()
         self._limit = TRACKED_PER_LAYER * layers
+        # two threads extending one state would both claim its next position: one at a time
+        self._lock = threading.Lock()
 
     def _buffer(self, entry: Optional[mx.array]) -> Optional[_Buffer]:
         hit = None if entry is None else self._known.get(id(entry))
@@ -62,17 +65,18 @@ class GrowingCache:
     def extend(self, entry: Optional[mx.array], new: np.ndarray) -> mx.array:
         """The cache after one more position: new (B, H, D/H) appended to entry (B, H, T, D/H)."""
         t = 0 if entry is None else entry.shape[2]
-        buf = self._buffer(entry)
-        if buf is None or buf.host.shape[2] == t:
-            buf = self._fresh(entry, new.shape, t)
-        buf.host[:, :, t] = new
-        buf.fill = t + 1
-        out = buf.array[:, :, : t + 1]
-        if entry is not None:
-            self._known.pop(id(entry), None)
-        self._known[id(out)] = (out, buf)
-        while len(self._known) > self._limit:
-            self._known.popitem(last=False)
+        with self._lock:
+            buf = self._buffer(entry)
+            if buf is None or buf.host.shape[2] == t:
+                buf = self._fresh(entry, new.shape, t)
+            buf.host[:, :, t] = new
+            buf.fill = t + 1
+            out = buf.array[:, :, : t + 1]
+            if entry is not None:
+                self._known.pop(id(entry), None)
+            self._known[id(out)] = (out, buf)
+            while len(self._known) > self._limit:
+                self._known.popitem(last=False)
         return out
 
     def _fresh(self, entry: Optional[mx.array], shape: tuple, t: int) -> _Buffer:
