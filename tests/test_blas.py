@@ -114,12 +114,10 @@ def test_jfk_same_words_on_both_blas():
 
 
 def test_host_matvec_serves_the_projection_on_the_bound_blas_only():
-    """Without the native kernels (which serve it where built: test_native.py), the decoder's
-    vocabulary projection for a row or two goes through the sgemv of the library serving MLX
-    (blas.host_matvec) and equals MLX's own product; on MLX's bundled BLAS there is no such
-    library, and MLX computes it."""
-    code = ("os.environ['TRANSCRIBER_KERNELS'] = 'off'\n"
-            "import numpy as np, mlx.core as mx\n"
+    """The decoder's vocabulary projection for a row or two goes through the sgemv of the library
+    serving MLX (blas.host_matvec) and equals MLX's own product; on MLX's bundled BLAS there is
+    no such library, and MLX computes it."""
+    code = ("import numpy as np, mlx.core as mx\n"
             "from transcriber.model.whisper import ModelDimensions, Whisper\n"
             "dims = ModelDimensions(80, 10, 64, 2, 1, 51864, 8, 64, 2, 1)\n"
             "m = Whisper(dims); mx.eval(m.parameters())\n"

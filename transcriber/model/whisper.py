@@ -397,7 +397,7 @@ class TextDecoder(nn.Module):
         """
         layers = range(len(self.blocks)) if want_weights is True else (want_weights or ())
         step = self.native_step()
-        if step is not None and step.supports(tokens, want_logits):
+        if step is not None and step.supports(tokens, state, want_logits):
             return step.step(tokens, state, layers)
         offset = state.offset
         t = tokens.shape[1]
@@ -434,14 +434,13 @@ class TextDecoder(nn.Module):
         return ops.decoder_step(self, native.weights_precision()) if ops is not None else None
 
     def project(self, h: mx.array):
-        """Logits (B, T, V) of final hidden states (B, T, D): an MLX array, or on the CPU for a
-        few rows (a prompt's two positions) a numpy array from the native small-row linear, or
-        else from the sgemv of the BLAS serving MLX (``blas.host_matvec``): the projection is
-        most of a step's time."""
+        """Logits (B, T, V) of final hidden states (B, T, D) in float32, for passes over several
+        tokens (a one-token step's go through the native step, in bf16): an MLX array, or on the
+        CPU for a row or two (a prompt's two positions) a numpy array from the sgemv of the BLAS
+        serving MLX (``blas.host_matvec``). Kept float32 on purpose: the no-speech probability
+        is read here, and bf16 weights tipped it on music (tests/test_streaming.py's Brahms
+        recording then streamed 55 words)."""
         b, t, d = h.shape
-        step = self.native_step()
-        if step is not None and b * t <= step.MAX_ROWS:
-            return step.logits(np.array(h.reshape(b * t, d), dtype=np.float32)).reshape(b, t, -1)
         matvec = blas.host_matvec() if b * t <= MAX_MATVEC_ROWS and mx.default_device() == mx.cpu else None
         if matvec is None:
             return h @ self.output_weight()

@@ -70,19 +70,16 @@ class DecoderStep:
         n = [self._vector(p) for ln in (block.attn_ln, block.cross_attn_ln, block.mlp_ln) for p in (ln.weight, ln.bias)]
         return _Layer(*[x.data.ctypes.data for x in w] + [x.ctypes.data for x in b + n])
 
-    MAX_ROWS = MAX_ROWS
-
-    def logits(self, h: np.ndarray) -> np.ndarray:
-        """The vocabulary projection of normed hidden states: (B, D) -> logits (B, V)."""
-        return self.k.linear(np.ascontiguousarray(h, dtype=np.float32), self.projection)
-
     def project(self, x: np.ndarray) -> np.ndarray:
-        """The final layer norm, then the projection: (B, D) -> logits (B, V)."""
-        return self.logits(self.k.layer_norm(x, *self.ln))
+        """The final layer norm, then the vocabulary projection: (B, D) -> logits (B, V)."""
+        return self.k.linear(self.k.layer_norm(x, *self.ln), self.projection)
 
-    def supports(self, tokens: mx.array, want_logits) -> bool:
-        """One new token per row, all logits, few enough rows."""
-        return tokens.ndim == 2 and tokens.shape[1] == 1 and 1 <= tokens.shape[0] <= MAX_ROWS and want_logits is True
+    def supports(self, tokens: mx.array, state, want_logits) -> bool:
+        """One new token per row after a prompt, all logits, few enough rows. A first token
+        (no cache: language detection reads its logits) stays on MLX's float32 path, as
+        prompt passes do: the no-speech and language probabilities are read from those."""
+        return (tokens.ndim == 2 and tokens.shape[1] == 1 and 1 <= tokens.shape[0] <= MAX_ROWS
+                and want_logits is True and state.self_kv[0] is not None)
 
     def _embed(self, tokens: np.ndarray, offset: int, pad: Optional[np.ndarray]) -> np.ndarray:
         """(B,) token ids -> (B, D) embeddings plus each row's position."""
