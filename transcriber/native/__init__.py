@@ -17,7 +17,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .loader import ENV, Loaded  # noqa: F401  (ENV: the forcing variable, for callers)
 
 
 @dataclass(frozen=True)
