@@ -11,11 +11,16 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
+# The native CPU kernels (transcriber/native) are built with the machine's C++ compiler after
+# the package; that step never fails the install (without a compiler: MLX's own ops, and
+# `transcribe doctor` says why).
 install: $(PY)
 	$(PIP) install -q -e .
+	$(PY) transcriber/native/build.py
 
 install-test: $(PY)
 	$(PIP) install -q -e '.[test]'
+	$(PY) transcriber/native/build.py
 
 demo: install
 	$(VENV)/bin/transcribe examples/ --format srt,vtt,json,txt --output-dir examples/out

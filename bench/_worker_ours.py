@@ -46,7 +46,10 @@ def transcribe(model, path, word_timestamps):
 
 
 def info():
-    return f"mlx {mx.__version__}; {transcriber.blas.describe()}; CPU {transcriber.blas.cpu_model()}"
+    from transcriber import native
+
+    return (f"mlx {mx.__version__}; {transcriber.blas.describe()}; {native.status().line()}; "
+            f"CPU {transcriber.blas.cpu_model()}")
 
 
 if __name__ == "__main__":

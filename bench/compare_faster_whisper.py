@@ -17,7 +17,10 @@ Run from the repository root:
     bench/setup_peers.sh                                   # once: bench/.venvs/faster-whisper
     .venv/bin/python bench/compare_faster_whisper.py       # --repeat 3, --no-word-timestamps, ...
 
-Headline: time ours / faster-whisper int8: one-shot target <= 1.2 (issue 8).
+Headline: time ours / faster-whisper int8: one-shot target <= 1.2 (issue 8), <= 0.8 (issue 21).
+Ours runs twice, with the native kernels as installed and with TRANSCRIBER_KERNELS=off (MLX's
+own ops): the before and after in one run. The micro figures (a decoder step of 1 and 4 rows,
+one 30 s encoder window; bench/_worker_micro.py) come from their own processes, both ways.
 """
 import argparse
 import json
@@ -35,16 +38,25 @@ sys.path.insert(0, str(ROOT))
 from transcriber.evaluation import normalize, wer  # noqa: E402
 
 PEER_PY = BENCH / ".venvs" / "faster-whisper" / "bin" / "python"
-TARGET_RATIO = 1.2
+TARGET_RATIO = 0.8  # issue 21: one-shot time <= 0.8x faster-whisper int8 (issue 8 asked 1.2)
 PEER = "faster-whisper int8"
 
 
+OURS_PY = ROOT / ".venv" / "bin" / "python"
+KERNELS_OFF = {"TRANSCRIBER_KERNELS": "off"}
+
+
 def systems(args):
-    """(name, interpreter, worker, job fields) for each system to run; ours first."""
-    ours = ROOT / ".venv" / "bin" / "python"
-    rows = [("ours one-shot", ours, "_worker_ours.py", {"mode": "oneshot"})]
+    """(name, interpreter, worker, job fields) for each system to run; ours first. Ours with
+    the native kernels as installed, and (unless --no-kernels-off) with MLX's own ops, in the
+    same run: the before/after of issue 21 on the same machine at the same load."""
+    ours = OURS_PY
+    kernel_rows = [("", {})] + ([] if args.no_kernels_off else [(", kernels off", {"env": KERNELS_OFF})])
+    rows = [(f"ours one-shot{label}", ours, "_worker_ours.py", {"mode": "oneshot", **extra})
+            for label, extra in kernel_rows]
     if not args.no_stream:
-        rows.append(("ours streaming (1 s chunks)", ours, "_worker_ours.py", {"mode": "stream", "chunk_seconds": 1.0}))
+        rows += [(f"ours streaming (1 s chunks){label}", ours, "_worker_ours.py",
+                  {"mode": "stream", "chunk_seconds": 1.0, **extra}) for label, extra in kernel_rows]
     rows.append((PEER, PEER_PY, "_worker_peer.py", {"compute_type": "int8"}))
     if not args.no_float32:
         rows.append(("faster-whisper float32", PEER_PY, "_worker_peer.py", {"compute_type": "float32"}))
@@ -79,7 +91,7 @@ def run_worker(python, worker, job, threads, timeout):
     """Run one worker process; return its JSON result, or {"error": ...}."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS=str(threads),
                OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               VECLIB_MAXIMUM_THREADS=str(threads))
+               VECLIB_MAXIMUM_THREADS=str(threads), **job.get("env", {}))
     try:
         p = subprocess.run([str(python), str(BENCH / worker)], input=json.dumps(job), env=env,
                            capture_output=True, text=True, timeout=timeout)
@@ -99,6 +111,10 @@ def main():
                     help="decode without word timestamps (default: with, like our CLI)")
     ap.add_argument("--no-float32", action="store_true", help="skip the faster-whisper float32 row")
     ap.add_argument("--no-stream", action="store_true", help="skip our streaming row")
+    ap.add_argument("--no-kernels-off", action="store_true",
+                    help="skip our rows on MLX's own ops (TRANSCRIBER_KERNELS=off)")
+    ap.add_argument("--no-micro", action="store_true",
+                    help="skip the decode step and encoder window figures (bench/_worker_micro.py)")
     ap.add_argument("--clips", type=int, default=0, metavar="N",
                     help="instead of the recordings: N clips of 1-3 s cut from short_en (seconds per clip; no WER)")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads for every system")
@@ -122,6 +138,7 @@ def main():
     print(f"{len(entries)} files, {audio_s:.1f} s of audio, {args.threads} threads, "
           f"word_timestamps={job['word_timestamps']}, repeat={args.repeat}", file=sys.stderr)
 
+    load_before = os.getloadavg()
     runs = {name: [] for name, *_ in systems(args)}
     for r in range(args.repeat):
         for name, python, worker, fields in systems(args):
@@ -134,6 +151,10 @@ def main():
             print(f"  run {r + 1}/{args.repeat} {name}: {took} "
                   f"({time.perf_counter() - t0:.1f} s wall)", file=sys.stderr)
 
+    micro = {} if args.no_micro else {
+        label: run_worker(OURS_PY, "_worker_micro.py", {"steps": 40, "env": env}, args.threads, args.timeout)
+        for label, env in (("", {}), (", kernels off", KERNELS_OFF))}
+    load_after = os.getloadavg()
     refs = [normalize(e["text"]) for e in entries]
     summary = {}
     for name, results in runs.items():
@@ -152,7 +173,9 @@ def main():
         }
     print(f"{len(entries)} files ({args.subsets}), {audio_s:.1f} s of audio, {args.threads} threads, "
           f"{os.cpu_count()} cores, repeat {args.repeat} (min kept)\n")
-    print_tables(summary, audio_s)
+    print_tables(summary, audio_s, micro)
+    print(f"\nload average (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in load_before)} before, "
+          f"{' '.join(f'{x:.2f}' for x in load_after)} after; CPU flags: {cpu_flags()}")
     if args.clips:
         print("\n| system | seconds per clip |\n|---|---:|")
         for name, s in summary.items():
@@ -164,19 +187,44 @@ def main():
                                          "refs": refs, "systems": summary}, indent=1, default=str))
 
 
-def print_tables(summary, audio_s):
-    print("| system | load s | transcribe s | CPU s | RTF | WER % | peak RSS MB |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+def cpu_flags() -> str:
+    """The SIMD flags that decide the kernels' path (x86: AVX-512 parts, AVX2, FMA; Arm: asimd)."""
+    from transcriber.native.loader import cpu_flags as flags
+
+    keep = ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni", "amx_bf16", "avx2", "fma", "asimd")
+    return ", ".join(f for f in keep if f in flags()) or "none of the SIMD ones"
+
+
+def _micro_cells(micro: dict, name: str) -> str:
+    """Step ms (1 row, 4 rows) and encoder s for our rows: wall (CPU)."""
+    m = micro.get(", kernels off" if "kernels off" in name else "", {}) if name.startswith("ours") else {}
+    if "step_ms" not in m:
+        return " | | |"
+    one, four, enc = m["step_ms"]["1"], m["step_ms"]["4"], m["encoder_s"]
+    return (f" {one['wall']:.1f} ({one['cpu']:.1f}) | {four['wall']:.1f} ({four['cpu']:.1f}) | "
+            f"{enc['wall']:.2f} ({enc['cpu']:.2f}) |")
+
+
+def print_tables(summary, audio_s, micro=None):
+    micro = micro or {}
+    peer = summary.get(PEER, {}).get("transcribe_s")
+    print("| system | load s | transcribe s | / fw int8 | CPU s | RTF | WER % | peak RSS MB "
+          "| step ms, 1 row | 4 rows | encoder 30 s, s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, s in summary.items():
         if "error" in s:
-            print(f"| {name} | failed: {s['error'][:120]} | | | | | |")
+            print(f"| {name} | failed: {s['error'][:120]} | | | | | | | | | |")
             continue
-        print(f"| {name} | {s['load_s']:.2f} | {s['transcribe_s']:.2f} | {s['cpu_s']:.1f} | "
-              f"{s['transcribe_s'] / audio_s:.3f} | {100 * s['wer']:.2f} | {s['peak_rss_mb']:.0f} |")
-    print()
+        ratio = f"{s['transcribe_s'] / peer:.2f}" if peer else ""
+        print(f"| {name} | {s['load_s']:.2f} | {s['transcribe_s']:.2f} | {ratio} | {s['cpu_s']:.1f} | "
+              f"{s['transcribe_s'] / audio_s:.3f} | {100 * s['wer']:.2f} | {s['peak_rss_mb']:.0f} |"
+              + _micro_cells(micro, name))
+    print("\n(step and encoder figures: wall (CPU), medians, bench/_worker_micro.py; 4 rows share one window)\n")
     for name, s in summary.items():
         if "info" in s:
             print(f"- {name}: {s['info']}")
+    for label, m in micro.items():
+        print(f"- micro{label or ' (as installed)'}: {m.get('kernels', m.get('error'))}")
     peer = summary.get(PEER, {})
     if "transcribe_s" not in peer:
         return

@@ -2,7 +2,7 @@
 
 Everything is looked up the way the library itself does it (ffmpeg through
 ``transcriber.audio.ffmpeg_binary``, models through the loader's package table, the BLAS through
-``transcriber.blas``), so the report shows what a transcription would actually use.
+``transcriber.blas``, the native kernels through ``transcriber.native``), so the report shows what a transcription would actually use.
 """
 
 from __future__ import annotations
@@ -61,6 +61,26 @@ def _blas(probe: bool) -> list[str]:
     return lines
 
 
+def _kernels() -> list[str]:
+    """The native kernels: the path serving each kind and its self-check, or why MLX's ops."""
+    from . import native
+    from .native import loader
+
+    status = native.status()
+    lines = [status.line()]
+    info = loader.record()
+    if info and not info.get("error"):
+        failed = "; ".join(f"{k}: {v}" for k, v in (info.get("failed") or {}).items())
+        lines.append(f"  built: {', '.join(info.get('paths', []))} with {info.get('compiler')}, "
+                     f"for MLX {info.get('mlx')}" + (f"; not built: {failed}" if failed else ""))
+    if status.path is not None:
+        for kind, note in status.checks.items():
+            lines.append(f"  {kind}: {status.isa}, self-check {'passed' if note is None else note}")
+        lines.append(f"  decoder weights: {native.weights_precision()} ({native.PRECISION_ENV}); "
+                     f"{loader.ENV}=avx512|avx2|portable|off forces a path")
+    return lines
+
+
 def _models() -> list[str]:
     from .model.catalog import list_models
 
@@ -93,6 +113,7 @@ def report(probe: bool = False) -> str:
         f"mlx {mx.__version__}, numpy {np.__version__}",
         f"ffmpeg: {_ffmpeg()}",
         *_blas(probe),
+        *_kernels(),
         f"cache directory: {cache_root()}",
         "models:",
         *_models(),

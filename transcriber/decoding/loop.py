@@ -60,7 +60,10 @@ def expand(state: DecoderState, n: int) -> DecoderState:
     if n == 1:
         return state
     rep = lambda a: mx.repeat(a, n, axis=0)  # noqa: E731
-    return DecoderState([(rep(k), rep(v)) for k, v in state.cross_kv],
+    # the audio's keys and values are the same for every row: a broadcast view, read once a
+    # step for all rows by the native kernels (and never copied n times)
+    share = lambda a: mx.broadcast_to(a, (n, *a.shape[1:]))  # noqa: E731
+    return DecoderState([(share(k), share(v)) for k, v in state.cross_kv],
                         [None if c is None else (rep(c[0]), rep(c[1])) for c in state.self_kv])
 
 

@@ -18,7 +18,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from .. import blas
+from .. import blas, native
 
 # One layer's attention keys and values, each (B, H, T, D/H).
 LayerCache = tuple[mx.array, mx.array]
@@ -88,6 +88,11 @@ def softmax(scores: mx.array) -> mx.array:
     scores = scores.astype(mx.float32)
     mx.eval(scores)
     w = np.asarray(scores)
+    ops = native.ops()
+    kernel = ops.softmax_inplace() if ops is not None and w.flags.c_contiguous else None
+    if kernel is not None:  # one vectorised pass (AVX-512: ~3x numpy's three)
+        kernel(w)
+        return scores
     w -= w.max(axis=-1, keepdims=True)
     np.exp(w, out=w)
     w /= w.sum(axis=-1, keepdims=True)
@@ -181,6 +186,24 @@ class MultiHeadAttention(nn.Module):
         out = mx.fast.scaled_dot_product_attention(self.split_heads(q), k, v, scale=scale, mask=mask)
         return self.out(self.merge_heads(out))
 
+    def attend_all(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
+        """Unmasked attention without weights (the encoder). q (B,S,D); k, v (B,H,S,D/H) ->
+        (B,S,D). On the CPU the native kernel where it serves (scores, softmax and values in
+        L1-sized tiles: ~2x MLX's two batched sgemms and the softmax between), else
+        ``attend_with_weights``."""
+        ops = native.ops() if mx.default_device() == mx.cpu else None
+        kernel = ops.encoder_attention() if ops is not None else None
+        if kernel is None:
+            return self.attend_with_weights(q, k, v)[0]
+        mx.eval(q, k, v)
+        qs, ks, vs = np.asarray(q), np.asarray(k), np.asarray(v)
+        outs = [kernel(np.ascontiguousarray(qs[b], dtype=np.float32),
+                       np.ascontiguousarray(ks[b].transpose(0, 2, 1), dtype=np.float32),
+                       np.ascontiguousarray(vs[b], dtype=np.float32)) for b in range(qs.shape[0])]
+        if any(o is None for o in outs):
+            return self.attend_with_weights(q, k, v)[0]
+        return self.out(mx.array(np.stack(outs)))
+
     def attend_with_weights(self, q: mx.array, k: mx.array, v: mx.array):
         """Explicit attention. q (B,T,D); k, v (B,H,S,D/H) -> output (B,T,D) and the weights
         (B,H,T,S) after softmax: ``attend_cross`` over a transposed view of the keys."""
@@ -205,8 +228,7 @@ class ResidualAttentionBlock(nn.Module):
     def encode(self, x: mx.array) -> mx.array:
         """Encoder block: (B, S, D) -> (B, S, D)."""
         h = self.attn_ln(x)
-        out, _ = self.attn.attend_with_weights(self.attn.query(h), *self.attn.keys_values(h))
-        return self.mlp(x + out)
+        return self.mlp(x + self.attn.attend_all(self.attn.query(h), *self.attn.keys_values(h)))
 
     def decode(self, x, cross_kv, cache: Optional[LayerCache], mask, want_weights: bool, cross_mask=None):
         """Decoder block. x (B,T,D); cross_kv = precomputed keys (transposed) and values of the
@@ -373,6 +395,10 @@ class TextDecoder(nn.Module):
         costliest part of a pass over many tokens (a 200-token prompt needs two positions).
         Nothing is mutated: the caller keeps or drops the returned state.
         """
+        layers = range(len(self.blocks)) if want_weights is True else (want_weights or ())
+        step = self.native_step()
+        if step is not None and step.supports(tokens, state, want_logits):
+            return step.step(tokens, state, layers)
         offset = state.offset
         t = tokens.shape[1]
         mask = None
@@ -390,7 +416,6 @@ class TextDecoder(nn.Module):
             visible = (mx.arange(offset + t)[None, :] >= state.pad[:, None])[:, None, None, :]
             mask = visible if mask is None else visible & mask
             cross_mask = (mx.arange(state.audio_span)[None, :] < state.audio_len[:, None])[:, None, None, :]
-        layers = range(len(self.blocks)) if want_weights is True else (want_weights or ())
         new_kv, weights = [], []
         for i, (block, cross_kv, cache) in enumerate(zip(self.blocks, state.cross_kv, state.self_kv)):
             x, kv, w = block.decode(x, cross_kv, cache, mask, i in layers, cross_mask)
@@ -402,10 +427,19 @@ class TextDecoder(nn.Module):
             logits = self.project(self.ln(x if want_logits is True else x[:, mx.array(list(want_logits))]))
         return logits, DecoderState(state.cross_kv, new_kv, state.pad, state.audio_len), (weights if layers else None)
 
+    def native_step(self):
+        """The native kernels' one-token step for this decoder (transcriber/native), or None:
+        off the CPU, kernels not built or disabled (then every op here is MLX's)."""
+        ops = native.ops() if mx.default_device() == mx.cpu else None
+        return ops.decoder_step(self, native.weights_precision()) if ops is not None else None
+
     def project(self, h: mx.array):
-        """Logits (B, T, V) of final hidden states (B, T, D): an MLX array, or on the CPU for a
-        row or two (a decode step, a prompt's two positions) a numpy array from the sgemv of
-        the BLAS serving MLX (``blas.host_matvec``: the projection is most of a step's time)."""
+        """Logits (B, T, V) of final hidden states (B, T, D) in float32, for passes over several
+        tokens (a one-token step's go through the native step, in bf16): an MLX array, or on the
+        CPU for a row or two (a prompt's two positions) a numpy array from the sgemv of the BLAS
+        serving MLX (``blas.host_matvec``). Kept float32 on purpose: the no-speech probability
+        is read here, and bf16 weights tipped it on music (tests/test_streaming.py's Brahms
+        recording then streamed 55 words)."""
         b, t, d = h.shape
         matvec = blas.host_matvec() if b * t <= MAX_MATVEC_ROWS and mx.default_device() == mx.cpu else None
         if matvec is None:

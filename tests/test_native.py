@@ -1,0 +1,203 @@
+"""The native kernels (transcriber/native) against MLX's own ops, on every path this CPU runs.
+
+Each kernel: rows 1-8, widths that are no multiple of the SIMD width, masked positions, -inf
+scores, per forced path (TRANSCRIBER_KERNELS=avx512|avx2|portable). The decoder step on the
+real tiny.en model against the MLX decoder. The in-place key/value cache never changes what an
+older state sees. Skipped where the library was not built (a lone clone without a compiler):
+test_native_fallback.py covers that case.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from transcriber import native
+from transcriber.native import checks, loader
+from transcriber.native.kernels import Kernels
+
+BUILT = loader.record() or {}
+FLAGS = loader.cpu_flags()
+PATHS = [p for p in BUILT.get("paths", []) if loader.runnable(p, FLAGS)]
+pytestmark = pytest.mark.skipif(not PATHS, reason="native kernels not built here (see test_native_fallback.py)")
+
+
+@pytest.fixture(params=PATHS or ["none"])
+def kernels(request, monkeypatch) -> Kernels:
+    monkeypatch.setenv(loader.ENV, request.param)
+    loaded = loader.load()
+    assert loaded.path == request.param, loaded.reason
+    return Kernels(loaded.lib, loaded.path)
+
+
+def test_every_kernel_passes_its_self_check_on_every_path(kernels):
+    assert checks.run(kernels) == {kind: None for kind in checks.CHECKS}
+
+
+@pytest.mark.parametrize("rows", range(1, 9))
+@pytest.mark.parametrize("width,out", [(384, 51), (37, 16), (100, 33)])
+def test_linear_rows_and_widths_match_mlx(kernels, rows, width, out):
+    rng = np.random.default_rng(rows * width)
+    x = rng.standard_normal((rows, width), dtype=np.float32)
+    w = rng.standard_normal((out, width), dtype=np.float32)
+    b = rng.standard_normal(out, dtype=np.float32)
+    res = rng.standard_normal((rows, out), dtype=np.float32)
+    want = np.array(mx.array(x) @ mx.array(w).T + mx.array(b) + mx.array(res))
+    np.testing.assert_allclose(kernels.linear(x, kernels.pack(w, "f32"), b, res), want, rtol=1e-4, atol=1e-4)
+    want_bf16 = np.array(mx.array(x) @ mx.array(w).astype(mx.bfloat16).astype(mx.float32).T)
+    np.testing.assert_allclose(kernels.linear(x, kernels.pack(w, "bf16")), want_bf16, rtol=1e-4, atol=1e-4)
+
+
+def test_softmax_masked_and_minus_inf_match_mlx(kernels):
+    rng = np.random.default_rng(3)
+    for n in (1, 15, 17, 1500):
+        s = rng.standard_normal((5, n), dtype=np.float32) * 8
+        s[0, : n // 2] = -np.inf
+        s[3, -1] = -np.inf if n > 1 else s[3, -1]
+        want = np.array(mx.softmax(mx.array(s), axis=-1, precise=True))
+        got = kernels.softmax(s.copy())
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+        assert np.all(got[np.isneginf(s)] == 0.0)
+    row = np.full((1, 7), -np.inf, np.float32)  # nothing visible: zeros, never NaN
+    assert np.all(kernels.softmax(row) == 0.0)
+
+
+@pytest.mark.parametrize("width", [1, 15, 16, 1003])
+def test_gelu_and_layer_norm_match_mlx(kernels, width):
+    rng = np.random.default_rng(width)
+    x = rng.standard_normal((3, width), dtype=np.float32) * 4
+    want = np.array(mx.array(x) * 0.5 * (1 + mx.erf(mx.array(x) / np.sqrt(2))))
+    np.testing.assert_allclose(kernels.gelu(x), want, rtol=1e-5, atol=1e-6)
+    g, b = rng.standard_normal(width, dtype=np.float32), rng.standard_normal(width, dtype=np.float32)
+    if width > 1:
+        want = np.array(mx.fast.layer_norm(mx.array(x), mx.array(g), mx.array(b), 1e-5))
+        np.testing.assert_allclose(kernels.layer_norm(x, g, b), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [1, 4, 8])
+def test_attention_with_masks_matches_mlx(kernels, rows):
+    rng = np.random.default_rng(rows)
+    heads, dh, t = 6, 64, 37
+    q = rng.standard_normal((rows, heads, dh), dtype=np.float32)
+    k = rng.standard_normal((rows, heads, t, dh), dtype=np.float32)
+    v = rng.standard_normal((rows, heads, t, dh), dtype=np.float32)
+    hi = np.array([t - 3 * r for r in range(rows)], np.int32)  # each row sees its own audio span
+    valid = np.arange(t)[None] < hi[:, None]
+    scores = mx.where(mx.array(valid)[:, None, None], (mx.array(q)[:, :, None] / 8) @ mx.array(k).swapaxes(-1, -2), -mx.inf)
+    weights = mx.softmax(scores, axis=-1, precise=True)
+    want = np.array((weights @ mx.array(v))[:, :, 0])
+    k_t = np.ascontiguousarray(k.transpose(0, 1, 3, 2))
+    for keys in (k, k_t.transpose(0, 1, 3, 2)):  # position-major and transposed keys
+        got, w = kernels.attend(q, keys, v, hi=hi, want_weights=True)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(w, np.array(weights[:, :, 0]), rtol=1e-4, atol=1e-6)
+        assert np.all(w[~np.broadcast_to(valid[:, None], w.shape)] == 0.0)
+
+
+def test_a_failing_self_check_disables_that_kernel_only(monkeypatch):
+    native.reset()
+    monkeypatch.setitem(checks.CHECKS, "attend", lambda k: False)
+    try:
+        status = native.status()
+        assert status.checks["attend"] and "disabled" in status.checks["attend"]
+        assert status.serves("linear") and not status.serves("attend")
+        assert "attend: differs from MLX" in status.line()
+        assert native.ops().decoder_step(object()) is None  # the step needs attend: MLX's ops
+    finally:
+        native.reset()
+
+
+def _decode(model, state, steps, layers):
+    """Greedy steps from the prompt pass; (logits per step, weights of the last step)."""
+    logits, state, _ = model.decoder(mx.array([[50257, 50362]] * state.cross_kv[0][1].shape[0]), state)
+    tok, out, weights = mx.array(np.array(logits[:, -1]).argmax(-1)[:, None]), [], None
+    for _ in range(steps):
+        logits, state, weights = model.decoder(tok, state, want_weights=layers)
+        last = np.array(logits[:, -1], dtype=np.float32)
+        out.append(last)
+        tok = mx.array(last.argmax(-1)[:, None])
+    return np.stack(out), weights
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_decoder_step_matches_the_mlx_decoder(model, monkeypatch, rows):
+    """Native steps (bf16 weights) and MLX's float32 steps: the same tokens, logits within
+    the bf16 rounding, cross-attention weights within 1e-2 of the float32 ones."""
+    from transcriber.model.whisper import DecoderState, TextDecoder
+
+    native.reset()
+    mel = mx.array(np.random.default_rng(0).standard_normal((1, 3000, 80), dtype=np.float32))
+    base = model.decoder.start(model.encoder(mel))
+    share = lambda a: mx.broadcast_to(a, (rows, *a.shape[1:]))  # noqa: E731
+    state = DecoderState([(share(k), share(v)) for k, v in base.cross_kv], [None] * len(base.self_kv))
+    assert model.decoder.native_step() is not None
+    got, w_got = _decode(model, state, 12, (2,))
+    monkeypatch.setattr(TextDecoder, "native_step", lambda self: None)
+    want, w_want = _decode(model, state, 12, (2,))
+    assert np.array_equal(got.argmax(-1), want.argmax(-1))
+    assert np.abs(got - want).max() < 0.02 * np.abs(want).max()
+    np.testing.assert_allclose(np.array(w_got[2]), np.array(w_want[2]), atol=1e-2)
+
+
+def test_growing_cache_never_changes_what_an_older_state_sees():
+    from transcriber.native.kvcache import GrowingCache
+
+    cache, rng = GrowingCache(), np.random.default_rng(1)
+    new = [rng.standard_normal((2, 3, 4), dtype=np.float32) for _ in range(5)]
+    a = cache.extend(None, new[0])
+    b = cache.extend(a, new[1])
+    c = cache.extend(b, new[2])  # in place: b's buffer
+    rewound = cache.extend(b, new[3])  # from b again (a rewind): must not touch c's position 2
+    mx.eval(a, b, c, rewound)
+    np.testing.assert_array_equal(np.array(c)[:, :, 2], new[2])
+    np.testing.assert_array_equal(np.array(rewound)[:, :, 2], new[3])
+    np.testing.assert_array_equal(np.array(rewound)[:, :, :2], np.array(b))
+    truncated = c[:, :, :1]
+    d = cache.extend(truncated, new[4])
+    np.testing.assert_array_equal(np.array(d)[:, :, 1], new[4])
+    np.testing.assert_array_equal(np.array(c)[:, :, 1], new[1])
+
+
+def test_two_threads_give_the_same_results(kernels):
+    """TRANSCRIBER_KERNEL_THREADS=2 splits the large linears by column blocks and attention by
+    heads: the same sums in the same order, so the same floats."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 384), dtype=np.float32)
+    w = kernels.pack(rng.standard_normal((5000, 384), dtype=np.float32))  # over the threshold
+    q = rng.standard_normal((2, 6, 64), dtype=np.float32)
+    kv = rng.standard_normal((2, 6, 1500, 64), dtype=np.float32)
+    one = kernels.linear(x, w), kernels.attend(q, kv, kv, want_weights=True)
+    kernels.set_threads(2)
+    try:
+        two = kernels.linear(x, w), kernels.attend(q, kv, kv, want_weights=True)
+    finally:
+        kernels.set_threads(1)
+    np.testing.assert_array_equal(one[0], two[0])
+    np.testing.assert_array_equal(one[1][0], two[1][0])
+    np.testing.assert_array_equal(one[1][1], two[1][1])
+
+
+@pytest.mark.parametrize("positions", [1, 63, 301])
+def test_encoder_attention_matches_mlx(kernels, positions):
+    rng = np.random.default_rng(positions)
+    heads, dh = 6, 64
+    q = rng.standard_normal((positions, heads * dh), dtype=np.float32) * 2
+    k = rng.standard_normal((heads, positions, dh), dtype=np.float32) * 2
+    v = rng.standard_normal((heads, positions, dh), dtype=np.float32)
+    qh = mx.array(q).reshape(positions, heads, dh).transpose(1, 0, 2)
+    w = mx.softmax((qh / 8) @ mx.array(k).swapaxes(-1, -2), axis=-1, precise=True)
+    want = np.array((w @ mx.array(v)).transpose(1, 0, 2).reshape(positions, heads * dh))
+    got = kernels.encoder_attention(q, np.ascontiguousarray(k.transpose(0, 2, 1)), v)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_encoder_on_the_kernels_matches_mlx(model, monkeypatch):
+    from transcriber.model.whisper import MultiHeadAttention
+
+    native.reset()
+    mel = mx.array(np.random.default_rng(2).standard_normal((1, 1000, 80), dtype=np.float32))  # 10 s
+    got = np.array(model.encoder(mel))
+    monkeypatch.setattr(MultiHeadAttention, "attend_all", lambda self, q, k, v: self.attend_with_weights(q, k, v)[0])
+    want = np.array(model.encoder(mel))
+    np.testing.assert_allclose(got, want, atol=1e-3 * np.abs(want).max())

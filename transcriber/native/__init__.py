@@ -1,0 +1,148 @@
+"""Native CPU kernels under MLX (issue 21): the seam the model asks for its ops through.
+
+``ops()`` gives the kernels this process may use: loaded once (loader.py), each kind checked
+once against MLX's own op (checks.py) before it serves; a kind that fails is disabled with a
+note. Nothing here is used off the CPU (Metal, macOS: MLX's ops as before), and when the
+library was not built (no compiler, failed build, another MLX) every op is MLX's.
+
+Why a plain C library over evaluated MLX buffers (ctypes) and not MLX ``Primitive``s: see
+README's "Native kernels" and bench/kernels.md (the nanobind pin of MLX's extension example
+does not bind to this wheel's arrays).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+
+@dataclass(frozen=True)
+class Status:
+    """What serves: the path (None: MLX's ops), why not, and each kind's self-check."""
+
+    path: Optional[str]
+    isa: str
+    reason: Optional[str]
+    checks: dict = field(default_factory=dict)  # kind -> None (passed) or why it is disabled
+
+    def serves(self, kind: str) -> bool:
+        return self.path is not None and kind in self.checks and self.checks[kind] is None
+
+    def line(self) -> str:
+        """One line for `transcribe doctor` and logs."""
+        if self.path is None:
+            return f"native kernels: {self.reason}; MLX's own ops serve"
+        bad = {k: v for k, v in self.checks.items() if v}
+        ok = [k for k, v in self.checks.items() if v is None]
+        text = f"native kernels: {self.isa}; self-check passed: {', '.join(ok) or 'none'}"
+        return text + "".join(f"; {k}: {v}" for k, v in bad.items())
+
+
+class Ops:
+    """The kernels that passed their checks (``status.serves(kind)``), and where they serve."""
+
+    def __init__(self, kernels, status: Status):
+        self.kernels, self.status = kernels, status
+        self._steps: dict = {}
+
+    def decoder_step(self, decoder, precision: str = "bf16"):
+        """A DecoderStep for this decoder (made once per decoder), or None when a kernel it
+        needs is disabled."""
+        if not all(self.status.serves(k) for k in ("linear", "layer_norm", "gelu", "attend")):
+            return None
+        key = (id(decoder), id(decoder.token_embedding.weight), precision)
+        with _lock:
+            if key not in self._steps:
+                from .decoder import DecoderStep
+
+                if len(self._steps) >= KEPT_MODELS:  # their bf16 copies: the oldest goes
+                    self._steps.pop(next(iter(self._steps)))
+                self._steps[key] = DecoderStep(self.kernels, decoder, precision)
+            return self._steps[key]
+
+    def encoder_attention(self):
+        """``f(q, k_t, v)`` (kernels.Kernels.encoder_attention), or None."""
+        return self.kernels.encoder_attention if self.status.serves("encoder_attention") else None
+
+    def softmax_inplace(self):
+        """``f(scores)`` over the last axis of a float32 numpy array, in place; or None."""
+        return self.kernels.softmax if self.status.serves("softmax") else None
+
+
+PRECISION_ENV = "TRANSCRIBER_KERNEL_WEIGHTS"
+KEPT_MODELS = 2  # decoders whose packed weights are kept (jobs may switch between two models)
+
+
+def weights_precision() -> str:
+    """The decoder's weight precision on the kernels: $TRANSCRIBER_KERNEL_WEIGHTS (bf16, the
+    default, or f32: for the precision measurements in bench/)."""
+    value = os.environ.get(PRECISION_ENV, "").strip().lower() or "bf16"
+    return value if value in ("bf16", "f32") else "bf16"
+
+
+THREADS_ENV = "TRANSCRIBER_KERNEL_THREADS"
+
+
+def threads() -> int:
+    """Threads for the large kernels: $TRANSCRIBER_KERNEL_THREADS, else DEFAULT_THREADS capped
+    at the cores this process may use."""
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(DEFAULT_THREADS, cores))
+
+
+# One: on this project's 2-core machines, shared (load 4-6), a second OpenMP thread made a step
+# 2-20x slower (a descheduled thread stalls every barrier); measured 2026-12-01, see
+# bench/kernels.md. TRANSCRIBER_KERNEL_THREADS=2 is there for a quiet machine.
+DEFAULT_THREADS = 1
+_lock = threading.Lock()
+_ops: Optional[Ops] = None
+_status: Optional[Status] = None
+
+
+def status() -> Status:
+    """Load and check once (cached for the process)."""
+    ops()
+    return _status
+
+
+def ops() -> Optional[Ops]:
+    """The checked kernels, or None: MLX's own ops everywhere."""
+    global _ops, _status
+    with _lock:
+        if _status is None:
+            _ops, _status = _load()
+        return _ops
+
+
+def _load():
+    from . import loader
+
+    loaded = loader.load()
+    if loaded.lib is None:
+        return None, Status(None, "", loaded.reason)
+    from . import checks
+    from .kernels import Kernels
+
+    k = Kernels(loaded.lib, loaded.path)
+    k.set_threads(threads())
+    results = checks.run(k)
+    st = Status(loaded.path, loaded.isa, None, results)
+    bad = [f"{kind}: {note}" for kind, note in results.items() if note]
+    if bad:
+        import logging
+
+        logging.getLogger(__name__).warning("transcriber: native kernels: %s", "; ".join(bad))
+    return Ops(k, st), st
+
+
+def reset() -> None:
+    """Forget the loaded state (tests that change TRANSCRIBER_KERNELS)."""
+    global _ops, _status
+    with _lock:
+        _ops = _status = None

@@ -1,0 +1,132 @@
+"""Each kernel against MLX's own op, once per process before it serves (and in the tests).
+
+Inputs are small and awkward on purpose: widths that are no multiple of the 16 lanes, rows
+1-8, masked positions and -inf scores. A kernel passes when it agrees with MLX to float32
+rounding of the same arithmetic (bf16 weights are rounded the same way on both sides).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import mlx.core as mx
+import numpy as np
+
+from .kernels import Kernels, from_bf16
+
+TOLERANCE = 2e-4  # relative to the output's scale: float32 sums in another order, exp to 3e-7
+
+
+def _close(got: np.ndarray, want: mx.array) -> bool:
+    want = np.array(want, dtype=np.float32)
+    scale = max(float(np.abs(want).max()), 1e-6)
+    return got.shape == want.shape and bool(np.all(np.abs(got - want) <= TOLERANCE * scale))
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(21)
+
+
+def check_linear(k: Kernels) -> bool:
+    rng = _rng()
+    for rows, width, out in ((1, 37, 29), (3, 64, 33), (5, 100, 17), (8, 48, 70), (4, 16, 1)):
+        x = rng.standard_normal((rows, width), dtype=np.float32)
+        w = rng.standard_normal((out, width), dtype=np.float32)
+        b = rng.standard_normal(out, dtype=np.float32)
+        res = rng.standard_normal((rows, out), dtype=np.float32)
+        ref = mx.array(x) @ mx.array(w).astype(mx.bfloat16).astype(mx.float32).T + mx.array(b) + mx.array(res)
+        if not (_close(k.linear(x, k.pack(w, "bf16"), b, res), ref)
+                and _close(k.linear(x, k.pack(w, "f32")), mx.array(x) @ mx.array(w).T)):
+            return False
+        packed = from_bf16(k.pack(w, "bf16").data).transpose(0, 2, 1).reshape(-1, width)[:out]
+        if not np.array_equal(packed, np.array(mx.array(w).astype(mx.bfloat16).astype(mx.float32))):
+            return False  # our rounding to bf16 is MLX's
+    return True
+
+
+def check_layer_norm(k: Kernels) -> bool:
+    rng = _rng()
+    for rows, width in ((1, 37), (4, 384), (7, 19)):
+        x = rng.standard_normal((rows, width), dtype=np.float32) * 3 + 1
+        g, b = rng.standard_normal(width, dtype=np.float32), rng.standard_normal(width, dtype=np.float32)
+        ref = mx.fast.layer_norm(mx.array(x), mx.array(g), mx.array(b), 1e-5)
+        if not _close(k.layer_norm(x, g, b), ref):
+            return False
+    return True
+
+
+def check_gelu(k: Kernels) -> bool:
+    x = (_rng().standard_normal(1003, dtype=np.float32) * 4).astype(np.float32)
+    x[:3] = (-12.0, 0.0, 12.0)
+    ref = mx.array(x) * 0.5 * (1 + mx.erf(mx.array(x) / math.sqrt(2)))
+    return _close(k.gelu(x), ref)
+
+
+def check_softmax(k: Kernels) -> bool:
+    s = _rng().standard_normal((6, 77), dtype=np.float32) * 5
+    s[1, :40] = -np.inf  # masked positions
+    s[2, 5] = -np.inf
+    ref = mx.softmax(mx.array(s), axis=-1, precise=True)
+    got = k.softmax(s.copy())
+    return _close(got, ref) and bool(np.all(got[1, :40] == 0)) and got[2, 5] == 0
+
+
+def _attention(q, k, v, valid) -> mx.array:
+    """MLX's reference: q (R, H, Dh), k/v (R, H, T, Dh), valid (R, T) bool -> (R, H, Dh)."""
+    scale = q.shape[-1] ** -0.5
+    scores = mx.where(mx.array(valid)[:, None, None, :], (mx.array(q)[:, :, None] * scale) @ mx.array(k).swapaxes(-1, -2),
+                      -mx.inf)
+    return (mx.softmax(scores, axis=-1, precise=True) @ mx.array(v))[:, :, 0]
+
+
+def check_attend(k: Kernels) -> bool:
+    rng = _rng()
+    for rows, heads, dh, t in ((1, 2, 24, 35), (3, 3, 64, 100), (8, 1, 17, 5)):
+        q = rng.standard_normal((rows, heads, dh), dtype=np.float32)
+        keys = rng.standard_normal((rows, heads, t + 1, dh), dtype=np.float32)
+        vals = rng.standard_normal((rows, heads, t + 1, dh), dtype=np.float32)
+        lo = rng.integers(0, t // 2, rows).astype(np.int32)
+        hi = (t + 1 - rng.integers(0, t // 2, rows)).astype(np.int32)
+        valid = (np.arange(t + 1)[None] >= lo[:, None]) & (np.arange(t + 1)[None] < hi[:, None])
+        ref = _attention(q, keys, vals, valid)
+        extra = (np.ascontiguousarray(keys[:, :, t]), np.ascontiguousarray(vals[:, :, t]))
+        got, w = k.attend(q, keys[:, :, :t], vals[:, :, :t], extra=extra, lo=lo, hi=hi, want_weights=True)
+        k_t = np.ascontiguousarray(keys.transpose(0, 1, 3, 2))  # the cross-attention layout
+        got_t, _ = k.attend(q, k_t.transpose(0, 1, 3, 2), vals, lo=lo, hi=hi)
+        if not (_close(got, ref) and _close(got_t, ref) and bool(np.all(w[~valid[:, None, :].repeat(heads, 1)] == 0))):
+            return False
+    return True
+
+
+def check_encoder_attention(k: Kernels) -> bool:
+    rng = _rng()
+    for s, h, dh in ((37, 2, 16), (100, 3, 64), (7, 1, 32)):
+        q = rng.standard_normal((s, h * dh), dtype=np.float32)
+        keys = rng.standard_normal((h, s, dh), dtype=np.float32)
+        vals = rng.standard_normal((h, s, dh), dtype=np.float32)
+        qh = mx.array(q).reshape(s, h, dh).transpose(1, 0, 2)
+        weights = mx.softmax((qh * dh ** -0.5) @ mx.array(keys).swapaxes(-1, -2), axis=-1, precise=True)
+        ref = (weights @ mx.array(vals)).transpose(1, 0, 2).reshape(s, h * dh)
+        got = k.encoder_attention(q, np.ascontiguousarray(keys.transpose(0, 2, 1)), vals)
+        if got is None or not _close(got, ref):
+            return False
+    return True
+
+
+CHECKS: dict[str, Callable[[Kernels], bool]] = {
+    "linear": check_linear, "layer_norm": check_layer_norm, "gelu": check_gelu,
+    "softmax": check_softmax, "attend": check_attend, "encoder_attention": check_encoder_attention,
+}
+
+
+def run(k: Kernels) -> dict[str, str | None]:
+    """kind -> None (passed) or a one-line note why it is disabled."""
+    results = {}
+    with mx.stream(mx.cpu):
+        for kind, check in CHECKS.items():
+            try:
+                results[kind] = None if check(k) else f"differs from MLX's op on the {k.path} path: disabled"
+            except Exception as e:  # noqa: BLE001 - a failed check disables, never breaks
+                results[kind] = f"self-check failed ({type(e).__name__}: {e}): disabled"
+    return results

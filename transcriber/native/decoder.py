@@ -1,0 +1,137 @@
+"""The decoder's one-token step on the native kernels: one call per layer, then the projection.
+
+Per layer, one native call does what ``ResidualAttentionBlock.decode`` does for one new token
+per row (layer norms, the linears with their biases and residuals, self-attention over the
+cache plus the token, cross-attention over the audio, GELU), reading each weight once for all
+rows. Weights are copied once, at first use, to bfloat16 (or kept float32: ``precision``); the
+MLX model keeps its own float32 weights for prompt passes and the encoder.
+
+Shapes: B rows (<= MAX_ROWS), D width, H heads, T cached tokens, S audio positions, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Collection, Optional
+
+import mlx.core as mx
+import numpy as np
+
+from .kernels import Kernels, Packed, _strides
+from .kvcache import GrowingCache
+
+MAX_ROWS = 8  # the small-row linear's range: greedy, beams, --batch-files, streaming passes
+PRECISIONS = ("bf16", "f32")
+
+
+class _Layer(ctypes.Structure):  # struct Layer in src/kernels.cpp, field for field
+    _fields_ = [(n, ctypes.c_void_p) for n in (
+        "wq", "wk", "wv", "wo", "cwq", "cwo", "w1", "w2", "bq", "bv", "bo", "cbq", "cbo", "b1", "b2",
+        "ln1_g", "ln1_b", "ln2_g", "ln2_b", "ln3_g", "ln3_b")]
+
+
+def _host(a: mx.array) -> np.ndarray:
+    """An evaluated MLX array as a numpy view (no copy; its strides as MLX has them)."""
+    return np.asarray(a)
+
+
+class DecoderStep:
+    """``step(tokens, state, layers)`` for a TextDecoder; built once per decoder and precision."""
+
+    def __init__(self, kernels: Kernels, decoder, precision: str = "bf16"):
+        if precision not in PRECISIONS:
+            raise ValueError(f"decoder precision must be one of {PRECISIONS}, got {precision!r}")
+        self.k, self.precision = kernels, precision
+        self.n_head = decoder.blocks[0].attn.n_head
+        self._keep = []  # every array a pointer in a _Layer refers to
+        self.layers = [self._layer(b) for b in decoder.blocks]
+        self.embedding = _host(decoder.token_embedding.weight)
+        self.positions = _host(decoder.positional_embedding)
+        self.projection = self._weight(decoder.token_embedding.weight)
+        self.ln = (self._vector(decoder.ln.weight), self._vector(decoder.ln.bias))
+        self._fn = kernels.fn("decoder_layer")
+        self._wtype = int(precision == "bf16")
+        self.cache = GrowingCache(len(self.layers))
+
+    def _weight(self, w: mx.array) -> Packed:
+        packed = self.k.pack(np.asarray(w), self.precision)
+        self._keep.append(packed)
+        return packed
+
+    def _vector(self, v: mx.array) -> np.ndarray:
+        a = np.ascontiguousarray(np.array(v, dtype=np.float32))
+        self._keep.append(a)
+        return a
+
+    def _layer(self, block) -> _Layer:
+        a, c = block.attn, block.cross_attn
+        w = [self._weight(m.weight) for m in (a.query, a.key, a.value, a.out, c.query, c.out, block.mlp1, block.mlp2)]
+        b = [self._vector(m.bias) for m in (a.query, a.value, a.out, c.query, c.out, block.mlp1, block.mlp2)]
+        n = [self._vector(p) for ln in (block.attn_ln, block.cross_attn_ln, block.mlp_ln) for p in (ln.weight, ln.bias)]
+        return _Layer(*[x.data.ctypes.data for x in w] + [x.ctypes.data for x in b + n])
+
+    def project(self, x: np.ndarray) -> np.ndarray:
+        """The final layer norm, then the vocabulary projection: (B, D) -> logits (B, V)."""
+        return self.k.linear(self.k.layer_norm(x, *self.ln), self.projection)
+
+    def supports(self, tokens: mx.array, state, want_logits) -> bool:
+        """One new token per row after a prompt, all logits, few enough rows. A first token
+        (no cache: language detection reads its logits) stays on MLX's float32 path, as
+        prompt passes do: the no-speech and language probabilities are read from those."""
+        return (tokens.ndim == 2 and tokens.shape[1] == 1 and 1 <= tokens.shape[0] <= MAX_ROWS
+                and want_logits is True and state.self_kv[0] is not None)
+
+    def _embed(self, tokens: np.ndarray, offset: int, pad: Optional[np.ndarray]) -> np.ndarray:
+        """(B,) token ids -> (B, D) embeddings plus each row's position."""
+        pos = offset if pad is None else offset - pad
+        return np.ascontiguousarray(self.embedding[tokens] + self.positions[pos], dtype=np.float32)
+
+    def step(self, tokens: mx.array, state, layers: Collection[int]):
+        """tokens (B, 1) -> logits (B, 1, V) numpy, the new DecoderState, cross-attention
+        weights per layer ((B, H, 1, S) MLX arrays for ``layers``, None for the others)."""
+        from ..model.whisper import DecoderState
+
+        extra = [state.pad, state.audio_len] if state.pad is not None else []
+        mx.eval(tokens, *[c for pair in state.cross_kv for c in pair], *extra)
+        ids = _host(tokens)[:, 0].astype(np.int64)
+        rows = len(ids)
+        pad = None if state.pad is None else np.ascontiguousarray(_host(state.pad), dtype=np.int32)
+        audio_len = None if state.audio_len is None else np.ascontiguousarray(_host(state.audio_len), dtype=np.int32)
+        x = self._embed(ids, state.offset, pad)
+        d, h = x.shape[1], self.n_head
+        new_kv, weights = [], []
+        for i, (layer, (k_t, v), cache) in enumerate(zip(self.layers, state.cross_kv, state.self_kv)):
+            cache = (None, None) if cache is None else cache
+            k_new, v_new, w = self._layer_step(layer, x, cache, pad, k_t, v, audio_len, i in layers)
+            shape = (rows, h, d // h)
+            new_kv.append((self.cache.extend(cache[0], k_new.reshape(shape)),
+                           self.cache.extend(cache[1], v_new.reshape(shape))))
+            weights.append(None if w is None else mx.array(w[:, :, None, :]))
+        logits = self.project(x)
+        return logits[:, None, :], DecoderState(state.cross_kv, new_kv, state.pad, state.audio_len), \
+            (weights if layers else None)
+
+    def _layer_step(self, layer: _Layer, x: np.ndarray, cache, pad, k_t: mx.array, v: mx.array,
+                    audio_len, want_weights: bool):
+        """One layer in place on x (B, D); returns the token's key and value (B, D) and the
+        cross-attention weights (B, H, S) when wanted."""
+        rows, d = x.shape
+        kc, vc = self.cache.past(cache[0]), self.cache.past(cache[1])
+        ckt, cv = _unit_last(_host(k_t)), _unit_last(_host(v))
+        span = cv.shape[2]
+        k_new, v_new = np.empty((rows, d), np.float32), np.empty((rows, d), np.float32)
+        w = np.empty((rows, self.n_head, span), np.float32) if want_weights else None
+        # keys transposed (B, H, D/H, S) go as their (B, H, S, D/H) view: positions contiguous
+        ckt_s = _strides(ckt.transpose(0, 1, 3, 2))
+        kc_s, vc_s = (None, None) if kc is None else (_strides(kc), _strides(vc))
+        cv_s = _strides(cv)
+        p = lambda a: None if a is None else a.ctypes.data  # noqa: E731
+        self._fn(ctypes.byref(layer), self._wtype, rows, d, self.n_head, p(x), p(kc), p(kc_s), p(vc), p(vc_s),
+                 0 if kc is None else kc.shape[2], p(pad), p(k_new), p(v_new), p(ckt), p(ckt_s), p(cv), p(cv_s),
+                 span, p(audio_len), p(w))
+        return k_new, v_new, w
+
+
+def _unit_last(a: np.ndarray) -> np.ndarray:
+    """The kernels need a unit stride on the last axis (slices of MLX arrays keep it)."""
+    return a if a.strides[-1] == a.itemsize and a.dtype == np.float32 else np.ascontiguousarray(a, np.float32)

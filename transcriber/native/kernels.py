@@ -1,0 +1,151 @@
+"""The native kernels as Python calls over numpy float32 arrays (views of evaluated MLX arrays).
+
+Shapes: R rows (<= 8 for the linear's fast path), K in, N out, D model width, H heads, T cached
+positions, S audio positions. Weights are (N, K) as nn.Linear stores them, in bfloat16 (kept as
+uint16, see ``to_bf16``) or float32. Outputs are written into arrays the caller passes or new
+ones; nothing here touches MLX.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import numpy as np
+
+_f = ctypes.c_void_p  # every array goes as its data pointer
+_i, _l, _fl = ctypes.c_int, ctypes.c_long, ctypes.c_float
+
+# name -> argument types (see src/kernels.cpp)
+_SIGNATURES = {
+    "linear": [_i, _i, _i, _f, _f, _i, _f, _f, _f],
+    "layer_norm": [_i, _i, _f, _f, _f, _fl, _f],
+    "pack": [_i, _i, _f, _i, _f],
+    "set_threads": [_i],
+    "encoder_attention": [_i, _i, _i, _f, _f, _f, _f],
+    "gelu": [_l, _f, _f],
+    "softmax": [_l, _i, _f],
+    "attend": [_i, _i, _i, _fl, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f],
+    "decoder_layer": [_f, _i, _i, _i, _i, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f, _f, _i, _f, _f],
+}
+
+
+def from_bf16(h: np.ndarray) -> np.ndarray:
+    """bfloat16 bits (uint16) -> float32."""
+    return (h.astype(np.uint32) << 16).view(np.float32)
+
+
+LANES = 16  # the kernels' vector width: weights are packed in blocks of this many columns
+
+
+class Packed:
+    """A linear's weight (N, K) packed once for the kernels (by the native ``pack``):
+    (ceil(N/16), K, 16), column blocks zero-padded, in bfloat16 bits (uint16) or float32."""
+
+    def __init__(self, kernels: "Kernels", w: np.ndarray, precision: str = "bf16"):
+        if precision not in ("bf16", "f32"):
+            raise ValueError(f"weight precision must be bf16 or f32, got {precision!r}")
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        n, k = w.shape
+        self.n, self.k, self.wtype = n, k, int(precision == "bf16")
+        self.data = np.empty((-(-n // LANES), k, LANES), np.uint16 if self.wtype else np.float32)
+        kernels.fn("pack")(n, k, _ptr(w), self.wtype, _ptr(self.data))
+
+
+def _ptr(a: np.ndarray | None):
+    return None if a is None else a.ctypes.data
+
+
+def _strides(a: np.ndarray) -> np.ndarray:
+    """A 4-d array's strides in elements, as the kernels take them."""
+    return np.array([s // a.itemsize for s in a.strides], dtype=np.int64)
+
+
+def _check(a: np.ndarray, dtype=np.float32) -> np.ndarray:
+    if a.dtype != dtype or not a.flags.c_contiguous:
+        raise ValueError(f"kernel input must be C-contiguous {np.dtype(dtype).name}, got {a.dtype} {a.strides}")
+    return a
+
+
+class Kernels:
+    """One path's functions of the library (``tk_<path>_<name>``)."""
+
+    def set_threads(self, n: int) -> None:
+        """Threads for the large linears and the attention heads (1: the caller's only)."""
+        self.fn("set_threads")(max(1, int(n)))
+
+    def pack(self, w: np.ndarray, precision: str = "bf16") -> Packed:
+        """w (N, K) float32 packed for ``linear``."""
+        return Packed(self, w, precision)
+
+    def __init__(self, lib: ctypes.CDLL, path: str):
+        self.lib, self.path = lib, path
+        self._fns: dict[str, object] = {}
+
+    def fn(self, name: str):
+        f = self._fns.get(name)
+        if f is None:
+            f = getattr(self.lib, f"tk_{self.path}_{name}")
+            f.argtypes, f.restype = _SIGNATURES[name], (ctypes.c_int if name == "encoder_attention" else None)
+            self._fns[name] = f
+        return f
+
+    def linear(self, x: np.ndarray, w: Packed, b: np.ndarray | None = None,
+               res: np.ndarray | None = None) -> np.ndarray:
+        """x (R, K) @ w.T (w: the packed (N, K)) + b (N,) + res (R, N) -> (R, N)."""
+        r, k = _check(x).shape
+        if k != w.k:
+            raise ValueError(f"linear: x has {k} columns, the weight {w.k}")
+        y = np.empty((r, w.n), np.float32)
+        b = None if b is None else _check(b)
+        self.fn("linear")(r, k, w.n, _ptr(x), _ptr(w.data), w.wtype, _ptr(b),
+                          _ptr(None if res is None else _check(res)), _ptr(y))
+        return y
+
+    def layer_norm(self, x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+        """Over the last axis of x (R, D)."""
+        r, d = _check(x).shape
+        y = np.empty_like(x)
+        self.fn("layer_norm")(r, d, _ptr(x), _ptr(_check(g)), _ptr(_check(b)), eps, _ptr(y))
+        return y
+
+    def gelu(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Exact-form GELU, elementwise (out may be x)."""
+        y = np.empty_like(_check(x)) if out is None else _check(out)
+        self.fn("gelu")(x.size, _ptr(x), _ptr(y))
+        return y
+
+    def softmax(self, s: np.ndarray) -> np.ndarray:
+        """In place over the last axis of s (..., N); -inf scores get exactly 0."""
+        n = _check(s).shape[-1]
+        self.fn("softmax")(s.size // max(n, 1), n, _ptr(s))
+        return s
+
+    def encoder_attention(self, q: np.ndarray, k_t: np.ndarray, v: np.ndarray) -> np.ndarray | None:
+        """Unmasked self-attention of S positions: q (S, H*Dh), k_t (H, Dh, S), v (H, S, Dh)
+        -> (S, H*Dh); None when Dh is no multiple of the path's vector width."""
+        s, d = _check(q).shape
+        h, dh, _ = _check(k_t).shape
+        out = np.empty((s, d), np.float32)
+        failed = self.fn("encoder_attention")(s, h, dh, _ptr(q), _ptr(k_t), _ptr(_check(v)), _ptr(out))
+        return None if failed else out
+
+    def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, extra: tuple | None = None,
+               lo: np.ndarray | None = None, hi: np.ndarray | None = None,
+               want_weights: bool = False):
+        """One query per row and head. q (R, H, Dh); k (R, H, T, Dh) or, transposed, (R, H, Dh, T)
+        (pass ``k`` as that transposed array's (R, H, T, Dh) view: k.transpose(0, 1, 3, 2));
+        v (R, H, T, Dh) with unit last stride; extra = (k, v) of one more position each (R, H, Dh);
+        lo, hi (R,) int32: the positions each row sees. -> out (R, H, Dh), weights (R, H, T')."""
+        r, h, dh = _check(q).shape
+        t = k.shape[2]
+        if v.strides[-1] != 4 or (k.strides[-1] != 4 and k.strides[-2] != 4):
+            raise ValueError("attend: keys or values without a unit stride")
+        total = t + (extra is not None)
+        out = np.empty((r, h, dh), np.float32)
+        weights = np.empty((r, h, total), np.float32) if want_weights else None
+        ek, ev = (None, None) if extra is None else (_check(extra[0]), _check(extra[1]))
+        lo = None if lo is None else _check(lo, np.int32)
+        hi = None if hi is None else _check(hi, np.int32)
+        ks, vs = _strides(k), _strides(v)  # kept alive across the call
+        self.fn("attend")(r, h, dh, dh ** -0.5, _ptr(q), _ptr(k), _ptr(ks), _ptr(v), _ptr(vs), t,
+                          _ptr(ek), _ptr(ev), _ptr(lo), _ptr(hi), _ptr(out), _ptr(weights))
+        return out, weights

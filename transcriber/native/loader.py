@@ -1,0 +1,122 @@
+"""Load the native kernel library, pick the path this CPU can run, and say why when none.
+
+The path: $TRANSCRIBER_KERNELS (avx512, avx2, portable, neon, or off) when set, else the best
+the CPU's flags allow among the paths built. A forced path the CPU cannot run is refused (an
+illegal instruction would kill the process), with a note.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+
+from . import build
+
+ENV = "TRANSCRIBER_KERNELS"
+FOLDER = build.HERE  # where build.py put the library and build.json
+PATHS = ("avx512", "avx2", "neon", "portable")  # best first
+HOW = "run `make install` with a C++ compiler on PATH (g++ or clang++)"
+
+# path -> the /proc/cpuinfo flags it needs (x86) or the aarch64 feature ("asimd" is NEON)
+_NEEDS = {"avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "f16c"),
+          "avx2": ("avx2", "fma", "f16c"), "neon": ("asimd",), "portable": ()}
+# flags reported next to the path (what the CPU has; the kernels use the path's own set)
+_EXTRAS = ("avx512_bf16", "avx512_vnni", "amx_bf16")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The library and the path serving, or why there is none (lib None, reason set)."""
+
+    lib: ctypes.CDLL | None
+    path: str | None
+    isa: str  # e.g. "avx512 (+avx512_bf16, avx512_vnni)": the path and the CPU's extras
+    reason: str | None = None
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (x86 "flags", aarch64 "Features")."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def runnable(path: str, flags: frozenset[str]) -> bool:
+    return all(f in flags for f in _NEEDS.get(path, ("?",)))
+
+
+def _describe(path: str, flags: frozenset[str]) -> str:
+    extras = [f for f in _EXTRAS if f in flags] if path == "avx512" else []
+    return f"{path} (+{', '.join(extras)})" if extras else path
+
+
+def record() -> dict | None:
+    """build.json, or None when the install never ran the build."""
+    try:
+        with open(os.path.join(FOLDER, build.INFO)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _mlx_version() -> str | None:
+    try:
+        return metadata.version("mlx")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _choose(built: list[str], flags: frozenset[str]) -> tuple[str | None, str | None]:
+    """(path, None) or (None, reason)."""
+    forced = os.environ.get(ENV, "").strip().lower()
+    if forced in ("off", "none", "0"):
+        return None, f"off ({ENV}={forced})"
+    if forced:
+        if forced not in PATHS:
+            return None, f"off ({ENV}={forced} is not one of {', '.join(PATHS)}, off)"
+        if forced not in built:
+            return None, f"off ({ENV}={forced}: that path was not built; built: {', '.join(built) or 'none'})"
+        if not runnable(forced, flags):
+            return None, f"off ({ENV}={forced}: this CPU lacks {', '.join(f for f in _NEEDS[forced] if f not in flags)})"
+        return forced, None
+    for path in PATHS:
+        if path in built and runnable(path, flags):
+            return path, None
+    return None, f"no built path runs on this CPU (built: {', '.join(built)})"
+
+
+def load() -> Loaded:
+    """The library with one path chosen, or the one-line reason there is none."""
+    if not sys.platform.startswith("linux"):
+        return Loaded(None, None, "", f"not used on {sys.platform} (MLX's own ops)")
+    info = record()
+    if info is None:
+        return Loaded(None, None, "", f"not built ({HOW})")
+    if info.get("error"):
+        return Loaded(None, None, "", f"not built ({info['error']}; {HOW})")
+    running = _mlx_version()
+    if info.get("mlx") != running:
+        return Loaded(None, None, "", f"not built for this MLX (built against {info.get('mlx')}, "
+                                      f"running {running}; {HOW} again)")
+    if info.get("machine") != platform.machine():
+        return Loaded(None, None, "", f"not built for {platform.machine()} (built on {info.get('machine')}; {HOW})")
+    flags = cpu_flags()
+    path, reason = _choose(list(info.get("paths", [])), flags)
+    if path is None:
+        return Loaded(None, None, "", reason)
+    try:
+        lib = ctypes.CDLL(os.path.join(FOLDER, build.LIBRARY))
+    except OSError as e:
+        return Loaded(None, None, "", f"not loadable ({e}; {HOW} again)")
+    return Loaded(lib, path, _describe(path, flags))

@@ -1,0 +1,533 @@
+// Whisper's CPU hot loops as a plain C ABI over float32 buffers (transcriber/native/).
+//
+// One source, compiled once per instruction set (build.py passes -DTK_PATH=avx512 with
+// -mavx512f..., avx2 with -mavx2 -mfma, portable with the compiler's baseline: SSE2 on x86_64,
+// NEON on aarch64). The code uses GCC/Clang vector extensions, 16 float lanes wide: the
+// compiler maps them onto one zmm, two ymm or four xmm/NEON registers, so the same arithmetic
+// runs on every path and only the speed differs. Every exported name carries the path:
+// tk_avx512_linear, tk_avx2_linear, ... (loader.py picks one set at run time).
+//
+// Shapes are in the comments of each function; R is a handful of rows (decoder steps: 1-8),
+// weights are (N, K) row-major as in nn.Linear, in bfloat16 (wtype 1) or float32 (wtype 0).
+
+#include <stdint.h>
+#include <string.h>
+
+#include <vector>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#ifndef TK_PATH
+#define TK_PATH portable
+#endif
+#define TK_CAT2(a, b) tk_##a##_##b
+#define TK_CAT(a, b) TK_CAT2(a, b)
+#define TK(name) TK_CAT(TK_PATH, name)
+#define EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+// vf is the path's native vector: 16 lanes (zmm), 8 (ymm), 4 (xmm, NEON). Vectors wider than
+// the registers make GCC go through memory, so the width follows the path; the packed weight
+// layout (blocks of LANES = 16 columns) is the same on every path.
+#if defined(__AVX512F__)
+constexpr int W = 16;
+#elif defined(__AVX2__)
+constexpr int W = 8;
+#else
+constexpr int W = 4;
+#endif
+constexpr int LANES = 16;
+constexpr int S = LANES / W;  // vectors per packed block
+typedef float vf __attribute__((vector_size(4 * W)));
+typedef int32_t vi __attribute__((vector_size(4 * W)));
+typedef uint32_t vu __attribute__((vector_size(4 * W)));
+typedef uint16_t vh __attribute__((vector_size(2 * W)));
+
+inline vf load(const float* p) { vf v; memcpy(&v, p, sizeof v); return v; }
+inline void store(float* p, vf v) { memcpy(p, &v, sizeof v); }
+inline vf splat(float x) { return vf{} + x; }
+
+// bfloat16 is the high half of a float32: widening is a 16-bit shift.
+#if defined(__AVX512F__)
+inline vf load_w(const uint16_t* p) {  // one vpmovzxwd + vpslld
+  return (vf)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16);
+}
+#elif defined(__AVX2__)
+inline vf load_w(const uint16_t* p) {
+  return (vf)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16);
+}
+#else
+inline vf load_w(const uint16_t* p) {
+  vh h;
+  memcpy(&h, p, sizeof h);
+  vu u = __builtin_convertvector(h, vu) << 16;
+  vf f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+#endif
+inline vf load_w(const float* p) { return load(p); }
+
+inline float hsum(vf v) {  // pairwise, so the compiler keeps it in registers
+  float s[W];
+  memcpy(s, &v, sizeof s);
+  for (int w = W / 2; w > 0; w /= 2)
+    for (int i = 0; i < w; i++) s[i] += s[i + w];
+  return s[0];
+}
+inline float hmax(vf v) {
+  float s[W];
+  memcpy(s, &v, sizeof s);
+  for (int w = W / 2; w > 0; w /= 2)
+    for (int i = 0; i < w; i++) s[i] = s[i] > s[i + w] ? s[i] : s[i + w];
+  return s[0];
+}
+inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+inline vf vabs(vf a) { return a < 0 ? -a : a; }
+
+// exp(x) = 2^n 2^f, n = round(x log2 e), f in [-1/2, 1/2]: 2^f by its Taylor terms to the 6th
+// (relative error < 3e-7); below 2^-126, and for -inf, exactly 0 (an all-zero exponent field).
+const float kLog2e = 1.4426950408889634f;
+const float kExp2[6] = {0.69314718f, 0.24022651f, 0.05550411f, 0.00961813f, 0.00133336f, 0.00015404f};
+
+inline vf vexp(vf x) {
+  vf y = x * kLog2e;
+  y = y > 127.0f ? splat(127.0f) : y;
+  y = y < -127.0f ? splat(-127.0f) : y;  // also -inf and NaN-free masked scores
+  vf z = y + 0.5f;
+  vi n = __builtin_convertvector(z, vi);  // truncates toward zero: make it a floor
+  n += (__builtin_convertvector(n, vf) > z);  // a true comparison is -1
+  vf f = y - __builtin_convertvector(n, vf);
+  const float* c = kExp2;
+  vf p = 1.0f + f * (c[0] + f * (c[1] + f * (c[2] + f * (c[3] + f * (c[4] + f * c[5])))));
+  vi bits = (n + 127) << 23;
+  vf scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+inline float sexp(float x) {  // the same function, one lane (tails)
+  vf v = vexp(splat(x));
+  return v[0];
+}
+
+// erf(z) ~ 1 - 1 / (1 + a1 z + ... + a6 z^6)^16, z >= 0, |error| < 3e-7 (Abramowitz & Stegun
+// 7.1.28): the exact-form GELU x Phi(x) with multiplies, adds and one divide.
+const float kErf[6] = {0.0705230784f, 0.0422820123f, 0.0092705272f, 0.0001520143f, 0.0002765672f, 0.0000430638f};
+
+inline vf vgelu(vf x) {
+  vf a = vabs(x);
+  vf z = a * 0.70710678118654752f;
+  const float* c = kErf;
+  vf p = 1.0f + z * (c[0] + z * (c[1] + z * (c[2] + z * (c[3] + z * (c[4] + z * c[5])))));
+  p = p * p;
+  p = p * p;
+  p = p * p;
+  p = p * p;
+  return 0.5f * x + 0.5f * a * (1.0f - 1.0f / p);
+}
+
+// y[r, n] = sum_k x[r, k] w[n, k] + b[n] + res[r, n]. The weights come packed once at load
+// (kernels.py ``Packed``): blocks of 16 output columns, (N/16, K, 16), so a vector holds
+// adjacent columns at one k and the sums need no horizontal reduction. B blocks at a time for
+// R rows: R * B * S independent accumulators hide the FMA latency, and each weight is read
+// once for all rows.
+template <int R, int B, typename T>
+void linear_blocks(int K, int j0, int blocks, const float* x, const T* w, const float* b, const float* res,
+                   float* y, int N) {
+  constexpr int V = B * S;  // vectors per k
+  for (int j = j0; j < blocks; j += B) {
+    const int nb = blocks - j < B ? blocks - j : B;
+    vf acc[R][V] = {};
+    const T* wj = w + (long)j * K * LANES;
+    if (nb == B) {
+      for (int k = 0; k < K; k++) {
+        vf wv[V];
+        for (int c = 0; c < V; c++) wv[c] = load_w(wj + ((long)(c / S) * K + k) * LANES + (c % S) * W);
+        for (int r = 0; r < R; r++) {
+          const float xr = x[(long)r * K + k];
+          for (int c = 0; c < V; c++) acc[r][c] += xr * wv[c];
+        }
+      }
+    } else {  // the last blocks
+      for (int k = 0; k < K; k++)
+        for (int c = 0; c < nb * S; c++) {
+          vf wv = load_w(wj + ((long)(c / S) * K + k) * LANES + (c % S) * W);
+          for (int r = 0; r < R; r++) acc[r][c] += x[(long)r * K + k] * wv;
+        }
+    }
+    for (int r = 0; r < R; r++) {
+      float out[V * W];
+      memcpy(out, acc[r], sizeof out);
+      const int n0 = j * LANES, valid = N - n0 < nb * LANES ? N - n0 : nb * LANES;
+      float* yr = y + (long)r * N + n0;
+      const float* rr = res ? res + (long)r * N + n0 : nullptr;
+      const float* bb = b ? b + n0 : nullptr;
+      for (int i = 0; i < valid; i++) yr[i] = out[i] + (bb ? bb[i] : 0.0f) + (rr ? rr[i] : 0.0f);
+    }
+  }
+}
+
+// Blocks at a time for R rows: as many accumulators as the registers hold (32 zmm; 16 ymm/xmm).
+constexpr int MAX_ROWS = S == 1 ? 8 : S == 2 ? 6 : 3;
+template <int R>
+constexpr int blocks_for() {
+  if (S == 1) return R <= 4 ? 4 : R <= 6 ? 3 : 2;
+  const int b = 12 / (R * S);
+  return b < 1 ? 1 : b > 4 ? 4 : b;
+}
+
+template <typename T>
+void linear_range(int R, int K, int N, int j0, int blocks, const float* x, const T* w, const float* b,
+                  const float* res, float* y) {
+  switch (R) {
+    case 1: return linear_blocks<1, blocks_for<1>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    case 2: return linear_blocks<2, blocks_for<2>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    case 3: return linear_blocks<3, blocks_for<3>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    case 4: return linear_blocks<4, blocks_for<4>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    case 5: return linear_blocks<5, blocks_for<5>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    case 6: return linear_blocks<6, blocks_for<6>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    case 7: return linear_blocks<7, blocks_for<7>(), T>(K, j0, blocks, x, w, b, res, y, N);
+    default: return linear_blocks<8, blocks_for<8>(), T>(K, j0, blocks, x, w, b, res, y, N);
+  }
+}
+
+// Threads for the large linears (the vocabulary projection: 40 MB of bf16 a step, more than
+// one core's memory bandwidth) and the attention heads; set by tk_<path>_set_threads.
+int g_threads = 1;
+// Below this many weights a linear stays on one thread: the fork costs more than it saves.
+constexpr long PARALLEL_WEIGHTS = 1L << 20;
+
+template <typename T>
+void linear_any(int R, int K, int N, const float* x, const T* w, const float* b, const float* res, float* y) {
+  const int blocks = (N + LANES - 1) / LANES;
+  const int threads = (long)N * K >= PARALLEL_WEIGHTS ? g_threads : 1;
+  if (threads <= 1) return linear_range(R, K, N, 0, blocks, x, w, b, res, y);
+  // contiguous ranges of blocks, a multiple of 4 each (the widest block group)
+  const int per = ((blocks + threads - 1) / threads + 3) / 4 * 4;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int t = 0; t < threads; t++) {
+    const int j0 = t * per, j1 = j0 + per < blocks ? j0 + per : blocks;
+    if (j0 < j1) linear_range(R, K, N, j0, j1, x, w, b, res, y);
+  }
+}
+
+// w: packed (ceil(N/16), K, 16) in wtype (1 bf16, 0 float32); res may be y (in place).
+void linear(int R, int K, int N, const float* x, const void* w, int wtype, const float* b, const float* res,
+            float* y) {
+  for (int r0 = 0; r0 < R; r0 += MAX_ROWS) {  // rows beyond what the registers hold: in turns
+    int rows = R - r0 < MAX_ROWS ? R - r0 : MAX_ROWS;
+    const float* xr = x + (long)r0 * K;
+    const float* rr = res ? res + (long)r0 * N : nullptr;
+    if (wtype == 1)
+      linear_any(rows, K, N, xr, (const uint16_t*)w, b, rr, y + (long)r0 * N);
+    else
+      linear_any(rows, K, N, xr, (const float*)w, b, rr, y + (long)r0 * N);
+  }
+}
+
+void layer_norm(int R, int D, const float* x, const float* g, const float* b, float eps, float* y) {
+  const int dv = D - D % W;
+  for (int r = 0; r < R; r++) {
+    const float* xr = x + (long)r * D;
+    float* yr = y + (long)r * D;
+    vf s = {};
+    for (int i = 0; i < dv; i += W) s += load(xr + i);
+    float mean = hsum(s);
+    for (int i = dv; i < D; i++) mean += xr[i];
+    mean /= D;
+    vf q = {};
+    for (int i = 0; i < dv; i += W) {
+      vf d = load(xr + i) - mean;
+      q += d * d;
+    }
+    float var = hsum(q);
+    for (int i = dv; i < D; i++) var += (xr[i] - mean) * (xr[i] - mean);
+    float rstd = 1.0f / __builtin_sqrtf(var / D + eps);
+    for (int i = 0; i < dv; i += W) store(yr + i, (load(xr + i) - mean) * rstd * load(g + i) + load(b + i));
+    for (int i = dv; i < D; i++) yr[i] = (xr[i] - mean) * rstd * g[i] + b[i];
+  }
+}
+
+void gelu(long n, const float* x, float* y) {
+  long i = 0;
+  for (; i + W <= n; i += W) store(y + i, vgelu(load(x + i)));
+  if (i < n) {  // the tail through one padded vector
+    float t[W] = {};
+    memcpy(t, x + i, (n - i) * sizeof(float));
+    vf v = vgelu(load(t));
+    memcpy(y + i, &v, (n - i) * sizeof(float));
+  }
+}
+
+// In place over rows of N: p = exp(s - max) / sum. -inf scores give exactly 0; a row of only
+// -inf gives 0 everywhere (MLX gives NaN there; no caller sends one).
+void softmax_row(int N, float* s) {
+  const int nv = N - N % W;
+  vf m = splat(-__builtin_inff());
+  for (int i = 0; i < nv; i += W) m = vmax(m, load(s + i));
+  float mx = hmax(m);
+  for (int i = nv; i < N; i++) mx = s[i] > mx ? s[i] : mx;
+  if (mx == -__builtin_inff()) {
+    memset(s, 0, N * sizeof(float));
+    return;
+  }
+  vf acc = {};
+  for (int i = 0; i < nv; i += W) {
+    vf e = vexp(load(s + i) - mx);
+    store(s + i, e);
+    acc += e;
+  }
+  float sum = hsum(acc);
+  for (int i = nv; i < N; i++) sum += (s[i] = sexp(s[i] - mx));
+  float inv = 1.0f / sum;
+  for (int i = 0; i < nv; i += W) store(s + i, load(s + i) * inv);
+  for (int i = nv; i < N; i++) s[i] *= inv;
+}
+
+// Strides in elements of a (rows, heads, positions, head dim) tensor; one of pos/dim is 1.
+struct Strides {
+  long row, head, pos, dim;
+};
+
+// One query per row and head over T positions (and one more, `extra`, when given: the new
+// token's own key/value in self-attention), in one pass: scores, masked softmax, values.
+// q, extra_k, extra_v, out: (R, H*Dh); k, v: strided as given (v's dim stride is 1);
+// lo/hi (R,) or null: the positions each row may see, [lo, hi) of the T (+1) positions;
+// weights (R, H, T(+1)) or null: the probabilities, for word timing.
+void attend(int R, int H, int Dh, float scale, const float* q, const float* k, Strides ks, const float* v,
+            Strides vs, int T, const float* extra_k, const float* extra_v, const int* lo, const int* hi,
+            float* out, float* weights) {
+  const int total = T + (extra_k ? 1 : 0);
+  const int D = H * Dh;
+  const int threads = (long)T * Dh * H >= (1L << 16) ? g_threads : 1;  // the audio, not a short cache
+  // heads outer, rows inner: rows that share their keys (beams over one window: row stride 0)
+  // find a head's keys and values still in cache
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int h = 0; h < H; h++) {
+    std::vector<float> p(total + W);
+    for (int r = 0; r < R; r++) {
+      const int first = lo ? lo[r] : 0, last = hi ? (hi[r] < total ? hi[r] : total) : total;
+      const float* qh = q + (long)r * D + h * Dh;
+      const float* kh = k + r * ks.row + h * ks.head;
+      const float* vh = v + r * vs.row + h * vs.head;
+      float* s = p.data();
+      if (ks.dim == 1) {  // keys position-major: a dot product per position
+        for (int t = 0; t < T; t++) {
+          const float* kt = kh + t * ks.pos;
+          vf acc = {};
+          int d = 0;
+          for (; d + W <= Dh; d += W) acc += load(qh + d) * load(kt + d);
+          float sum = hsum(acc);
+          for (; d < Dh; d++) sum += qh[d] * kt[d];
+          s[t] = sum * scale;
+        }
+      } else {  // keys transposed (dim-major, positions contiguous): axpy over positions
+        const int tv = T - T % W;
+        for (int t = 0; t < T; t++) s[t] = 0.0f;
+        for (int d = 0; d < Dh; d++) {
+          const float* kd = kh + d * ks.dim;
+          const float qd = qh[d] * scale;
+          int t = 0;
+          for (; t < tv; t += W) store(s + t, load(s + t) + qd * load(kd + t));
+          for (; t < T; t++) s[t] += qd * kd[t];
+        }
+      }
+      if (extra_k) {
+        const float* e = extra_k + (long)r * D + h * Dh;
+        float sum = 0.0f;
+        for (int d = 0; d < Dh; d++) sum += qh[d] * e[d];
+        s[T] = sum * scale;
+      }
+      for (int t = 0; t < first && t < total; t++) s[t] = -__builtin_inff();
+      for (int t = last > 0 ? last : 0; t < total; t++) s[t] = -__builtin_inff();
+      softmax_row(total, s);
+      if (weights) memcpy(weights + ((long)r * H + h) * total, s, total * sizeof(float));
+      float* o = out + (long)r * D + h * Dh;
+      const int dv = Dh - Dh % W;
+      for (int d = 0; d < Dh; d++) o[d] = 0.0f;
+      for (int t = 0; t < total; t++) {
+        if (s[t] == 0.0f) continue;  // masked (and underflowed) positions add nothing
+        const float* vt = t < T ? vh + t * vs.pos : extra_v + (long)r * D + h * Dh;
+        const float pt = s[t];
+        int d = 0;
+        for (; d < dv; d += W) store(o + d, load(o + d) + pt * load(vt + d));
+        for (; d < Dh; d++) o[d] += pt * vt[d];
+      }
+    }
+  }
+}
+
+// Encoder self-attention for RR query rows of one head, in one pass over L1-sized tiles:
+// scores (RR x S, register tiles of RR rows x 4 vectors of positions), softmax per row, then
+// the product with the values. q rows at stride D; kt (Dh, S) the head's keys transposed; v (S,
+// Dh); out rows at stride D; s: scratch of RR x Sp floats (Sp = S rounded up to W).
+template <int RR>
+void encoder_rows(int S, int Sp, int D, int Dh, float scale, const float* q, const float* kt, const float* v,
+                  float* out, float* s) {
+  int t = 0;
+  for (; t + 4 * W <= S; t += 4 * W) {
+    vf acc[RR][4] = {};
+    for (int d = 0; d < Dh; d++) {
+      const float* kd = kt + (long)d * S + t;
+      vf k[4] = {load(kd), load(kd + W), load(kd + 2 * W), load(kd + 3 * W)};
+      for (int r = 0; r < RR; r++) {
+        const float qr = q[(long)r * D + d] * scale;
+        for (int c = 0; c < 4; c++) acc[r][c] += qr * k[c];
+      }
+    }
+    for (int r = 0; r < RR; r++)
+      for (int c = 0; c < 4; c++) store(s + (long)r * Sp + t + c * W, acc[r][c]);
+  }
+  for (; t < S; t += W) {  // the last positions, a vector at a time (zero-padded past S)
+    const int valid = S - t < W ? S - t : W;
+    vf acc[RR] = {};
+    for (int d = 0; d < Dh; d++) {
+      float tmp[W] = {};
+      memcpy(tmp, kt + (long)d * S + t, valid * sizeof(float));
+      vf kd = load(tmp);
+      for (int r = 0; r < RR; r++) acc[r] += (q[(long)r * D + d] * scale) * kd;
+    }
+    for (int r = 0; r < RR; r++) store(s + (long)r * Sp + t, acc[r]);
+  }
+  for (int r = 0; r < RR; r++) softmax_row(S, s + (long)r * Sp);
+  for (int d0 = 0; d0 < Dh; d0 += 4 * W) {
+    const int nv = (Dh - d0) / W < 4 ? (Dh - d0) / W : 4;
+    vf acc[RR][4] = {};
+    for (int u = 0; u < S; u++) {
+      const float* vu = v + (long)u * Dh + d0;
+      vf vv[4];
+      for (int c = 0; c < nv; c++) vv[c] = load(vu + c * W);
+      for (int r = 0; r < RR; r++) {
+        const float p = s[(long)r * Sp + u];
+        for (int c = 0; c < nv; c++) acc[r][c] += p * vv[c];
+      }
+    }
+    for (int r = 0; r < RR; r++)
+      for (int c = 0; c < nv; c++) store(out + (long)r * D + d0 + c * W, acc[r][c]);
+  }
+}
+
+constexpr int ENCODER_ROWS = S == 1 ? 6 : 3;  // RR * 4 accumulators + 4 keys in the registers
+
+// Full self-attention of S positions, H heads of Dh (a multiple of the vector width):
+// q (S, H*Dh), kt (H, Dh, S), v (H, S, Dh) -> out (S, H*Dh). No mask (the encoder has none).
+void encoder_attention(int S, int H, int Dh, const float* q, const float* kt, const float* v, float* out) {
+  const int D = H * Dh, Sp = (S + W - 1) / W * W;
+  const float scale = 1.0f / __builtin_sqrtf((float)Dh);
+  const int blocks = (S + ENCODER_ROWS - 1) / ENCODER_ROWS;
+#pragma omp parallel num_threads(g_threads) if (g_threads > 1)
+  {
+    std::vector<float> s((long)ENCODER_ROWS * Sp);
+#pragma omp for collapse(2) schedule(static)
+    for (int h = 0; h < H; h++)
+      for (int b = 0; b < blocks; b++) {
+        const int r0 = b * ENCODER_ROWS;
+        const float *qh = q + (long)r0 * D + h * Dh, *kh = kt + (long)h * Dh * S, *vh = v + (long)h * S * Dh;
+        float* oh = out + (long)r0 * D + h * Dh;
+        if (r0 + ENCODER_ROWS <= S) {
+          encoder_rows<ENCODER_ROWS>(S, Sp, D, Dh, scale, qh, kh, vh, oh, s.data());
+        } else {
+          for (int r = r0; r < S; r++)
+            encoder_rows<1>(S, Sp, D, Dh, scale, q + (long)r * D + h * Dh, kh, vh, out + (long)r * D + h * Dh,
+                            s.data());
+        }
+      }
+  }
+}
+
+// A decoder layer's weights: linears (N, K) in wtype, biases and norms float32.
+struct Layer {
+  const void *wq, *wk, *wv, *wo, *cwq, *cwo, *w1, *w2;
+  const float *bq, *bv, *bo, *cbq, *cbo, *b1, *b2;
+  const float *ln1_g, *ln1_b, *ln2_g, *ln2_b, *ln3_g, *ln3_b;
+};
+
+}  // namespace
+
+EXPORT void TK(set_threads)(int n) { g_threads = n < 1 ? 1 : n; }
+
+EXPORT int TK(encoder_attention)(int S, int H, int Dh, const float* q, const float* kt, const float* v, float* out) {
+  if (Dh % W != 0) return 1;  // the values' product needs whole vectors: the caller uses MLX
+  encoder_attention(S, H, Dh, q, kt, v, out);
+  return 0;
+}
+
+EXPORT void TK(linear)(int R, int K, int N, const float* x, const void* w, int wtype, const float* b,
+                       const float* res, float* y) {
+  linear(R, K, N, x, w, wtype, b, res, y);
+}
+
+// w (N, K) float32 -> the packed layout linear() reads, (ceil(N/16), K, 16), zero-padded, in
+// wtype (1: bfloat16, rounded to nearest even as MLX rounds; 0: float32). Done once per weight.
+EXPORT void TK(pack)(int N, int K, const float* w, int wtype, void* out) {
+  const int blocks = (N + LANES - 1) / LANES;
+  for (int j = 0; j < blocks; j++)
+    for (int k = 0; k < K; k++)
+      for (int i = 0; i < LANES; i++) {
+        const int n = j * LANES + i;
+        const float v = n < N ? w[(long)n * K + k] : 0.0f;
+        const long at = ((long)j * K + k) * LANES + i;
+        if (wtype == 1) {
+          uint32_t u;
+          memcpy(&u, &v, 4);
+          ((uint16_t*)out)[at] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+        } else {
+          ((float*)out)[at] = v;
+        }
+      }
+}
+
+EXPORT void TK(layer_norm)(int R, int D, const float* x, const float* g, const float* b, float eps, float* y) {
+  layer_norm(R, D, x, g, b, eps, y);
+}
+
+EXPORT void TK(gelu)(long n, const float* x, float* y) { gelu(n, x, y); }
+
+EXPORT void TK(softmax)(long R, int N, float* s) {
+  for (long r = 0; r < R; r++) softmax_row(N, s + r * N);
+}
+
+EXPORT void TK(attend)(int R, int H, int Dh, float scale, const float* q, const float* k, const long* k_strides,
+                       const float* v, const long* v_strides, int T, const float* extra_k, const float* extra_v,
+                       const int* lo, const int* hi, float* out, float* weights) {
+  Strides ks{k_strides[0], k_strides[1], k_strides[2], k_strides[3]};
+  Strides vs{v_strides[0], v_strides[1], v_strides[2], v_strides[3]};
+  attend(R, H, Dh, scale, q, k, ks, v, vs, T, extra_k, extra_v, lo, hi, out, weights);
+}
+
+// One decoder layer for one new token per row: x (R, D) in place.
+// Self-attention over the cache (T positions, strides kc_s/vc_s) plus the token itself, whose
+// key and value land in k_new, v_new (R, D) (the caller appends them to its cache); pad (R,)
+// or null: cached positions each row may not see. Cross-attention over S audio positions
+// (keys transposed), audio_len (R,) or null; cross_w (R, H, S) or null: its weights.
+EXPORT void TK(decoder_layer)(const Layer* L, int wtype, int R, int D, int H, float* x, const float* kc,
+                              const long* kc_s, const float* vc, const long* vc_s, int T, const int* pad,
+                              float* k_new, float* v_new, const float* ckt, const long* ckt_s, const float* cv,
+                              const long* cv_s, int S, const int* audio_len, float* cross_w) {
+  const int Dh = D / H;
+  const float scale = 1.0f / __builtin_sqrtf((float)Dh);
+  std::vector<float> buf((long)R * (3 * D + 4 * D));
+  float *h = buf.data(), *q = h + (long)R * D, *o = q + (long)R * D, *m = o + (long)R * D;
+  Strides none{0, 0, 0, 1};
+  Strides ks = kc ? Strides{kc_s[0], kc_s[1], kc_s[2], kc_s[3]} : none;
+  Strides vs = vc ? Strides{vc_s[0], vc_s[1], vc_s[2], vc_s[3]} : none;
+  layer_norm(R, D, x, L->ln1_g, L->ln1_b, 1e-5f, h);
+  linear(R, D, D, h, L->wq, wtype, L->bq, nullptr, q);
+  linear(R, D, D, h, L->wk, wtype, nullptr, nullptr, k_new);
+  linear(R, D, D, h, L->wv, wtype, L->bv, nullptr, v_new);
+  attend(R, H, Dh, scale, q, kc, ks, vc, vs, kc ? T : 0, k_new, v_new, pad, nullptr, o, nullptr);
+  linear(R, D, D, o, L->wo, wtype, L->bo, x, x);
+  layer_norm(R, D, x, L->ln2_g, L->ln2_b, 1e-5f, h);
+  linear(R, D, D, h, L->cwq, wtype, L->cbq, nullptr, q);
+  Strides cks{ckt_s[0], ckt_s[1], ckt_s[2], ckt_s[3]}, cvs{cv_s[0], cv_s[1], cv_s[2], cv_s[3]};
+  attend(R, H, Dh, scale, q, ckt, cks, cv, cvs, S, nullptr, nullptr, nullptr, audio_len, o, cross_w);
+  linear(R, D, D, o, L->cwo, wtype, L->cbo, x, x);
+  layer_norm(R, D, x, L->ln3_g, L->ln3_b, 1e-5f, h);
+  linear(R, D, 4 * D, h, L->w1, wtype, L->b1, nullptr, m);
+  gelu((long)R * 4 * D, m, m);
+  linear(R, 4 * D, D, m, L->w2, wtype, L->b2, x, x);
+}
