@@ -88,6 +88,21 @@ def test_pip_only_blas_is_5x_faster_and_cached(tmp_path):
     assert again["threads"] == fast["threads"] and not notes(err), err
 
 
+def test_a_cached_choice_binds_this_environments_copy_of_the_library(tmp_path):
+    """The probe cache is per machine, shared by every virtualenv on it: a choice measured by
+    another environment names that environment's copy, which may be gone since."""
+    first, err = run_python("", PIP_ONLY, cache=tmp_path)
+    assert first["name"] == "scipy-openblas32", first
+    (cached,) = (tmp_path / "blas").glob("*.json")
+    data = json.loads(cached.read_text())
+    data["choice"]["library"]["path"] = "/gone/venv/lib/libscipy_openblas.so"
+    cached.write_text(json.dumps(data))
+    again, err = run_python("from transcriber import blas", PIP_ONLY, cache=tmp_path,
+                            extra='{"path": os.path.realpath(blas.served_by() or "")}')
+    assert again["name"] == "scipy-openblas32" and again["matmul_ok"], again
+    assert again["path"] == os.path.realpath(scipy_openblas_path()) and not notes(err), (again, err)
+
+
 def test_thread_count_from_the_environment_or_set_threads(monkeypatch):
     """TRANSCRIBER_BLAS_THREADS (Ray workers' --worker-threads) and blas.set_threads override
     the probe's thread count; the library itself reports the new count."""

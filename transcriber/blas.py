@@ -586,7 +586,10 @@ def _decide(setting: str, reprobe: bool) -> tuple[Library, int | None, float | N
     choice = result.get("choice")
     if not choice:
         raise _Failure("the BLAS probe measured nothing")
-    lib = Library(**choice["library"])
+    # The cache is per machine, not per environment: take the chosen library from this
+    # environment's candidates (same name and file version, by the cache key), never a path another
+    # virtualenv held when it measured.
+    lib = next((c for c in libraries if c.name == choice["library"]["name"]), Library(**choice["library"]))
     note = None
     if lib.name == BUNDLED:  # every faster candidate failed (or was slower): say why
         errors = [f"{n}: {r['error']}" for n, r in result["measured"].items() if "error" in r]
