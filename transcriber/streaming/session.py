@@ -13,7 +13,7 @@ back while the token after it could still continue it, or while it ends inside a
 character. The committed text of audio that leaves the buffer becomes the prompt of later
 passes. A pass that finds no speech, rewinds, or overruns its token budget commits nothing; one
 whose text loops (``nonspeech.GATE.repeats``) commits nothing and clears the prompt that primed
-it. Silence is not encoded (``QUIET_FRAMES``).
+it. Silence is not encoded (``QUIET_FRAMES``), nor its log-mel computed unless a pass needs it.
 
 Frames: ``MelBuffer`` frames (10 ms) count from the stream's start; encoder positions (20 ms)
 count from the buffer's start: position p is stream frame ``buffer.start + 2 * p``.
@@ -88,6 +88,7 @@ class StreamingSession:
         self._static = self._encode(options.static_init_prompt)
         self._s.context = self._encode(options.init_prompt)
         self._pass = self._make_pass()
+        self._saved_options = (options, options.to_dict())  # state() runs every chunk: asdict once
 
     # -- setup ------------------------------------------------------------------------------------
 
@@ -130,7 +131,8 @@ class StreamingSession:
         loud = GATE.last_loud(samples)
         if loud is not None:
             self._s.last_sound = (self._s.buffer.received + loud) // HOP_LENGTH
-        self._s.buffer.append(samples)
+        # silence is likely dropped unencoded (``_quiet``): its log-mel waits until a pass needs it
+        self._s.buffer.append(samples, defer=loud is None)
         self._slide(hard_only=True)
 
     def process(self) -> list[Word]:
@@ -339,7 +341,7 @@ class StreamingSession:
         return {
             "version": STATE_VERSION,
             "model": self.model.name,
-            "options": self.options.to_dict(),
+            "options": self._options_dict(),
             "audio_offset": self.audio_offset,
             "language": s.language,
             "context": list(s.context),
@@ -350,6 +352,11 @@ class StreamingSession:
             "last_sound": s.last_sound,
             "buffer": s.buffer.state(),
         }
+
+    def _options_dict(self) -> dict:
+        if self._saved_options[0] is not self.options:
+            self._saved_options = (self.options, self.options.to_dict())
+        return dict(self._saved_options[1])
 
     @classmethod
     def restore(cls, model: Whisper, options: StreamingOptions, state: dict) -> "StreamingSession":
