@@ -145,7 +145,10 @@ def test_a_clip_under_a_second_is_cheap_and_ends_with_the_media(model, data_dir,
 
 
 def test_silence_is_cheap_in_streaming(model, tmp_path):
-    """Digital silence then near-silence (noise at -60 dBFS): not encoded pass after pass."""
+    """Digital silence then near-silence (noise at -60 dBFS): not encoded pass after pass, nor
+    its log-mel computed chunk after chunk. Streaming costs about what one-shot does (measured
+    1.0-2.5x on 600 s, where the log-mel made it 13-19x); the second is for fixed costs (the
+    session's tokenizer, ffmpeg's start) and the loaded machine."""
     rng = np.random.default_rng(0)
     samples = np.concatenate([np.zeros(90 * SR), rng.standard_normal(90 * SR) * 10 ** (-60 / 20)])
     path = write(tmp_path, "silence", samples)
@@ -155,4 +158,4 @@ def test_silence_is_cheap_in_streaming(model, tmp_path):
     t0 = time.perf_counter()
     assert streamed_words(model, path) == []
     stream = time.perf_counter() - t0
-    assert stream < max(2 * oneshot, 3.0), (stream, oneshot)
+    assert stream < 2 * oneshot + 1.0, (stream, oneshot)

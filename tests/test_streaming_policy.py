@@ -191,6 +191,27 @@ def test_mel_buffer_drop_and_state():
     assert buf.end_time == pytest.approx(3.0)
 
 
+def test_mel_buffer_deferred_frames_equal_eager_ones():
+    """Deferred audio (silence) is computed only when raw() needs it, to the same values; frames
+    dropped before that are never computed, and a state saved meanwhile resumes exactly."""
+    rng = np.random.default_rng(3)
+    audio = (rng.standard_normal(16000 * 4) * 10 ** (-60 / 20)).astype(np.float32)
+    audio[40000:] = rng.standard_normal(24000) * 0.1
+    eager, lazy = MelBuffer(80), MelBuffer(80)
+    for i in range(0, 32000, 4000):
+        eager.append(audio[i:i + 4000])
+        lazy.append(audio[i:i + 4000], defer=True)
+    assert lazy.n_final == 0 and lazy.n_ready == eager.n_final
+    assert lazy.drop_until(150) == eager.drop_until(150) == 150
+    assert lazy.n_final == lazy.start == 150 and len(lazy.final) == 0  # dropped, never computed
+    copy = MelBuffer.from_state(lazy.state())
+    for buf in (eager, lazy, copy):
+        buf.append(audio[32000:40000], defer=buf is not eager)
+        buf.append(audio[40000:])
+    assert np.array_equal(lazy.raw(), eager.raw()) and np.array_equal(copy.raw(), eager.raw())
+    assert np.array_equal(eager.raw(), raw_log_mel(audio, 80)[150:])
+
+
 def test_options_are_checked():
     with pytest.raises(ValueError, match="chunk_seconds"):
         StreamingOptions(chunk_seconds=0)

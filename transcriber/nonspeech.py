@@ -132,18 +132,21 @@ class NonSpeechGate:
         frames = np.asarray(samples[: n * FRAME], dtype=np.float64).reshape(n, FRAME)
         return np.mean(frames * frames, axis=1) >= 10 ** (self.silence_db / 10)
 
+    def _tail_is_loud(self, samples: np.ndarray) -> bool:
+        """The samples after the last whole 20 ms frame (if any) reach ``silence_db``."""
+        tail = np.asarray(samples[len(samples) // FRAME * FRAME:], dtype=np.float64)
+        return bool(len(tail)) and np.mean(tail * tail) >= 10 ** (self.silence_db / 10)
+
     def is_silent(self, samples: np.ndarray) -> bool:
         """No 20 ms frame of ``samples`` (a tail under 20 ms counts as one) is loud."""
-        loud = self.loud_frames(samples)
-        tail = np.asarray(samples[len(loud) * FRAME:], dtype=np.float64)
-        return not loud.any() and not (len(tail) and np.mean(tail * tail) >= 10 ** (self.silence_db / 10))
+        return not self.loud_frames(samples).any() and not self._tail_is_loud(samples)
 
     def last_loud(self, samples: np.ndarray) -> Optional[int]:
         """The sample just after the last loud 20 ms frame of ``samples``; None if silent."""
         loud = np.flatnonzero(self.loud_frames(samples))
         if len(loud):
             return int(loud[-1] + 1) * FRAME
-        return None if self.is_silent(samples) else len(samples)
+        return len(samples) if self._tail_is_loud(samples) else None
 
     def repeats(self, text: str, new_words: int) -> bool:
         """The last ``new_words`` words of ``text`` extend a run of one word past

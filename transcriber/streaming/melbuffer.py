@@ -8,6 +8,12 @@ end (at most two) are recomputed when they are needed. The result equals the log
 whole stream computed at once (``transcriber.mel.log_mel_spectrogram`` with zero padding), up to
 float rounding; see ``raw_log_mel``.
 
+Audio appended with ``defer=True`` (silence, which the session will likely never encode) is kept
+as samples only: its frames are computed when ``raw()`` needs them, or never if they are dropped
+first. The log-mel was the whole cost of a stream of silence (a float64 matmul per chunk, ~10 ms
+on a loaded 2-core machine where numpy's BLAS threads wait on each other). A frame's value does
+not depend on how many frames are computed with it, so deferring changes no value.
+
 Values are kept as raw log10 power. Whisper's normalisation (floor 8 decades under the loudest
 frame, then (x + 4) / 4) depends on the loudest frame of the window, so it is applied to the
 buffer when it is encoded.
@@ -87,6 +93,14 @@ class MelBuffer:
         return self.received // HOP_LENGTH if self.received > PAD else 0
 
     @property
+    def n_ready(self) -> int:
+        """Stream frames whose window lies wholly inside the audio received (final, computed or
+        deferred)."""
+        if self.received <= PAD:
+            return 0
+        return min(max(0, (PAD + self.received - N_FFT) // HOP_LENGTH + 1), self.end)
+
+    @property
     def n_frames(self) -> int:
         """Frames in the buffer."""
         return max(0, self.end - self.start)
@@ -102,38 +116,46 @@ class MelBuffer:
 
     # -- audio in ---------------------------------------------------------------------------------
 
-    def append(self, samples: np.ndarray) -> None:
-        """Add samples: the frames they complete are computed now, once."""
+    def append(self, samples: np.ndarray, defer: bool = False) -> None:
+        """Add samples: the frames they complete are computed now, once (with ``defer``: when
+        ``raw()`` needs them, or never if they are dropped before)."""
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
         if samples.size == 0:
             return
         started = self.received > PAD
         self.received += samples.size
+        self.tail = np.concatenate([self.tail, samples])
         if not started:
-            self.tail = np.concatenate([self.tail, samples])
             if self.received <= PAD:
                 return
             # the stream's start is known: reflect-pad it once
             self.tail = np.concatenate([self.tail[1: PAD + 1][::-1], self.tail])
             self.tail_start = 0
-        else:
-            self.tail = np.concatenate([self.tail, samples])
-        # frame t is final when its window [t*HOP, t*HOP + N_FFT) lies inside PAD + received
-        n_final_now = max(0, (PAD + self.received - N_FFT) // HOP_LENGTH + 1)
-        n_final_now = min(n_final_now, self.end)
-        new = n_final_now - self.n_final
-        if new > 0:
-            offset = self.n_final * HOP_LENGTH - self.tail_start
-            frames = frames_from_padded(self.tail[offset:].astype(np.float64), new, self.n_mels)
-            self.final = np.concatenate([self.final, frames])
-            keep_from = n_final_now * HOP_LENGTH  # padded index the next frame starts at
-            self.tail = self.tail[keep_from - self.tail_start:]
-            self.tail_start = keep_from
+        if not defer:
+            self._compute()
+
+    def _compute(self) -> None:
+        """Compute the ready frames not computed yet; the tail keeps what later frames need."""
+        n_ready = self.n_ready
+        new = n_ready - self.n_final
+        if new <= 0:
+            return
+        offset = self.n_final * HOP_LENGTH - self.tail_start
+        frames = frames_from_padded(self.tail[offset:].astype(np.float64), new, self.n_mels)
+        self.final = np.concatenate([self.final, frames])
+        self._trim_tail(n_ready)
+
+    def _trim_tail(self, frame: int) -> None:
+        """Forget the samples before the window of stream frame ``frame``."""
+        keep_from = frame * HOP_LENGTH  # padded index the frame's window starts at
+        self.tail = self.tail[keep_from - self.tail_start:]
+        self.tail_start = keep_from
 
     # -- frames out -------------------------------------------------------------------------------
 
     def raw(self) -> np.ndarray:
         """Raw log10 mel of the buffer, (n_frames, n_mels): final frames + the edge frames."""
+        self._compute()
         pending = self.end - self.n_final
         if pending <= 0:
             return self.final[: self.n_frames]
@@ -142,10 +164,12 @@ class MelBuffer:
         return np.concatenate([self.final, frames_from_padded(padded, pending, self.n_mels)])
 
     def drop_until(self, frame: int) -> int:
-        """Forget frames before stream frame ``frame`` (not past the final ones). Returns the
-        number of frames dropped."""
-        frame = min(max(frame, self.start), self.n_final)
+        """Forget frames before stream frame ``frame`` (not past the ready ones; deferred frames
+        dropped are never computed). Returns the number of frames dropped."""
+        frame = min(max(frame, self.start), self.n_ready)
         dropped = frame - self.start
+        if frame > self.n_final:  # past the computed frames: the next to compute is `frame`
+            self._trim_tail(frame)
         self.final = self.final[dropped:]
         self.start = frame
         return dropped
