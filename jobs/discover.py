@@ -260,8 +260,10 @@ def file_signature(path: Path) -> FileSignature:
     """OSError if the file cannot be read."""
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
-    return FileSignature(st.st_size, st.st_mtime_ns, digest)
+        digest = hashlib.sha256()
+        for block in iter(lambda: f.read(1 << 20), b""):  # (hashlib.file_digest is 3.11+)
+            digest.update(block)
+    return FileSignature(st.st_size, st.st_mtime_ns, digest.hexdigest())
 
 
 def unchanged(path: Path, written: FileSignature) -> bool:

@@ -175,8 +175,9 @@ def temp_prefix(name: str) -> str:
     short hash of the whole (``.talk.srt-1a2b3c.``), so the temporary name (~54 bytes with
     tempfile's 8 random characters and ``.part``) fits wherever ``name`` fits, even a 255-byte
     name, and still tells whose it is. jobs/discover.py removes those a kill left behind."""
-    head = name.encode("utf-8")[:32].decode("utf-8", errors="ignore")
-    return f".{head}-{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}."
+    raw = name.encode("utf-8", "surrogateescape")  # a Linux name need not be UTF-8
+    head = raw[:32].decode("utf-8", errors="ignore")
+    return f".{head}-{hashlib.sha256(raw).hexdigest()[:6]}."
 
 
 def write_atomic(path: Path, text: str) -> None:
