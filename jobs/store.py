@@ -470,8 +470,7 @@ class JobStore:
         now = time.time()
         with self.db.atomic():
             for path in paths:
-                self.db.execute("INSERT OR REPLACE INTO outputs (path, job_id, size, mtime_ns, sha256, written_at) "
-                                "VALUES (?, ?, -1, -1, ?, ?)", [str(path), job_id, PENDING, now])
+                self._put_output(str(path), job_id, FileSignature(-1, -1, PENDING), now)
 
     def record_outputs(self, job_id: int, paths: Iterable[str]) -> None:
         """Files written for a job (or, with --force, taken over by it): recorded as they are now."""
@@ -484,8 +483,11 @@ class JobStore:
                 sig = file_signature(Path(path))
             except OSError:
                 continue  # gone already: nothing of the user's to protect there
-            self.db.execute("INSERT OR REPLACE INTO outputs (path, job_id, size, mtime_ns, sha256, written_at) "
-                            "VALUES (?, ?, ?, ?, ?, ?)", [str(path), job_id, sig.size, sig.mtime_ns, sig.sha256, now])
+            self._put_output(str(path), job_id, sig, now)
+
+    def _put_output(self, path: str, job_id: int, sig: FileSignature, now: float) -> None:
+        self.db.execute("INSERT OR REPLACE INTO outputs (path, job_id, size, mtime_ns, sha256, written_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?)", [path, job_id, sig.size, sig.mtime_ns, sig.sha256, now])
 
     def jobs(self, statuses: Optional[Iterable[str]] = None, ids: Optional[Iterable[int]] = None) -> list[Job]:
         where, params = [], []
