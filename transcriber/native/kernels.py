@@ -21,17 +21,19 @@ _SIGNATURES = {
     "pack": [_i, _i, _f, _i, _f],
     "set_threads": [_i],
     "encoder_attention": [_i, _i, _i, _f, _f, _f, _f],
+    "encoder_attention_threads": [_i, _i, _i, _f, _f, _f, _f, _i],
     "gelu": [_l, _f, _f],
     "softmax": [_l, _i, _f],
     "attend": [_i, _i, _i, _fl, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f],
     "gemm": [_i, _i, _i, _f, _l, _f, _f, _f, _l, _i, _f, _l, _i, _i],
     "gemm_pack": [_i, _i, _f, _f],
     "gemm_has_dot": [],
+    "attention_bf16": [_i, _i, _i, _f, _l, _f, _l, _i, _i],
     "decoder_layer": [_f, _i, _i, _i, _i, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f, _f, _i, _f, _f],
 }
 
 
-_INT_RESULT = ("encoder_attention", "gemm", "gemm_has_dot")
+_INT_RESULT = ("encoder_attention", "encoder_attention_threads", "gemm", "gemm_has_dot", "attention_bf16")
 
 
 def from_bf16(h: np.ndarray) -> np.ndarray:
@@ -145,6 +147,18 @@ class Kernels:
                         _ptr(res), w.n, int(gelu), _ptr(y), w.n, int(use_dot), max(1, int(threads)))
         return y
 
+    def attention_bf16(self, qkv: np.ndarray, heads: int, *, threads: int = 1,
+                       dot: bool | None = None) -> np.ndarray:
+        """Unmasked self-attention on the bf16 GEMM: qkv (S, 3D), the query, key and value
+        side by side -> (S, D). Scores and probabilities are rounded to bf16 for the products,
+        the softmax is float32."""
+        s, d3 = _check(qkv).shape
+        d = d3 // 3
+        out = np.empty((s, d), np.float32)
+        use_dot = self.dot if dot is None else dot
+        self.fn("attention_bf16")(s, heads, d // heads, _ptr(qkv), d3, _ptr(out), d, int(use_dot), max(1, int(threads)))
+        return out
+
     def layer_norm(self, x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
         """Over the last axis of x (R, D)."""
         r, d = _check(x).shape
@@ -164,13 +178,19 @@ class Kernels:
         self.fn("softmax")(s.size // max(n, 1), n, _ptr(s))
         return s
 
-    def encoder_attention(self, q: np.ndarray, k_t: np.ndarray, v: np.ndarray) -> np.ndarray | None:
+    def encoder_attention(self, q: np.ndarray, k_t: np.ndarray, v: np.ndarray,
+                          threads: int | None = None) -> np.ndarray | None:
         """Unmasked self-attention of S positions: q (S, H*Dh), k_t (H, Dh, S), v (H, S, Dh)
-        -> (S, H*Dh); None when Dh is no multiple of the path's vector width."""
+        -> (S, H*Dh); None when Dh is no multiple of the path's vector width. ``threads``:
+        OpenMP threads over heads and row blocks (default: ``set_threads``'s)."""
         s, d = _check(q).shape
         h, dh, _ = _check(k_t).shape
         out = np.empty((s, d), np.float32)
-        failed = self.fn("encoder_attention")(s, h, dh, _ptr(q), _ptr(k_t), _ptr(_check(v)), _ptr(out))
+        args = (s, h, dh, _ptr(q), _ptr(k_t), _ptr(_check(v)), _ptr(out))
+        if threads is None:
+            failed = self.fn("encoder_attention")(*args)
+        else:
+            failed = self.fn("encoder_attention_threads")(*args, max(1, int(threads)))
         return None if failed else out
 
     def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, extra: tuple | None = None,

@@ -25,15 +25,16 @@ inline uint32_t to_bf16(float v) {  // round to nearest even, as MLX rounds
   return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
 }
 
-// Rows of A (at stride lda floats) -> bf16 pairs (M, P), a zero in the odd K's last half.
-void pack_rows(int M, int K, const float* a, long lda, uint32_t* out, int threads) {
+// Rows of A (at stride lda floats) times scale -> bf16 pairs (M, P), a zero in the odd K's
+// last half.
+void pack_rows(int M, int K, const float* a, long lda, uint32_t* out, int threads, float scale = 1.0f) {
   const int P = (K + 1) / 2;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int m = 0; m < M; m++) {
     const float* r = a + (long)m * lda;
     uint32_t* o = out + (long)m * P;
-    for (int p = 0; p < K / 2; p++) o[p] = to_bf16(r[2 * p]) | (to_bf16(r[2 * p + 1]) << 16);
-    if (K % 2) o[P - 1] = to_bf16(r[K - 1]);
+    for (int p = 0; p < K / 2; p++) o[p] = to_bf16(scale * r[2 * p]) | (to_bf16(scale * r[2 * p + 1]) << 16);
+    if (K % 2) o[P - 1] = to_bf16(scale * r[K - 1]);
   }
 }
 
@@ -52,16 +53,24 @@ inline void finish(const Epilogue& e, int m, int n0, vf* acc) {
   for (int s = 0; s < S; s++) {
     const int n = n0 + s * W;
     if (n >= e.N) return;
+    const float* r = e.res ? e.res + m * e.ldr + n : nullptr;
+    float* c = e.c + m * e.ldc + n;
+    if (n + W <= e.N) {  // a whole vector
+      vf v = acc[s];
+      if (e.bias) v += load(e.bias + n);
+      if (e.gelu) v = vgelu(v);
+      if (r) v += load(r);
+      store(c, v);
+      continue;
+    }
     float t[W];
     memcpy(t, &acc[s], sizeof t);
-    const int valid = e.N - n < W ? e.N - n : W;
+    const int valid = e.N - n;
     if (e.bias)
       for (int i = 0; i < valid; i++) t[i] += e.bias[n + i];
     vf v = load(t);
     if (e.gelu) v = vgelu(v);
     memcpy(t, &v, sizeof t);
-    const float* r = e.res ? e.res + m * e.ldr + n : nullptr;
-    float* c = e.c + m * e.ldc + n;
     for (int i = 0; i < valid; i++) c[i] = t[i] + (r ? r[i] : 0.0f);
   }
 }
@@ -181,8 +190,9 @@ EXPORT int TK(gemm_has_dot)() {
 #endif
 }
 
-// w (N, K) float32 -> packed (ceil(N/16), P, 16) bf16 pairs, zero-padded. Once per weight.
-EXPORT void TK(gemm_pack)(int N, int K, const float* w, uint32_t* out) {
+namespace {
+// w[n, k] at w + n * sn + k * sk -> packed (ceil(N/16), P, 16) bf16 pairs, zero-padded.
+void pack_weight(int N, int K, const float* w, long sn, long sk, uint32_t* out) {
   const int P = (K + 1) / 2, blocks = (N + LANES - 1) / LANES;
   for (int j = 0; j < blocks; j++)
     for (int p = 0; p < P; p++)
@@ -190,12 +200,16 @@ EXPORT void TK(gemm_pack)(int N, int K, const float* w, uint32_t* out) {
         const int n = j * LANES + i;
         uint32_t word = 0;
         if (n < N) {
-          const float* r = w + (long)n * K;
-          word = to_bf16(r[2 * p]) | (2 * p + 1 < K ? to_bf16(r[2 * p + 1]) << 16 : 0u);
+          const float* r = w + n * sn + 2L * p * sk;
+          word = to_bf16(r[0]) | (2 * p + 1 < K ? to_bf16(r[sk]) << 16 : 0u);
         }
         out[((long)j * P + p) * LANES + i] = word;
       }
 }
+}  // namespace
+
+// w (N, K) float32 row-major -> packed (ceil(N/16), P, 16) bf16 pairs. Once per weight.
+EXPORT void TK(gemm_pack)(int N, int K, const float* w, uint32_t* out) { pack_weight(N, K, w, K, 1, out); }
 
 // c (M, N) at stride ldc = a (M, K; rows at stride lda, may overlap) x w^T + bias, then GELU
 // (gelu != 0), then + res (stride ldr; may be c). dot: 1 for vdpbf16ps (when built), else
@@ -216,6 +230,49 @@ EXPORT int TK(gemm)(int M, int N, int K, const float* a, long lda, const uint32_
   for (int b = 0; b < blocks; b++) {
     const int m0 = b * ROW_BLOCK, m1 = m0 + ROW_BLOCK < M ? m0 + ROW_BLOCK : M;
     row_block(dot, m0, m1, P, nb, pairs.data(), w, e);
+  }
+  return 0;
+}
+
+// Rows of attention at a time: their float32 scores (48 x 1500) and bf16 probabilities stay in L2.
+constexpr int ATTENTION_ROWS = 48;
+
+// Unmasked self-attention on the bf16 GEMM: per head, scores = (scale q) k^T, softmax in
+// float32, then probabilities x values, 48 query rows at a time. qkv (S, 3D) at row stride ld
+// (query, key, value side by side, heads of Dh inside each); out (S, D) at row stride ldo.
+EXPORT int TK(attention_bf16)(int S, int H, int Dh, const float* qkv, long ld, float* out, long ldo, int dot,
+                              int threads) {
+#if !defined(TK_BF16)
+  if (dot) return 1;
+#endif
+  const int D = H * Dh, Pq = (Dh + 1) / 2, Ps = (S + 1) / 2;
+  const int nbs = (S + LANES - 1) / LANES, nbd = (Dh + LANES - 1) / LANES;
+  const long kw = (long)nbs * Pq * LANES, vw = (long)nbd * Ps * LANES;
+  std::vector<uint32_t> keys(H * kw), values(H * vw);
+  threads = threads < 1 ? 1 : threads;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int h = 0; h < H; h++) {
+    pack_weight(S, Dh, qkv + D + h * Dh, ld, 1, keys.data() + h * kw);           // n: position, k: dim
+    pack_weight(Dh, S, qkv + 2 * D + h * Dh, 1, ld, values.data() + h * vw);     // n: dim, k: position
+  }
+  const float scale = 1.0f / __builtin_sqrtf((float)Dh);
+  const int blocks = (S + ATTENTION_ROWS - 1) / ATTENTION_ROWS;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<uint32_t> q((long)ATTENTION_ROWS * Pq), p((long)ATTENTION_ROWS * Ps);
+    std::vector<float> s((long)ATTENTION_ROWS * S);
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int h = 0; h < H; h++)
+      for (int b = 0; b < blocks; b++) {
+        const int m0 = b * ATTENTION_ROWS, rows = S - m0 < ATTENTION_ROWS ? S - m0 : ATTENTION_ROWS;
+        pack_rows(rows, Dh, qkv + m0 * ld + h * Dh, ld, q.data(), 1, scale);
+        const Epilogue scores{nullptr, nullptr, 0, 0, s.data(), S, S};
+        row_block(dot, 0, rows, Pq, nbs, q.data(), keys.data() + h * kw, scores);
+        for (int r = 0; r < rows; r++) softmax_row(S, s.data() + (long)r * S);
+        pack_rows(rows, S, s.data(), S, p.data(), 1);
+        const Epilogue o{nullptr, nullptr, 0, 0, out + m0 * ldo + h * Dh, ldo, Dh};
+        row_block(dot, 0, rows, Ps, nbd, p.data(), values.data() + h * vw, o);
+      }
   }
   return 0;
 }

@@ -147,31 +147,6 @@ void gelu(long n, const float* x, float* y) {
   }
 }
 
-// In place over rows of N: p = exp(s - max) / sum. -inf scores give exactly 0; a row of only
-// -inf gives 0 everywhere (MLX gives NaN there; no caller sends one).
-void softmax_row(int N, float* s) {
-  const int nv = N - N % W;
-  vf m = splat(-__builtin_inff());
-  for (int i = 0; i < nv; i += W) m = vmax(m, load(s + i));
-  float mx = hmax(m);
-  for (int i = nv; i < N; i++) mx = s[i] > mx ? s[i] : mx;
-  if (mx == -__builtin_inff()) {
-    memset(s, 0, N * sizeof(float));
-    return;
-  }
-  vf acc = {};
-  for (int i = 0; i < nv; i += W) {
-    vf e = vexp(load(s + i) - mx);
-    store(s + i, e);
-    acc += e;
-  }
-  float sum = hsum(acc);
-  for (int i = nv; i < N; i++) sum += (s[i] = sexp(s[i] - mx));
-  float inv = 1.0f / sum;
-  for (int i = 0; i < nv; i += W) store(s + i, load(s + i) * inv);
-  for (int i = nv; i < N; i++) s[i] *= inv;
-}
-
 // Strides in elements of a (rows, heads, positions, head dim) tensor; one of pos/dim is 1.
 struct Strides {
   long row, head, pos, dim;
@@ -299,11 +274,12 @@ constexpr int ENCODER_ROWS = S == 1 ? 6 : 3;  // RR * 4 accumulators + 4 keys in
 
 // Full self-attention of S positions, H heads of Dh (a multiple of the vector width):
 // q (S, H*Dh), kt (H, Dh, S), v (H, S, Dh) -> out (S, H*Dh). No mask (the encoder has none).
-void encoder_attention(int S, int H, int Dh, const float* q, const float* kt, const float* v, float* out) {
+void encoder_attention(int S, int H, int Dh, const float* q, const float* kt, const float* v, float* out,
+                       int threads) {
   const int D = H * Dh, Sp = (S + W - 1) / W * W;
   const float scale = 1.0f / __builtin_sqrtf((float)Dh);
   const int blocks = (S + ENCODER_ROWS - 1) / ENCODER_ROWS;
-#pragma omp parallel num_threads(g_threads) if (g_threads > 1)
+#pragma omp parallel num_threads(threads) if (threads > 1)
   {
     std::vector<float> s((long)ENCODER_ROWS * Sp);
 #pragma omp for collapse(2) schedule(static)
@@ -336,7 +312,16 @@ EXPORT void TK(set_threads)(int n) { g_threads = n < 1 ? 1 : n; }
 
 EXPORT int TK(encoder_attention)(int S, int H, int Dh, const float* q, const float* kt, const float* v, float* out) {
   if (Dh % W != 0) return 1;  // the values' product needs whole vectors: the caller uses MLX
-  encoder_attention(S, H, Dh, q, kt, v, out);
+  encoder_attention(S, H, Dh, q, kt, v, out, g_threads);
+  return 0;
+}
+
+// The same with its own thread count (the native encoder runs with the BLAS's threads, the
+// decoder step with g_threads).
+EXPORT int TK(encoder_attention_threads)(int S, int H, int Dh, const float* q, const float* kt, const float* v,
+                                         float* out, int threads) {
+  if (Dh % W != 0) return 1;
+  encoder_attention(S, H, Dh, q, kt, v, out, threads < 1 ? 1 : threads);
   return 0;
 }
 

@@ -123,4 +123,29 @@ inline vf vgelu(vf x) {
   return 0.5f * x + 0.5f * a * (1.0f - 1.0f / p);
 }
 
+// In place over rows of N: p = exp(s - max) / sum. -inf scores give exactly 0; a row of only
+// -inf gives 0 everywhere (MLX gives NaN there; no caller sends one).
+void softmax_row(int N, float* s) {
+  const int nv = N - N % W;
+  vf m = splat(-__builtin_inff());
+  for (int i = 0; i < nv; i += W) m = vmax(m, load(s + i));
+  float mx = hmax(m);
+  for (int i = nv; i < N; i++) mx = s[i] > mx ? s[i] : mx;
+  if (mx == -__builtin_inff()) {
+    memset(s, 0, N * sizeof(float));
+    return;
+  }
+  vf acc = {};
+  for (int i = 0; i < nv; i += W) {
+    vf e = vexp(load(s + i) - mx);
+    store(s + i, e);
+    acc += e;
+  }
+  float sum = hsum(acc);
+  for (int i = nv; i < N; i++) sum += (s[i] = sexp(s[i] - mx));
+  float inv = 1.0f / sum;
+  for (int i = 0; i < nv; i += W) store(s + i, load(s + i) * inv);
+  for (int i = nv; i < N; i++) s[i] *= inv;
+}
+
 }  // namespace
