@@ -615,6 +615,34 @@ def _decide(setting: str, reprobe: bool) -> tuple[Library, int | None, float | N
     return lib, choice["threads"], choice["gflops"], note
 
 
+# numpy's own OpenBLAS (the wheel's copy in numpy.libs; symbols suffixed for 64-bit ints)
+_NUMPY_BLAS = ("libscipy_openblas*.so*", "libopenblas*.so*")
+_NUMPY_SET_THREADS = ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads")
+
+
+def numpy_one_thread() -> bool:
+    """Run numpy's own OpenBLAS on one thread (True when it was found and told). Its products
+    here are small (the streaming log-mel's (100, 201) x (201, 80) per second of audio), and
+    its threads fought the BLAS serving MLX for the two cores: that product took ~8-16 ms
+    instead of ~0.1 ms on one thread. No threadpoolctl: the library numpy loaded is opened
+    again (the same handle) and told through its own setter."""
+    import numpy as np
+
+    folder = os.path.dirname(os.path.dirname(np.__file__))
+    for pattern in _NUMPY_BLAS:
+        for path in glob.glob(os.path.join(folder, "numpy.libs", pattern)):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            setter = next((getattr(lib, n) for n in _NUMPY_SET_THREADS if hasattr(lib, n)), None)
+            if setter is not None:
+                setter.argtypes = [ctypes.c_int]
+                setter(1)
+                return True
+    return False
+
+
 def apply(setting: str | None = None, *, reprobe: bool = False) -> Choice:
     """Bind MLX's sgemm to the fastest BLAS measured on this machine (see the module docstring).
     ``setting`` defaults to $TRANSCRIBER_BLAS. Call it after ``import mlx.core`` and before any
@@ -624,6 +652,7 @@ def apply(setting: str | None = None, *, reprobe: bool = False) -> Choice:
     if not sys.platform.startswith("linux"):
         current, loaded_path = Choice("platform"), None
         return current
+    numpy_one_thread()
     setting = (os.environ.get(ENV, "") if setting is None else setting).strip()
     import mlx.core  # noqa: F401
 
