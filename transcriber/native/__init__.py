@@ -112,6 +112,20 @@ def encoder_choice() -> str:
     return value if value in ("bf16", "mlx") else "bf16"
 
 
+def encoder_line() -> str:
+    """What serves the encoder, for `transcribe doctor`."""
+    st, found = status(), _ops
+    if st.path is None:
+        return "encoder: MLX's float32 ops"
+    if encoder_choice() != "bf16":
+        return f"encoder: MLX's float32 ops ({ENCODER_ENV}={encoder_choice()}), native attention"
+    if not all(st.serves(k) for k in ENCODER_KINDS):
+        return "encoder: MLX's float32 ops (a kernel it needs is disabled)"
+    how = "vdpbf16ps (AVX-512 BF16)" if found.kernels.dot else "bf16 widened to float32 FMAs"
+    return (f"encoder: native bf16 GEMM on {st.path}, {how}, {encoder_threads()} thread(s); "
+            f"{ENCODER_ENV}=mlx for MLX's float32")
+
+
 def encoder_threads() -> int:
     """Threads for the encoder's GEMMs and attention: as many as the BLAS serving MLX uses
     (probed, or set by ``blas.set_threads``: the encoder's products ran there before), else
