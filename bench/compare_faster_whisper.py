@@ -44,6 +44,10 @@ PEER = "faster-whisper int8"
 
 OURS_PY = ROOT / ".venv" / "bin" / "python"
 KERNELS_OFF = {"TRANSCRIBER_KERNELS": "off"}
+# --before: the second row of ours (label, environment): MLX's own ops, or the kernels with
+# MLX's float32 encoder (the state before the native bf16 encoder)
+BEFORE = {"off": (", kernels off", KERNELS_OFF),
+          "mlx-encoder": (", MLX encoder", {"TRANSCRIBER_KERNEL_ENCODER": "mlx"})}
 
 
 def systems(args):
@@ -51,7 +55,8 @@ def systems(args):
     the native kernels as installed, and (unless --no-kernels-off) with MLX's own ops, in the
     same run: the before/after of issue 21 on the same machine at the same load."""
     ours = OURS_PY
-    kernel_rows = [("", {})] + ([] if args.no_kernels_off else [(", kernels off", {"env": KERNELS_OFF})])
+    label, env = BEFORE[args.before]
+    kernel_rows = [("", {})] + ([] if args.no_kernels_off else [(label, {"env": env})])
     rows = [(f"ours one-shot{label}", ours, "_worker_ours.py", {"mode": "oneshot", **extra})
             for label, extra in kernel_rows]
     if not args.no_stream:
@@ -111,6 +116,8 @@ def main():
                     help="decode without word timestamps (default: with, like our CLI)")
     ap.add_argument("--no-float32", action="store_true", help="skip the faster-whisper float32 row")
     ap.add_argument("--no-stream", action="store_true", help="skip our streaming row")
+    ap.add_argument("--before", choices=sorted(BEFORE), default="off",
+                    help="our second row: MLX's own ops (off) or the kernels with MLX's float32 encoder")
     ap.add_argument("--no-kernels-off", action="store_true",
                     help="skip our rows on MLX's own ops (TRANSCRIBER_KERNELS=off)")
     ap.add_argument("--no-micro", action="store_true",
@@ -153,7 +160,7 @@ def main():
 
     micro = {} if args.no_micro else {
         label: run_worker(OURS_PY, "_worker_micro.py", {"steps": 40, "env": env}, args.threads, args.timeout)
-        for label, env in (("", {}), (", kernels off", KERNELS_OFF))}
+        for label, env in (("", {}), BEFORE[args.before])}
     load_after = os.getloadavg()
     refs = [normalize(e["text"]) for e in entries]
     summary = {}
@@ -197,7 +204,8 @@ def cpu_flags() -> str:
 
 def _micro_cells(micro: dict, name: str) -> str:
     """Step ms (1 row, 4 rows) and encoder s for our rows: wall (CPU)."""
-    m = micro.get(", kernels off" if "kernels off" in name else "", {}) if name.startswith("ours") else {}
+    before = next((label for label, _ in BEFORE.values() if name.endswith(label)), "")
+    m = micro.get(before, {}) if name.startswith("ours") else {}
     if "step_ms" not in m:
         return " | | |"
     one, four, enc = m["step_ms"]["1"], m["step_ms"]["4"], m["encoder_s"]

@@ -1,7 +1,8 @@
 """The native kernels' precision choices against MLX's float32 ops (issue 21, item 4): one table.
 
-Per configuration, TRANSCRIBER_KERNELS=off (MLX's float32 ops, the reference), the kernels with
-bfloat16 decoder weights (the default) and with float32 ones:
+Per configuration, TRANSCRIBER_KERNELS=off (MLX's float32 ops, the reference), the kernels as
+they serve by default (bfloat16 decoder weights, the bf16 encoder), with MLX's float32 encoder
+(TRANSCRIBER_KERNEL_ENCODER=mlx), and with float32 decoder weights too (``--configs`` picks):
 
 - tiny.en on the dev set (short_en + long_en, exact/exact-ish), one-shot and streaming, by
   bench/dev_set.py: WER, median word start error, files whose words changed, the largest start
@@ -34,8 +35,10 @@ from transcriber.evaluation import cer, wer  # noqa: E402
 
 OURS_PY = ROOT / ".venv" / "bin" / "python"
 CONFIGS = (("MLX float32 (kernels off)", {"TRANSCRIBER_KERNELS": "off"}),
-           ("kernels, bf16 weights", {"TRANSCRIBER_KERNEL_WEIGHTS": "bf16"}),
-           ("kernels, f32 weights", {"TRANSCRIBER_KERNEL_WEIGHTS": "f32"}))
+           ("kernels: bf16 decoder, bf16 encoder (default)", {"TRANSCRIBER_KERNEL_WEIGHTS": "bf16"}),
+           ("kernels: bf16 decoder, MLX float32 encoder", {"TRANSCRIBER_KERNEL_ENCODER": "mlx"}),
+           ("kernels, f32 decoder weights, MLX float32 encoder",
+            {"TRANSCRIBER_KERNEL_WEIGHTS": "f32", "TRANSCRIBER_KERNEL_ENCODER": "mlx"}))
 
 
 def dev_set(env: dict, out: Path) -> dict:
@@ -79,11 +82,14 @@ def main():
     ap.add_argument("--data", type=Path,
                     default=Path(os.environ.get("TRANSCRIBER_TEST_DATA") or ROOT.parent / "shared" / "data"))
     ap.add_argument("--skip-base", action="store_true", help="only tiny.en (dev set, jfk)")
+    ap.add_argument("--configs", default=",".join(str(i) for i in range(len(CONFIGS))),
+                    help="which configurations, by index (0, the reference, always runs)")
     args = ap.parse_args()
+    picked = sorted({0, *(int(i) for i in args.configs.split(","))})
     os.environ["TRANSCRIBER_TEST_DATA"] = str(args.data)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (name, env) in enumerate(CONFIGS):
+        for i, (name, env) in ((i, CONFIGS[i]) for i in picked):
             print(f"  {name} ({os.getloadavg()[0]:.1f} load)", file=sys.stderr)
             results[name] = {"dev": dev_set(env, Path(tmp) / f"{i}.json"), "jfk": jfk_words(env),
                              "base": None if args.skip_base else base_non_en(env, args.data)}

@@ -198,3 +198,27 @@ def test_doctor():
                      "decoder's vocabulary projection: that library's sgemv",
                      "GFLOP/s", "cache directory: ", "tiny.en: "):
         assert expected in result.output, result.output
+
+
+def test_numpy_blas_runs_on_one_thread_after_import():
+    """numpy's own OpenBLAS is told to use one thread (its threads fought MLX's BLAS: the
+    streaming log-mel's small float64 product took ~100x longer), and products stay right."""
+    import ctypes
+    import glob
+    import os
+
+    import numpy as np
+
+    import transcriber.blas as blas
+
+    folder = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    libs = [p for pattern in blas._NUMPY_BLAS for p in glob.glob(os.path.join(folder, pattern))]
+    if not libs:
+        pytest.skip("this numpy has no bundled OpenBLAS")
+    assert blas.numpy_one_thread()
+    lib = ctypes.CDLL(libs[0])
+    getter = next(getattr(lib, n) for n in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
+                                            "openblas_get_num_threads") if hasattr(lib, n))
+    assert getter() == 1
+    a, b = np.random.default_rng(0).standard_normal((100, 201)), np.random.default_rng(1).standard_normal((201, 80))
+    np.testing.assert_allclose(a @ b, np.einsum("ij,jk->ik", a, b), rtol=1e-10, atol=1e-10)

@@ -28,7 +28,16 @@ def kernels(request, monkeypatch) -> Kernels:
     monkeypatch.setenv(loader.ENV, request.param)
     loaded = loader.load()
     assert loaded.path == request.param, loaded.reason
-    return Kernels(loaded.lib, loaded.path)
+    return Kernels(loaded.lib, loaded.path, "avx512_bf16" in FLAGS)
+
+
+def _dots(kernels) -> tuple[bool, ...]:
+    """The GEMM's variants this path serves here: vdpbf16ps (AVX-512 BF16) and widening."""
+    return (True, False) if kernels.dot else (False,)
+
+
+def _bf(a) -> mx.array:
+    return mx.array(a).astype(mx.bfloat16).astype(mx.float32)
 
 
 def test_every_kernel_passes_its_self_check_on_every_path(kernels):
@@ -192,10 +201,90 @@ def test_encoder_attention_matches_mlx(kernels, positions):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [1, 5, 6, 7, 97, 200])
+@pytest.mark.parametrize("width,out", [(384, 1152), (37, 29), (240, 70)])
+def test_gemm_rows_and_widths_match_mlx(kernels, rows, width, out):
+    """Both operands rounded to bf16 as MLX rounds them, float32 sums; bias, GELU, in-place
+    residual; every tile shape (rows past 6 and 96, columns past 16 and 64)."""
+    rng = np.random.default_rng(rows + width)
+    x = rng.standard_normal((rows, width), dtype=np.float32)
+    w = rng.standard_normal((out, width), dtype=np.float32)
+    b = rng.standard_normal(out, dtype=np.float32)
+    res = rng.standard_normal((rows, out), dtype=np.float32)
+    pre = _bf(x) @ _bf(w).T + mx.array(b)
+    gelu = np.array(pre * 0.5 * (1 + mx.erf(pre / np.sqrt(2))))
+    packed = kernels.gemm_pack(w)
+    for dot in _dots(kernels):
+        np.testing.assert_allclose(kernels.gemm(x, packed, b, gelu=True, dot=dot), gelu, rtol=1e-4, atol=1e-3)
+        y = res.copy()
+        kernels.gemm(x, packed, b, res=y, out=y, dot=dot)
+        np.testing.assert_allclose(y, np.array(pre) + res, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_gemm_as_a_convolution_matches_mlx_conv1d(kernels, stride):
+    """Rows of K = 3 x C floats read `stride` frames apart in the padded input: MLX's Conv1d."""
+    rng = np.random.default_rng(stride)
+    frames, c, out = 41, 19, 35
+    x = rng.standard_normal((frames, c), dtype=np.float32)
+    w = rng.standard_normal((out, 3, c), dtype=np.float32)  # MLX's (C_out, kernel, C_in)
+    want = np.array(mx.conv1d(_bf(x)[None], _bf(w), stride=stride, padding=1)[0])
+    padded = np.pad(x, ((1, 1), (0, 0)))
+    for dot in _dots(kernels):
+        got = kernels.gemm(padded, kernels.gemm_pack(w.reshape(out, -1)), rows=want.shape[0],
+                           row_stride=stride * c, dot=dot)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="overrun"):
+        kernels.gemm(padded, kernels.gemm_pack(w.reshape(out, -1)), rows=frames + 1, row_stride=c)
+
+
+@pytest.mark.parametrize("positions", [1, 63, 301])
+def test_attention_bf16_matches_mlx(kernels, positions):
+    """The bf16 attention against MLX's over the bf16-rounded query, keys and values: within
+    the rounding of the probabilities (2^-8 of the scale)."""
+    rng = np.random.default_rng(positions)
+    heads, dh = 6, 64
+    qkv = rng.standard_normal((positions, 3 * heads * dh), dtype=np.float32) * 2
+    q, k, v = (_bf(qkv[:, i * heads * dh:(i + 1) * heads * dh]).reshape(positions, heads, dh).transpose(1, 0, 2)
+               for i in range(3))
+    w = mx.softmax((q / 8) @ k.swapaxes(-1, -2), axis=-1, precise=True)
+    want = np.array((w @ v).transpose(1, 0, 2).reshape(positions, heads * dh))
+    for dot in _dots(kernels):
+        got = kernels.attention_bf16(qkv, heads, dot=dot)
+        assert np.abs(got - want).max() < np.abs(want).max() / 256
+
+
+def test_gemm_and_attention_two_threads_give_the_same_results(kernels):
+    """Threads take whole blocks of rows: every row's sums in the same order, the same floats."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((500, 384), dtype=np.float32)
+    w = kernels.gemm_pack(rng.standard_normal((1152, 384), dtype=np.float32))
+    for dot in _dots(kernels):
+        qkv = kernels.gemm(x, w, dot=dot)
+        np.testing.assert_array_equal(qkv, kernels.gemm(x, w, dot=dot, threads=2))
+        np.testing.assert_array_equal(kernels.attention_bf16(qkv, 6, dot=dot),
+                                      kernels.attention_bf16(qkv, 6, dot=dot, threads=2))
+
+
+def test_the_bf16_encoder_stays_close_to_mlx_float32(model, monkeypatch):
+    """The default native encoder (bf16 products) against MLX's float32 encoder: within 2% RMS
+    (bench/kernels.md has its words and timings on the dev set)."""
+    native.reset()
+    mel = mx.array(np.random.default_rng(2).standard_normal((1, 1000, 80), dtype=np.float32))  # 10 s
+    assert native.ops().encoder(model.encoder) is not None
+    got = np.array(model.encoder(mel))
+    monkeypatch.setenv(native.ENCODER_ENV, "mlx")
+    assert native.ops().encoder(model.encoder) is None
+    want = np.array(model.encoder(mel))
+    assert got.shape == want.shape == (1, 500, 384)
+    assert np.sqrt(((got - want) ** 2).mean() / (want ** 2).mean()) < 0.02
+
+
 def test_the_encoder_on_the_kernels_matches_mlx(model, monkeypatch):
     from transcriber.model.whisper import MultiHeadAttention
 
     native.reset()
+    monkeypatch.setenv(native.ENCODER_ENV, "mlx")  # MLX's float32 encoder, the native attention
     mel = mx.array(np.random.default_rng(2).standard_normal((1, 1000, 80), dtype=np.float32))  # 10 s
     got = np.array(model.encoder(mel))
     monkeypatch.setattr(MultiHeadAttention, "attend_all", lambda self, q, k, v: self.attend_with_weights(q, k, v)[0])

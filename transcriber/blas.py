@@ -124,31 +124,68 @@ class _Slots:
     needed: tuple[str, ...]  # DT_NEEDED: the libraries libmlx.so was linked against
 
 
+def _segments(m, path: str) -> tuple[list, tuple[int, int], tuple[int, int] | None]:
+    """An ELF's PT_LOAD (vaddr, offset, size) list, its PT_DYNAMIC (offset, size) and its
+    PT_GNU_RELRO (vaddr, size) or None."""
+    phoff, = struct.unpack_from("<Q", m, 32)
+    phentsize, phnum = struct.unpack_from("<HH", m, 54)
+    loads, dynamic, relro = [], None, None
+    for i in range(phnum):
+        p_type, _, p_offset, p_vaddr, _, p_filesz, p_memsz = struct.unpack_from("<IIQQQQQ", m, phoff + i * phentsize)
+        if p_type == 1:  # PT_LOAD
+            loads.append((p_vaddr, p_offset, p_filesz))
+        elif p_type == 2:  # PT_DYNAMIC
+            dynamic = (p_offset, p_filesz)
+        elif p_type == 0x6474E552:  # PT_GNU_RELRO
+            relro = (p_vaddr, p_memsz)
+    if dynamic is None:
+        raise _Failure(f"{os.path.basename(path)} has no dynamic section")
+    return loads, dynamic, relro
+
+
+def _dynamic_tags(m, dynamic: tuple[int, int]) -> tuple[dict, list[int]]:
+    """The dynamic section's tags (first value of each) and its DT_NEEDED string offsets."""
+    tags, needed_at = {}, []
+    for o in range(dynamic[0], dynamic[0] + dynamic[1], 16):
+        tag, value = struct.unpack_from("<qQ", m, o)
+        if tag == 0:  # DT_NULL
+            break
+        if tag == 1:  # DT_NEEDED
+            needed_at.append(value)
+        else:
+            tags.setdefault(tag, value)
+    return tags, needed_at
+
+
+def _symbol_slots(m, at, tags: dict, names: set, machine: int) -> list[int]:
+    """The offsets of the relocations (DT_JMPREL and DT_RELA) of the GOT-slot kinds whose
+    symbol's st_name is one of ``names``."""
+    import numpy as np
+
+    offsets = []
+    for table, size in ((23, 2), (7, 8)):  # DT_JMPREL/DT_PLTRELSZ, DT_RELA/DT_RELASZ
+        if table not in tags or not names:
+            continue
+        rela = np.frombuffer(m, dtype="<u8", count=tags[size] // 8, offset=at(tags[table])).reshape(-1, 3)
+        kinds, syms = rela[:, 1] & 0xFFFFFFFF, rela[:, 1] >> 32
+        keep = np.isin(kinds, _SLOT_RELOCS[machine])
+        symtab = at(tags[6])  # DT_SYMTAB; st_name is the first field of Elf64_Sym
+        offsets += [int(off) for off, sym in zip(rela[keep, 0], syms[keep])
+                    if struct.unpack_from("<I", m, symtab + _RELA * int(sym))[0] in names]
+        del rela, kinds, syms, keep  # numpy views pin the mmap; release before it closes
+    return offsets
+
+
 def _elf_slots(path: str, symbol: str = "cblas_sgemm") -> _Slots:
     """Find, from a 64-bit little-endian ELF's dynamic relocations, the GOT slots holding
     ``symbol``'s address. Reads only the headers and tables it needs (libmlx.so is ~20 MB)."""
-    import numpy as np
-
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
         if m[:4] != b"\x7fELF" or m[4] != 2 or m[5] != 1:
             raise _Failure(f"{os.path.basename(path)} is not a 64-bit little-endian ELF")
         machine, = struct.unpack_from("<H", m, 18)
         if machine not in _SLOT_RELOCS:
             raise _Failure(f"unsupported architecture (ELF machine {machine})")
-        phoff, = struct.unpack_from("<Q", m, 32)
-        phentsize, phnum = struct.unpack_from("<HH", m, 54)
-        loads, dynamic, relro = [], None, None
-        for i in range(phnum):
-            p_type, _, p_offset, p_vaddr, _, p_filesz, p_memsz = struct.unpack_from(
-                "<IIQQQQQ", m, phoff + i * phentsize)
-            if p_type == 1:  # PT_LOAD
-                loads.append((p_vaddr, p_offset, p_filesz))
-            elif p_type == 2:  # PT_DYNAMIC
-                dynamic = (p_offset, p_filesz)
-            elif p_type == 0x6474E552:  # PT_GNU_RELRO
-                relro = (p_vaddr, p_memsz)
-        if dynamic is None:
-            raise _Failure(f"{os.path.basename(path)} has no dynamic section")
+        loads, dynamic, relro = _segments(m, path)
 
         def at(vaddr: int) -> int:  # virtual address -> file offset
             for va, off, size in loads:
@@ -156,15 +193,7 @@ def _elf_slots(path: str, symbol: str = "cblas_sgemm") -> _Slots:
                     return off + vaddr - va
             raise _Failure(f"{os.path.basename(path)}: address {vaddr:#x} is in no segment")
 
-        tags, needed_at = {}, []
-        for o in range(dynamic[0], dynamic[0] + dynamic[1], 16):
-            tag, value = struct.unpack_from("<qQ", m, o)
-            if tag == 0:  # DT_NULL
-                break
-            if tag == 1:  # DT_NEEDED
-                needed_at.append(value)
-            else:
-                tags.setdefault(tag, value)
+        tags, needed_at = _dynamic_tags(m, dynamic)
         strtab = m[at(tags[5]):at(tags[5]) + tags[10]]  # DT_STRTAB, DT_STRSZ
         needed = tuple(strtab[v:strtab.index(b"\0", v)].decode() for v in needed_at)
         # Every place the string "symbol\0" starts is a valid st_name for it (suffixes are shared).
@@ -173,18 +202,7 @@ def _elf_slots(path: str, symbol: str = "cblas_sgemm") -> _Slots:
         while hit >= 0:
             names.add(hit)
             hit = strtab.find(want, hit + 1)
-        offsets = []
-        for table, size in ((23, 2), (7, 8)):  # DT_JMPREL/DT_PLTRELSZ, DT_RELA/DT_RELASZ
-            if table not in tags or not names:
-                continue
-            rela = np.frombuffer(m, dtype="<u8", count=tags[size] // 8, offset=at(tags[table]))
-            rela = rela.reshape(-1, 3)
-            kinds, syms = rela[:, 1] & 0xFFFFFFFF, rela[:, 1] >> 32
-            keep = np.isin(kinds, _SLOT_RELOCS[machine])
-            symtab = at(tags[6])  # DT_SYMTAB; st_name is the first field of Elf64_Sym
-            offsets += [int(off) for off, sym in zip(rela[keep, 0], syms[keep])
-                        if struct.unpack_from("<I", m, symtab + _RELA * int(sym))[0] in names]
-            del rela, kinds, syms, keep  # numpy views pin the mmap; release before it closes
+        offsets = _symbol_slots(m, at, tags, names, machine)
     return _Slots(tuple(offsets), relro, needed)
 
 
@@ -515,7 +533,7 @@ def cpu_model() -> str:
 def _cache_path(names: list[str], libraries: list[Library]) -> str:
     import mlx.core as mx
 
-    from .model.loader import cache_root
+    from .cachedir import cache_root
 
     key = {"format": CACHE_FORMAT, "cpu": cpu_model(), "cpus": _thread_options()[-1],
            "machine": platform.machine(), "mlx": mx.__version__, "names": names,
@@ -597,6 +615,34 @@ def _decide(setting: str, reprobe: bool) -> tuple[Library, int | None, float | N
     return lib, choice["threads"], choice["gflops"], note
 
 
+# numpy's own OpenBLAS (the wheel's copy in numpy.libs; symbols suffixed for 64-bit ints)
+_NUMPY_BLAS = ("libscipy_openblas*.so*", "libopenblas*.so*")
+_NUMPY_SET_THREADS = ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads")
+
+
+def numpy_one_thread() -> bool:
+    """Run numpy's own OpenBLAS on one thread (True when it was found and told). Its products
+    here are small (the streaming log-mel's (100, 201) x (201, 80) per second of audio), and
+    its threads fought the BLAS serving MLX for the two cores: that product took ~8-16 ms
+    instead of ~0.1 ms on one thread. No threadpoolctl: the library numpy loaded is opened
+    again (the same handle) and told through its own setter."""
+    import numpy as np
+
+    folder = os.path.dirname(os.path.dirname(np.__file__))
+    for pattern in _NUMPY_BLAS:
+        for path in glob.glob(os.path.join(folder, "numpy.libs", pattern)):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            setter = next((getattr(lib, n) for n in _NUMPY_SET_THREADS if hasattr(lib, n)), None)
+            if setter is not None:
+                setter.argtypes = [ctypes.c_int]
+                setter(1)
+                return True
+    return False
+
+
 def apply(setting: str | None = None, *, reprobe: bool = False) -> Choice:
     """Bind MLX's sgemm to the fastest BLAS measured on this machine (see the module docstring).
     ``setting`` defaults to $TRANSCRIBER_BLAS. Call it after ``import mlx.core`` and before any
@@ -606,6 +652,7 @@ def apply(setting: str | None = None, *, reprobe: bool = False) -> Choice:
     if not sys.platform.startswith("linux"):
         current, loaded_path = Choice("platform"), None
         return current
+    numpy_one_thread()
     setting = (os.environ.get(ENV, "") if setting is None else setting).strip()
     import mlx.core  # noqa: F401
 

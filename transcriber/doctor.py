@@ -76,6 +76,7 @@ def _kernels() -> list[str]:
     if status.path is not None:
         for kind, note in status.checks.items():
             lines.append(f"  {kind}: {status.isa}, self-check {'passed' if note is None else note}")
+        lines.append(f"  {native.encoder_line()}")
         lines.append(f"  decoder weights: {native.weights_precision()} ({native.PRECISION_ENV}); "
                      f"{loader.ENV}=avx512|avx2|portable|off forces a path")
     return lines

@@ -30,6 +30,7 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten
 
+from ..cachedir import cache_root
 from ..errors import ModelError
 from ..tokenizer import LANGUAGES, load_tokenizer
 from . import ct2, hf
@@ -46,14 +47,6 @@ KNOWN_MODELS = {
 # every file tokenizer.py may read, copied next to the converted weights
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "added_tokens.json",
                    "vocabulary.txt", "vocabulary.json")
-
-
-def cache_root() -> Path:
-    base = os.environ.get("TRANSCRIBER_CACHE")
-    if base:
-        return Path(base)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "transcriber"
 
 
 def _package_folder(name: str) -> tuple[list[Path], Path]:

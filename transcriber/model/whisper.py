@@ -262,7 +262,12 @@ class AudioEncoder(nn.Module):
         self.ln_post = nn.LayerNorm(d)
 
     def __call__(self, mel: mx.array) -> mx.array:
-        """mel (B, 2*S, n_mels) -> audio features (B, S, D). S may be shorter than n_audio_ctx."""
+        """mel (B, 2*S, n_mels) -> audio features (B, S, D). S may be shorter than n_audio_ctx.
+        On the CPU, the native kernels' bf16 encoder where it serves (transcriber/native)."""
+        ops = native.ops() if mx.default_device() == mx.cpu else None
+        run = ops.encoder(self) if ops is not None else None
+        if run is not None:
+            return run(mel)
         x = gelu(self.conv1(mel))
         x = gelu(self.conv2(x))
         x = x + self._positional_embedding[: x.shape[1]]

@@ -47,6 +47,7 @@ class Ops:
     def __init__(self, kernels, status: Status):
         self.kernels, self.status = kernels, status
         self._steps: dict = {}
+        self._encoders: dict = {}
 
     def decoder_step(self, decoder, precision: str = "bf16"):
         """A DecoderStep for this decoder (made once per decoder), or None when a kernel it
@@ -62,6 +63,23 @@ class Ops:
                     self._steps.pop(next(iter(self._steps)))
                 self._steps[key] = DecoderStep(self.kernels, decoder, precision)
             return self._steps[key]
+
+    def encoder(self, encoder):
+        """A NativeEncoder for this AudioEncoder (weights packed once per encoder), or None: a
+        kernel it needs is disabled, or $TRANSCRIBER_KERNEL_ENCODER=mlx."""
+        if encoder_choice() != "bf16" or not all(self.status.serves(k) for k in ENCODER_KINDS):
+            return None
+        key = (id(encoder), id(encoder.conv1.weight))
+        with _lock:
+            if key not in self._encoders:
+                from .encoder import NativeEncoder
+
+                if len(self._encoders) >= KEPT_MODELS:
+                    self._encoders.pop(next(iter(self._encoders)))
+                self._encoders[key] = NativeEncoder(self.kernels, encoder)
+            found = self._encoders[key]
+        found.threads = encoder_threads()
+        return found
 
     def encoder_attention(self):
         """``f(q, k_t, v)`` (kernels.Kernels.encoder_attention), or None."""
@@ -81,6 +99,41 @@ def weights_precision() -> str:
     default, or f32: for the precision measurements in bench/)."""
     value = os.environ.get(PRECISION_ENV, "").strip().lower() or "bf16"
     return value if value in ("bf16", "f32") else "bf16"
+
+
+ENCODER_ENV = "TRANSCRIBER_KERNEL_ENCODER"
+ENCODER_KINDS = ("gemm", "attention_bf16", "layer_norm")
+
+
+def encoder_choice() -> str:
+    """The encoder on the kernels: $TRANSCRIBER_KERNEL_ENCODER, bf16 (the default: the native
+    bf16 GEMM) or mlx (MLX's float32 ops, the native attention: for measurements)."""
+    value = os.environ.get(ENCODER_ENV, "").strip().lower() or "bf16"
+    return value if value in ("bf16", "mlx") else "bf16"
+
+
+def encoder_line() -> str:
+    """What serves the encoder, for `transcribe doctor`."""
+    st, found = status(), _ops
+    if st.path is None:
+        return "encoder: MLX's float32 ops"
+    if encoder_choice() != "bf16":
+        return f"encoder: MLX's float32 ops ({ENCODER_ENV}={encoder_choice()}), native attention"
+    if not all(st.serves(k) for k in ENCODER_KINDS):
+        return "encoder: MLX's float32 ops (a kernel it needs is disabled)"
+    how = "vdpbf16ps (AVX-512 BF16)" if found.kernels.dot else "bf16 widened to float32 FMAs"
+    return (f"encoder: native bf16 GEMM on {st.path}, {how}, {encoder_threads()} thread(s); "
+            f"{ENCODER_ENV}=mlx for MLX's float32")
+
+
+def encoder_threads() -> int:
+    """Threads for the encoder's GEMMs and attention: as many as the BLAS serving MLX uses
+    (probed, or set by ``blas.set_threads``: the encoder's products ran there before), else
+    ``threads()``. Large calls: a descheduled thread costs one barrier per product, not one per
+    token as in the decoder step."""
+    from .. import blas
+
+    return max(1, blas.threads() or threads())
 
 
 THREADS_ENV = "TRANSCRIBER_KERNEL_THREADS"
@@ -129,7 +182,7 @@ def _load():
     from . import checks
     from .kernels import Kernels
 
-    k = Kernels(loaded.lib, loaded.path)
+    k = Kernels(loaded.lib, loaded.path, "avx512_bf16" in loader.cpu_flags())
     k.set_threads(threads())
     results = checks.run(k)
     st = Status(loaded.path, loaded.isa, None, results)

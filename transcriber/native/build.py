@@ -1,4 +1,4 @@
-"""Build the native kernels (src/kernels.cpp) into one shared library, next to this file.
+"""Build the native kernels (src/kernels.cpp, src/gemm.cpp) into one shared library, next to this file.
 
 Run by the install (``make install``: ``python transcriber/native/build.py``) with the
 machine's C++ compiler ($CXX, else c++, g++, clang++ on PATH). It never fails the install: a
@@ -25,7 +25,7 @@ import tempfile
 from importlib import metadata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.join(HERE, "src", "kernels.cpp")
+SOURCES = [os.path.join(HERE, "src", name) for name in ("kernels.cpp", "gemm.cpp")]
 LIBRARY = "libtranscriber_kernels.so"
 INFO = "build.json"
 FORMAT = 1
@@ -114,12 +114,9 @@ def _compile(cxx: list[str], paths: dict[str, list[str]], target: str, info: dic
         info["openmp"] = bool(omp)
         objects = []
         for name, flags in paths.items():
-            obj = os.path.join(tmp, f"{name}.o")
-            err = _run([*cxx, *_COMMON, *omp, *flags, f"-DTK_PATH={name}", "-c", SOURCE, "-o", obj])
-            if err:
-                info["failed"][name] = err
-            else:
-                objects.append(obj)
+            built = _compile_path(cxx, name, [*omp, *flags], tmp, info)
+            if built:
+                objects += built
                 info["paths"].append(name)
         if not objects:
             info["error"] = "build failed: " + "; ".join(f"{k}: {v}" for k, v in info["failed"].items())
@@ -127,6 +124,29 @@ def _compile(cxx: list[str], paths: dict[str, list[str]], target: str, info: dic
         err = _run([*cxx, "-shared", *omp, *objects, "-o", target])
         if err:
             info["paths"], info["error"] = [], f"link failed: {err}"
+
+
+# paths whose GEMM also gets vdpbf16ps (AVX-512 BF16), chosen at run time by the CPU's flags
+_BF16 = {"avx512": ["-DTK_BF16"]}
+
+
+def _compile_path(cxx: list[str], name: str, flags: list[str], tmp: str, info: dict) -> list[str] | None:
+    """Both sources for one path -> their objects, or None (the reason in info["failed"]). A
+    compiler without AVX-512 BF16 builds the path without vdpbf16ps (info["no_bf16"])."""
+    objects = []
+    for source in SOURCES:
+        obj = os.path.join(tmp, f"{name}-{os.path.basename(source)}.o")
+        base = [*cxx, *_COMMON, *flags, f"-DTK_PATH={name}", "-c", source, "-o", obj]
+        extra = _BF16.get(name, []) if source.endswith("gemm.cpp") else []
+        err = _run([*base, *extra])
+        if err and extra:
+            info["no_bf16"] = err
+            err = _run(base)
+        if err:
+            info["failed"][name] = err
+            return None
+        objects.append(obj)
+    return objects
 
 
 def main(argv: list[str]) -> int:

@@ -114,7 +114,50 @@ def check_encoder_attention(k: Kernels) -> bool:
     return True
 
 
+def check_gemm(k: Kernels) -> bool:
+    """Both inputs rounded to bf16 by MLX, float32 product; vdpbf16ps and the widening path;
+    odd K and N, a fused GELU, an in-place residual, overlapping rows (a convolution)."""
+    rng = _rng()
+    bf = lambda a: mx.array(a).astype(mx.bfloat16).astype(mx.float32)  # noqa: E731
+    for rows, width, out in ((1, 37, 29), (7, 64, 48), (13, 240, 70), (100, 19, 130)):
+        x = rng.standard_normal((rows, width), dtype=np.float32)
+        w = rng.standard_normal((out, width), dtype=np.float32)
+        b = rng.standard_normal(out, dtype=np.float32)
+        res = rng.standard_normal((rows, out), dtype=np.float32)
+        pre = bf(x) @ bf(w).T + mx.array(b)
+        ref_gelu = pre * 0.5 * (1 + mx.erf(pre / math.sqrt(2)))
+        packed = k.gemm_pack(w)
+        for dot in ((True, False) if k.dot else (False,)):
+            y = res.copy()
+            if not (_close(k.gemm(x, packed, b, gelu=True, dot=dot), ref_gelu)
+                    and _close(k.gemm(x, packed, b, res=y, out=y, dot=dot), pre + mx.array(res))):
+                return False
+    x = rng.standard_normal((20, 6), dtype=np.float32)  # rows of 3 frames x 6, 2 frames apart
+    w = rng.standard_normal((33, 18), dtype=np.float32)
+    cols = np.stack([x[2 * t: 2 * t + 3].ravel() for t in range(9)])
+    return _close(k.gemm(x, k.gemm_pack(w), rows=9, row_stride=12), bf(cols) @ bf(w).T)
+
+
+def check_attention_bf16(k: Kernels) -> bool:
+    """Against MLX's attention over the bf16-rounded query and keys (the probabilities are
+    rounded too: a looser bound, 2^-8 of the output's scale)."""
+    rng = _rng()
+    bf = lambda a: mx.array(a).astype(mx.bfloat16).astype(mx.float32)  # noqa: E731
+    for s, h, dh in ((37, 2, 16), (100, 3, 64), (7, 1, 24)):
+        qkv = rng.standard_normal((s, 3 * h * dh), dtype=np.float32)
+        q, keys, vals = (bf(qkv[:, i * h * dh:(i + 1) * h * dh]).reshape(s, h, dh).transpose(1, 0, 2) for i in range(3))
+        weights = mx.softmax((q * dh ** -0.5) @ keys.swapaxes(-1, -2), axis=-1, precise=True)
+        ref = np.array((weights @ vals).transpose(1, 0, 2).reshape(s, h * dh))
+        for dot in ((True, False) if k.dot else (False,)):
+            got = k.attention_bf16(qkv, h, dot=dot)
+            if got.shape != ref.shape or np.abs(got - ref).max() > np.abs(ref).max() / 256:
+                return False
+    return True
+
+
 CHECKS: dict[str, Callable[[Kernels], bool]] = {
+    "attention_bf16": check_attention_bf16,
+    "gemm": check_gemm,
     "linear": check_linear, "layer_norm": check_layer_norm, "gelu": check_gelu,
     "softmax": check_softmax, "attend": check_attend, "encoder_attention": check_encoder_attention,
 }

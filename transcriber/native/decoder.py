@@ -88,9 +88,9 @@ class DecoderStep:
 
     def step(self, tokens: mx.array, state, layers: Collection[int]):
         """tokens (B, 1) -> logits (B, 1, V) numpy, the new DecoderState, cross-attention
-        weights per layer ((B, H, 1, S) MLX arrays for ``layers``, None for the others)."""
-        from ..model.whisper import DecoderState
-
+        weights per layer ((B, H, 1, S) MLX arrays for ``layers``, None for the others). The
+        new state is of the given state's class (model/whisper.py's DecoderState: not imported
+        here, so the model and the kernels do not import each other)."""
         extra = [state.pad, state.audio_len] if state.pad is not None else []
         mx.eval(tokens, *[c for pair in state.cross_kv for c in pair], *extra)
         ids = _host(tokens)[:, 0].astype(np.int64)
@@ -108,7 +108,7 @@ class DecoderStep:
                            self.cache.extend(cache[1], v_new.reshape(shape))))
             weights.append(None if w is None else mx.array(w[:, :, None, :]))
         logits = self.project(x)
-        return logits[:, None, :], DecoderState(state.cross_kv, new_kv, state.pad, state.audio_len), \
+        return logits[:, None, :], type(state)(state.cross_kv, new_kv, state.pad, state.audio_len), \
             (weights if layers else None)
 
     def _layer_step(self, layer: _Layer, x: np.ndarray, cache, pad, k_t: mx.array, v: mx.array,

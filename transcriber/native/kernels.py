@@ -21,11 +21,19 @@ _SIGNATURES = {
     "pack": [_i, _i, _f, _i, _f],
     "set_threads": [_i],
     "encoder_attention": [_i, _i, _i, _f, _f, _f, _f],
+    "encoder_attention_threads": [_i, _i, _i, _f, _f, _f, _f, _i],
     "gelu": [_l, _f, _f],
     "softmax": [_l, _i, _f],
     "attend": [_i, _i, _i, _fl, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f],
+    "gemm": [_i, _i, _i, _f, _l, _f, _f, _f, _l, _i, _f, _l, _i, _i],
+    "gemm_pack": [_i, _i, _f, _f],
+    "gemm_has_dot": [],
+    "attention_bf16": [_i, _i, _i, _f, _l, _f, _l, _i, _i],
     "decoder_layer": [_f, _i, _i, _i, _i, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f, _f, _i, _f, _f],
 }
+
+
+_INT_RESULT = ("encoder_attention", "encoder_attention_threads", "gemm", "gemm_has_dot", "attention_bf16")
 
 
 def from_bf16(h: np.ndarray) -> np.ndarray:
@@ -48,6 +56,17 @@ class Packed:
         self.n, self.k, self.wtype = n, k, int(precision == "bf16")
         self.data = np.empty((-(-n // LANES), k, LANES), np.uint16 if self.wtype else np.float32)
         kernels.fn("pack")(n, k, _ptr(w), self.wtype, _ptr(self.data))
+
+
+class GemmWeight:
+    """A weight (N, K) for ``Kernels.gemm``, packed once (by the native ``gemm_pack``): bfloat16
+    pairs of k in 32-bit words, (ceil(N/16), ceil(K/2), 16), column blocks zero-padded."""
+
+    def __init__(self, kernels: "Kernels", w: np.ndarray):
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        self.n, self.k = w.shape
+        self.data = np.empty((-(-self.n // LANES), -(-self.k // 2), LANES), np.uint32)
+        kernels.fn("gemm_pack")(self.n, self.k, _ptr(w), _ptr(self.data))
 
 
 def _ptr(a: np.ndarray | None):
@@ -76,15 +95,17 @@ class Kernels:
         """w (N, K) float32 packed for ``linear``."""
         return Packed(self, w, precision)
 
-    def __init__(self, lib: ctypes.CDLL, path: str):
+    def __init__(self, lib: ctypes.CDLL, path: str, cpu_bf16: bool = False):
         self.lib, self.path = lib, path
         self._fns: dict[str, object] = {}
+        # vdpbf16ps: built into this path and the CPU has AVX-512 BF16
+        self.dot = bool(cpu_bf16 and self.fn("gemm_has_dot")())
 
     def fn(self, name: str):
         f = self._fns.get(name)
         if f is None:
             f = getattr(self.lib, f"tk_{self.path}_{name}")
-            f.argtypes, f.restype = _SIGNATURES[name], (ctypes.c_int if name == "encoder_attention" else None)
+            f.argtypes, f.restype = _SIGNATURES[name], (ctypes.c_int if name in _INT_RESULT else None)
             self._fns[name] = f
         return f
 
@@ -99,6 +120,44 @@ class Kernels:
         self.fn("linear")(r, k, w.n, _ptr(x), _ptr(w.data), w.wtype, _ptr(b),
                           _ptr(None if res is None else _check(res)), _ptr(y))
         return y
+
+    def gemm_pack(self, w: np.ndarray) -> GemmWeight:
+        """w (N, K) float32 packed for ``gemm``."""
+        return GemmWeight(self, w)
+
+    def gemm(self, a: np.ndarray, w: GemmWeight, bias: np.ndarray | None = None, *, gelu: bool = False,
+             res: np.ndarray | None = None, rows: int | None = None, row_stride: int | None = None,
+             out: np.ndarray | None = None, threads: int = 1, dot: bool | None = None) -> np.ndarray:
+        """a (M, K) @ w.T + bias, then GELU, then + res (M, N) -> (M, N) float32, with both
+        operands rounded to bfloat16 and float32 sums. ``rows``/``row_stride``: read a as M
+        rows of K floats ``row_stride`` apart in a's buffer (overlapping rows: a convolution's
+        im2col without the copy). ``out`` may be ``res``. ``dot``: vdpbf16ps (default: where
+        it serves) or the widening path."""
+        a = _check(a)
+        m = a.shape[0] if rows is None else rows
+        lda = a.shape[-1] if row_stride is None else row_stride
+        if m > 0 and (m - 1) * lda + w.k > a.size:
+            raise ValueError(f"gemm: {m} rows of {w.k} at stride {lda} overrun a of {a.size} floats")
+        y = np.empty((m, w.n), np.float32) if out is None else _check(out)
+        res = None if res is None else _check(res)
+        if y.shape != (m, w.n) or (res is not None and res.shape != (m, w.n)):
+            raise ValueError(f"gemm: output or residual is not ({m}, {w.n})")
+        use_dot = self.dot if dot is None else dot
+        self.fn("gemm")(m, w.n, w.k, _ptr(a), lda, _ptr(w.data), _ptr(None if bias is None else _check(bias)),
+                        _ptr(res), w.n, int(gelu), _ptr(y), w.n, int(use_dot), max(1, int(threads)))
+        return y
+
+    def attention_bf16(self, qkv: np.ndarray, heads: int, *, threads: int = 1,
+                       dot: bool | None = None) -> np.ndarray:
+        """Unmasked self-attention on the bf16 GEMM: qkv (S, 3D), the query, key and value
+        side by side -> (S, D). Scores and probabilities are rounded to bf16 for the products,
+        the softmax is float32."""
+        s, d3 = _check(qkv).shape
+        d = d3 // 3
+        out = np.empty((s, d), np.float32)
+        use_dot = self.dot if dot is None else dot
+        self.fn("attention_bf16")(s, heads, d // heads, _ptr(qkv), d3, _ptr(out), d, int(use_dot), max(1, int(threads)))
+        return out
 
     def layer_norm(self, x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
         """Over the last axis of x (R, D)."""
@@ -119,13 +178,19 @@ class Kernels:
         self.fn("softmax")(s.size // max(n, 1), n, _ptr(s))
         return s
 
-    def encoder_attention(self, q: np.ndarray, k_t: np.ndarray, v: np.ndarray) -> np.ndarray | None:
+    def encoder_attention(self, q: np.ndarray, k_t: np.ndarray, v: np.ndarray,
+                          threads: int | None = None) -> np.ndarray | None:
         """Unmasked self-attention of S positions: q (S, H*Dh), k_t (H, Dh, S), v (H, S, Dh)
-        -> (S, H*Dh); None when Dh is no multiple of the path's vector width."""
+        -> (S, H*Dh); None when Dh is no multiple of the path's vector width. ``threads``:
+        OpenMP threads over heads and row blocks (default: ``set_threads``'s)."""
         s, d = _check(q).shape
         h, dh, _ = _check(k_t).shape
         out = np.empty((s, d), np.float32)
-        failed = self.fn("encoder_attention")(s, h, dh, _ptr(q), _ptr(k_t), _ptr(_check(v)), _ptr(out))
+        args = (s, h, dh, _ptr(q), _ptr(k_t), _ptr(_check(v)), _ptr(out))
+        if threads is None:
+            failed = self.fn("encoder_attention")(*args)
+        else:
+            failed = self.fn("encoder_attention_threads")(*args, max(1, int(threads)))
         return None if failed else out
 
     def attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, *, extra: tuple | None = None,

@@ -115,6 +115,10 @@ def load() -> Loaded:
     path, reason = _choose(list(info.get("paths", [])), flags)
     if path is None:
         return Loaded(None, None, "", reason)
+    # libgomp reads this once, when it loads: threads that spin while they wait for work take
+    # the core from the thread doing it on a shared 2-core machine (the encoder with 2 threads
+    # ran 2x slower under load 3, and no slower than 1 thread once waiting threads sleep)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         lib = ctypes.CDLL(os.path.join(FOLDER, build.LIBRARY))
     except OSError as e:

@@ -1,0 +1,278 @@
+// The encoder's GEMM in bfloat16: C (M, N) = A (M, K) W (N, K)^T + bias, then GELU or a residual.
+//
+// M is long (1500 audio positions a 30 s window), K and N a few hundred to a few thousand: the
+// encoder's linears and its two convolutions (as im2col products: a row of A is K = 3 x C_in
+// consecutive floats of the padded input, so A is the input itself read at a stride of
+// stride x C_in, rows overlapping). A is rounded to bfloat16 once per call, W once per model
+// (gemm_pack); products are summed in float32.
+//
+// Pairs of k: bfloat16 pairs (k, k+1) share one 32-bit word, low half the even k, as
+// AVX-512 BF16's vdpbf16ps reads them: one instruction multiplies 16 columns by a pair and adds
+// both products into float32 lanes (twice the multiply-adds of a float32 FMA). Where the CPU
+// lacks it (or the caller asks: `dot` 0), the same packed words are widened to float32 and
+// multiplied with FMAs: the same rounding of the inputs, float32 sums in another order.
+//
+// Layouts: A pairs (M, P) uint32, P = ceil(K/2); W packed (ceil(N/16), P, 16) uint32, columns
+// past N zero.
+
+#include "vec.h"
+
+namespace {
+
+inline uint32_t to_bf16(float v) {  // round to nearest even, as MLX rounds
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+
+// Rows of A (at stride lda floats) times scale -> bf16 pairs (M, P), a zero in the odd K's
+// last half.
+void pack_rows(int M, int K, const float* a, long lda, uint32_t* out, int threads, float scale = 1.0f) {
+  const int P = (K + 1) / 2;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int m = 0; m < M; m++) {
+    const float* r = a + (long)m * lda;
+    uint32_t* o = out + (long)m * P;
+    for (int p = 0; p < K / 2; p++) o[p] = to_bf16(scale * r[2 * p]) | (to_bf16(scale * r[2 * p + 1]) << 16);
+    if (K % 2) o[P - 1] = to_bf16(scale * r[K - 1]);
+  }
+}
+
+struct Epilogue {
+  const float* bias;  // (N,) or null
+  const float* res;   // (M, N) at stride ldr, or null; may be c (in place)
+  long ldr;
+  int gelu;
+  float* c;
+  long ldc;
+  int N;
+};
+
+// 16 columns from n0 of row m: + bias, GELU, + residual, stored (only columns < N).
+inline void finish(const Epilogue& e, int m, int n0, vf* acc) {
+  for (int s = 0; s < S; s++) {
+    const int n = n0 + s * W;
+    if (n >= e.N) return;
+    const float* r = e.res ? e.res + m * e.ldr + n : nullptr;
+    float* c = e.c + m * e.ldc + n;
+    if (n + W <= e.N) {  // a whole vector
+      vf v = acc[s];
+      if (e.bias) v += load(e.bias + n);
+      if (e.gelu) v = vgelu(v);
+      if (r) v += load(r);
+      store(c, v);
+      continue;
+    }
+    float t[W];
+    memcpy(t, &acc[s], sizeof t);
+    const int valid = e.N - n;
+    if (e.bias)
+      for (int i = 0; i < valid; i++) t[i] += e.bias[n + i];
+    vf v = load(t);
+    if (e.gelu) v = vgelu(v);
+    memcpy(t, &v, sizeof t);
+    for (int i = 0; i < valid; i++) c[i] = t[i] + (r ? r[i] : 0.0f);
+  }
+}
+
+// An MR x (NB x 16) tile by widening the bf16 words to float32: low halves (even k) by a
+// 16-bit shift, high halves (odd k) by masking. Every path has this one.
+template <int MR, int NB>
+void tile_widen(int P, const uint32_t* a, const uint32_t* w, long bstride, int m0, int n0, const Epilogue& e) {
+  constexpr int V = NB * S;
+  vf acc[MR][V] = {};
+  for (int p = 0; p < P; p++) {
+    vf lo[V], hi[V];
+    for (int c = 0; c < V; c++) {
+      vu u;
+      memcpy(&u, w + (c / S) * bstride + (long)p * LANES + (c % S) * W, sizeof u);
+      vu l = u << 16, h = u & 0xFFFF0000u;
+      memcpy(&lo[c], &l, sizeof l);
+      memcpy(&hi[c], &h, sizeof h);
+    }
+    for (int r = 0; r < MR; r++) {
+      const uint32_t x = a[(long)r * P + p], xl = x << 16, xh = x & 0xFFFF0000u;
+      float fl, fh;
+      memcpy(&fl, &xl, 4);
+      memcpy(&fh, &xh, 4);
+      for (int c = 0; c < V; c++) acc[r][c] += fl * lo[c] + fh * hi[c];
+    }
+  }
+  for (int r = 0; r < MR; r++)
+    for (int b = 0; b < NB; b++) finish(e, m0 + r, n0 + b * LANES, &acc[r][b * S]);
+}
+
+#if defined(TK_BF16)
+// The same tile with vdpbf16ps (AVX-512 BF16): one instruction per 16 columns and k pair.
+template <int MR, int NB>
+__attribute__((target("avx512bf16"))) void tile_dot(int P, const uint32_t* a, const uint32_t* w, long bstride,
+                                                   int m0, int n0, const Epilogue& e) {
+  __m512 acc[MR][NB];
+  for (int r = 0; r < MR; r++)
+    for (int c = 0; c < NB; c++) acc[r][c] = _mm512_setzero_ps();
+  for (int p = 0; p < P; p++) {
+    __m512i wv[NB];
+    for (int c = 0; c < NB; c++) wv[c] = _mm512_loadu_si512(w + c * bstride + (long)p * LANES);
+    for (int r = 0; r < MR; r++) {
+      const __m512i x = _mm512_set1_epi32((int)a[(long)r * P + p]);
+      for (int c = 0; c < NB; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], (__m512bh)x, (__m512bh)wv[c]);
+    }
+  }
+  for (int r = 0; r < MR; r++)
+    for (int c = 0; c < NB; c++) {
+      vf v = (vf)acc[r][c];
+      finish(e, m0 + r, n0 + c * LANES, &v);
+    }
+}
+#endif
+
+// Tile shapes: rows x 16-column blocks, as many accumulators as the registers hold (32 zmm:
+// 6 x 4 with vdpbf16ps, 6 x 2 widening (two products per word); 16 ymm/xmm: fewer).
+constexpr int DOT_MR = 6, DOT_NB = 4;
+constexpr int WIDEN_MR = S == 1 ? 6 : S == 2 ? 4 : 2;
+constexpr int WIDEN_NB = S == 1 ? 2 : 1;
+
+template <int NB>
+void tile_rows(int dot, int mr, int P, const uint32_t* a, const uint32_t* w, long bstride, int m0, int n0,
+               const Epilogue& e) {
+#if defined(TK_BF16)
+  if (dot) {
+    switch (mr) {
+      case 6: return tile_dot<6, NB>(P, a, w, bstride, m0, n0, e);
+      case 5: return tile_dot<5, NB>(P, a, w, bstride, m0, n0, e);
+      case 4: return tile_dot<4, NB>(P, a, w, bstride, m0, n0, e);
+      case 3: return tile_dot<3, NB>(P, a, w, bstride, m0, n0, e);
+      case 2: return tile_dot<2, NB>(P, a, w, bstride, m0, n0, e);
+      default: return tile_dot<1, NB>(P, a, w, bstride, m0, n0, e);
+    }
+  }
+#endif
+  (void)dot;
+  if (mr >= WIDEN_MR) return tile_widen<WIDEN_MR, NB>(P, a, w, bstride, m0, n0, e);
+  if (mr >= 2) return tile_widen<2, NB>(P, a, w, bstride, m0, n0, e);  // 6 rows: in turns
+  return tile_widen<1, NB>(P, a, w, bstride, m0, n0, e);
+}
+
+// Row blocks of this many rows keep their bf16 pairs in L2 while every column block passes.
+constexpr int ROW_BLOCK = 96;
+
+// One block of rows [m0, m1) against every column: column panels outer (a panel of weights
+// stays in L2 for all the block's tiles), tiles of rows inner.
+void row_block(int dot, int m0, int m1, int P, int nb, const uint32_t* a, const uint32_t* w, const Epilogue& e) {
+  const long bstride = (long)P * LANES;
+  const int mr_full = dot ? DOT_MR : WIDEN_MR, nb_full = dot ? DOT_NB : WIDEN_NB;
+  for (int j = 0; j < nb; j += nb_full) {
+    const int blocks = nb - j < nb_full ? nb - j : nb_full;
+    const uint32_t* wj = w + j * bstride;
+    for (int m = m0; m < m1;) {
+      const int mr = m1 - m < mr_full ? m1 - m : mr_full;
+      const int rows = mr >= WIDEN_MR || dot ? mr : mr >= 2 ? 2 : 1;
+      const uint32_t* am = a + (long)m * P;
+      switch (blocks) {
+        case 4: tile_rows<4>(dot, mr, P, am, wj, bstride, m, j * LANES, e); break;
+        case 3: tile_rows<3>(dot, mr, P, am, wj, bstride, m, j * LANES, e); break;
+        case 2: tile_rows<2>(dot, mr, P, am, wj, bstride, m, j * LANES, e); break;
+        default: tile_rows<1>(dot, mr, P, am, wj, bstride, m, j * LANES, e); break;
+      }
+      m += rows;
+    }
+  }
+}
+
+}  // namespace
+
+// Whether this path was built with vdpbf16ps (the caller also needs the CPU to have it).
+EXPORT int TK(gemm_has_dot)() {
+#if defined(TK_BF16)
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+namespace {
+// w[n, k] at w + n * sn + k * sk -> packed (ceil(N/16), P, 16) bf16 pairs, zero-padded.
+void pack_weight(int N, int K, const float* w, long sn, long sk, uint32_t* out) {
+  const int P = (K + 1) / 2, blocks = (N + LANES - 1) / LANES;
+  for (int j = 0; j < blocks; j++)
+    for (int p = 0; p < P; p++)
+      for (int i = 0; i < LANES; i++) {
+        const int n = j * LANES + i;
+        uint32_t word = 0;
+        if (n < N) {
+          const float* r = w + n * sn + 2L * p * sk;
+          word = to_bf16(r[0]) | (2 * p + 1 < K ? to_bf16(r[sk]) << 16 : 0u);
+        }
+        out[((long)j * P + p) * LANES + i] = word;
+      }
+}
+}  // namespace
+
+// w (N, K) float32 row-major -> packed (ceil(N/16), P, 16) bf16 pairs. Once per weight.
+EXPORT void TK(gemm_pack)(int N, int K, const float* w, uint32_t* out) { pack_weight(N, K, w, K, 1, out); }
+
+// c (M, N) at stride ldc = a (M, K; rows at stride lda, may overlap) x w^T + bias, then GELU
+// (gelu != 0), then + res (stride ldr; may be c). dot: 1 for vdpbf16ps (when built), else
+// widening. threads: OpenMP threads over blocks of rows. Returns 1 when dot was asked and
+// this path lacks it.
+EXPORT int TK(gemm)(int M, int N, int K, const float* a, long lda, const uint32_t* w, const float* bias,
+                    const float* res, long ldr, int gelu, float* c, long ldc, int dot, int threads) {
+#if !defined(TK_BF16)
+  if (dot) return 1;
+#endif
+  const int P = (K + 1) / 2, nb = (N + LANES - 1) / LANES;
+  threads = threads < 1 ? 1 : threads;
+  std::vector<uint32_t> pairs((long)M * P);
+  pack_rows(M, K, a, lda, pairs.data(), threads);
+  const Epilogue e{bias, res, ldr, gelu, c, ldc, N};
+  const int blocks = (M + ROW_BLOCK - 1) / ROW_BLOCK;
+#pragma omp parallel for num_threads(threads) schedule(dynamic) if (threads > 1)
+  for (int b = 0; b < blocks; b++) {
+    const int m0 = b * ROW_BLOCK, m1 = m0 + ROW_BLOCK < M ? m0 + ROW_BLOCK : M;
+    row_block(dot, m0, m1, P, nb, pairs.data(), w, e);
+  }
+  return 0;
+}
+
+// Rows of attention at a time: their float32 scores (48 x 1500) and bf16 probabilities stay in L2.
+constexpr int ATTENTION_ROWS = 48;
+
+// Unmasked self-attention on the bf16 GEMM: per head, scores = (scale q) k^T, softmax in
+// float32, then probabilities x values, 48 query rows at a time. qkv (S, 3D) at row stride ld
+// (query, key, value side by side, heads of Dh inside each); out (S, D) at row stride ldo.
+EXPORT int TK(attention_bf16)(int S, int H, int Dh, const float* qkv, long ld, float* out, long ldo, int dot,
+                              int threads) {
+#if !defined(TK_BF16)
+  if (dot) return 1;
+#endif
+  const int D = H * Dh, Pq = (Dh + 1) / 2, Ps = (S + 1) / 2;
+  const int nbs = (S + LANES - 1) / LANES, nbd = (Dh + LANES - 1) / LANES;
+  const long kw = (long)nbs * Pq * LANES, vw = (long)nbd * Ps * LANES;
+  std::vector<uint32_t> keys(H * kw), values(H * vw);
+  threads = threads < 1 ? 1 : threads;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int h = 0; h < H; h++) {
+    pack_weight(S, Dh, qkv + D + h * Dh, ld, 1, keys.data() + h * kw);           // n: position, k: dim
+    pack_weight(Dh, S, qkv + 2 * D + h * Dh, 1, ld, values.data() + h * vw);     // n: dim, k: position
+  }
+  const float scale = 1.0f / __builtin_sqrtf((float)Dh);
+  const int blocks = (S + ATTENTION_ROWS - 1) / ATTENTION_ROWS;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<uint32_t> q((long)ATTENTION_ROWS * Pq), p((long)ATTENTION_ROWS * Ps);
+    std::vector<float> s((long)ATTENTION_ROWS * S);
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int h = 0; h < H; h++)
+      for (int b = 0; b < blocks; b++) {
+        const int m0 = b * ATTENTION_ROWS, rows = S - m0 < ATTENTION_ROWS ? S - m0 : ATTENTION_ROWS;
+        pack_rows(rows, Dh, qkv + m0 * ld + h * Dh, ld, q.data(), 1, scale);
+        const Epilogue scores{nullptr, nullptr, 0, 0, s.data(), S, S};
+        row_block(dot, 0, rows, Pq, nbs, q.data(), keys.data() + h * kw, scores);
+        for (int r = 0; r < rows; r++) softmax_row(S, s.data() + (long)r * S);
+        pack_rows(rows, S, s.data(), S, p.data(), 1);
+        const Epilogue o{nullptr, nullptr, 0, 0, out + m0 * ldo + h * Dh, ldo, Dh};
+        row_block(dot, 0, rows, Ps, nbd, p.data(), values.data() + h * vw, o);
+      }
+  }
+  return 0;
+}
