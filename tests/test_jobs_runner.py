@@ -40,6 +40,9 @@ class ScriptedEngine:
             word = Word((i - 1) * 0.25, i * 0.25 - 0.05, f" w{i}", 0.9)
             yield Step((word,), (Segment(word.start, word.end, word.text, (word,)),), {"i": i}, i * 0.25, "en")
 
+    def batch(self, width):
+        return None  # one file at a time (transcriber.Engine.batch)
+
 
 @pytest.fixture
 def setup(tmp_path, monkeypatch, data_dir):

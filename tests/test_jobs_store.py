@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from jobs.discover import content_key, discover, is_temporary, looks_like_media
-from jobs.runner import owner_is_dead
+from jobs.lease import owner_is_dead
 from jobs.spec import JobSpec
 from jobs.store import (BUSY, FAILED, FAILED_BEFORE, NEW, OUTPUTS, QUEUED, REDO, RESUME, SKIP,
                         JobStore, LeaseLost, Request, segments_from_json, segments_to_json)
