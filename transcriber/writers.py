@@ -168,7 +168,6 @@ def write_tsv(transcript: Transcript) -> str:
 # ASS (Advanced SubStation Alpha, as libass, mpv, VLC and ffmpeg read it): one style, white text
 # with a black outline at the bottom centre; the karaoke colour (SecondaryColour) is yellow.
 ASS_HEADER = """[Script Info]
-; written by transcriber
 ScriptType: v4.00+
 PlayResX: 384
 PlayResY: 288
