@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from .discover import content_key, output_stem, resolved
-from .runner import RunResult, owner_is_dead, with_path
+from .attempt import RunResult, with_path
+from .lease import owner_is_dead
 from .spec import JobSpec
 from .store import BUSY, FAILED_BEFORE, NEW, REDO, REFUSED, SKIP, Job, JobStore, OutputRecord, Request, refusal
 

@@ -310,6 +310,7 @@ def spec_options(f):
                      help="Subtitles: seconds a cue stays up at most."),
         click.option("--vtt-karaoke", is_flag=True,
                      help="WebVTT: an inline <hh:mm:ss.ttt> timestamp before every word."),
+        click.option("--highlight-words", is_flag=True, help="SRT: the word being spoken underlined; ASS: karaoke."),
         click.option("--json-cues", is_flag=True,
                      help="JSON: the subtitle cues too, next to the word timeline."),
         click.option("--tag-language", is_flag=True,
@@ -324,7 +325,7 @@ def spec_options(f):
 # the flags spec_options takes from the command line: JobSpec fields of the same name
 SPEC_FLAGS = ("formats", "model", "language", "task", "beam_size", "mode", "chunk_seconds",
               "frame_threshold", "audio_max_len", "live", *CUE_FIELDS, "vtt_karaoke", "json_cues",
-              "tag_language")
+              "tag_language", "highlight_words")
 _FLAG_NAMES = re.compile(rf"\b(?:CueOptions\.)?({'|'.join(CUE_FIELDS + ('chunk_seconds', 'frame_threshold', 'audio_max_len', 'beam_size'))})\b")
 
 
@@ -338,9 +339,9 @@ def check_contradictions(spec: JobSpec, fields: dict, others: dict) -> None:
     for name in ENGINE_FLAGS:
         if fields[name] is not None and not _acts(spec, name, fields[name]):
             raise click.UsageError(f"--{name.replace('_', '-')} has no effect with --mode {spec.mode}")
-    for flag, fmt in (("vtt_karaoke", "vtt"), ("json_cues", "json")):
-        if fields[flag] and fmt not in spec.formats:
-            raise click.UsageError(f"--{flag.replace('_', '-')} needs the {fmt} format (-f {fmt})")
+    for flag, fmts in (("vtt_karaoke", ("vtt",)), ("json_cues", ("json",)), ("highlight_words", ("srt", "ass"))):
+        if fields[flag] and not set(fmts) & set(spec.formats):
+            raise click.UsageError(f"--{flag.replace('_', '-')} needs the {' or '.join(fmts)} format (-f {fmts[0]})")
     if others.get("ray_address") is not None and others.get("batch_files", 1) > 1:
         raise click.UsageError("--batch-files and --ray contradict: Ray workers take one file at a time")
 

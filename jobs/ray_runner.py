@@ -5,7 +5,7 @@
          worker.transcribe(...) is a Ray generator, one item per engine step, streamed back
 
 The driver does with each job exactly what the in-process runner does (``Attempt`` in
-jobs/runner.py: check the file, resume from the last checkpoint, commit each checkpoint in one
+jobs/attempt.py: check the file, resume from the last checkpoint, commit each checkpoint in one
 transaction, write the outputs atomically, mark it done), except that the engine's steps come from
 a worker instead of a loop in this process. One thread, one event loop: ``ray.wait`` over the
 streams in flight, each item handled as it arrives.
@@ -43,9 +43,10 @@ from transcriber import TranscriberError
 
 from .progress import Reporter
 from .ray_worker import DEFAULT_WORKER_TIMEOUT, ClusterError, Started, Worker
-from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, Attempt, Heartbeat,
-                     Runner, RunResult, StopFlag, Stopped, owner_is_dead)
-from .store import JobStore, owner_id
+from .attempt import DEFAULT_MAX_ATTEMPTS, Attempt, Ledger, RunResult
+from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, Heartbeat, owner_is_dead
+from .signals import StopFlag, Stopped
+from .store import JobStore
 
 LOCAL_OBJECT_STORE_BYTES = 200 * 2**20  # items are small (a step; a state of a few MB at most)
 START_SECONDS = 120.0  # a worker (re)starting (a process, imports; maybe a node to come up) gets this long
@@ -138,19 +139,17 @@ class Slot:
 
 class RayRunner:
     """Runs jobs on Ray workers; the same ``run(ids, result)`` as ``Runner`` (jobs/runner.py),
-    whose ``settle`` it uses to book every attempt's end. The workers are started on the first
-    ``run`` and kept until ``close`` (watch mode runs many batches on them)."""
+    and a ``Ledger`` (jobs/attempt.py) books every attempt's end, as there. The workers are
+    started on the first ``run`` and kept until ``close`` (watch mode runs many batches on them)."""
 
     def __init__(self, store: JobStore, *, workers: int, threads_per_worker: int = 1,
                  reporter: Optional[Reporter] = None, stop: Optional[StopFlag] = None,
                  owner: Optional[str] = None, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS,
                  lease_seconds: float = DEFAULT_LEASE_SECONDS, worker_timeout: float = DEFAULT_WORKER_TIMEOUT):
-        # the booking of attempts (settle, fail) is the in-process runner's, unchanged
-        self.books = Runner(store, reporter=reporter, stop=stop, owner=owner or owner_id(),
-                            max_attempts=max_attempts, checkpoint_seconds=checkpoint_seconds,
-                            lease_seconds=lease_seconds)
-        self.store, self.reporter, self.stop = store, self.books.reporter, self.books.stop
+        self.ledger = Ledger(store, reporter=reporter, stop=stop, owner=owner, max_attempts=max_attempts,
+                             checkpoint_seconds=checkpoint_seconds, lease_seconds=lease_seconds)
+        self.store, self.reporter, self.stop = store, self.ledger.reporter, self.ledger.stop
         self.workers, self.threads_per_worker, self.worker_timeout = workers, threads_per_worker, worker_timeout
         self.slots: list[Slot] = []
         self.drained = False
@@ -229,11 +228,11 @@ class RayRunner:
             if not slot.idle or self.stop.requested:
                 continue
             self.store.expire_dead_leases(owner_is_dead)
-            job = self.store.claim(self.books.owner, ids, self.books.lease_seconds)
+            job = self.store.claim(self.ledger.owner, ids, self.ledger.lease_seconds)
             if job is None:
                 return True
-            slot.attempt = attempt = Attempt(self.books, job, slot.name)
-            slot.heartbeat = Heartbeat(self.store.path, job.id, self.books.owner, self.books.lease_seconds)
+            slot.attempt = attempt = Attempt(self.ledger, job, slot.name)
+            slot.heartbeat = Heartbeat(self.store.path, job.id, self.ledger.owner, self.ledger.lease_seconds)
             slot.heartbeat.__enter__()
             try:
                 resume = attempt.begin()
@@ -243,7 +242,7 @@ class RayRunner:
                     continue
                 slot.stream = slot.actor.transcribe.remote(
                     attempt.spec.to_dict(), str(attempt.path), resume.state, resume.position,
-                    self.books.checkpoint_seconds)
+                    self.ledger.checkpoint_seconds)
                 slot.since = time.monotonic()
             except BaseException as e:
                 self._end(slot, result, e)
@@ -299,7 +298,7 @@ class RayRunner:
                 attempt.model = item.model
                 if item.worker != slot.name:  # restarted elsewhere since we last heard from it
                     slot.name = attempt.worker = item.worker
-                    self.store.set_worker(attempt.job.id, self.books.owner, item.worker)
+                    self.store.set_worker(attempt.job.id, self.ledger.owner, item.worker)
                 return
             commit = item.state is not None
             attempt.add(item, commit)
@@ -337,7 +336,7 @@ class RayRunner:
         self._end(slot, result, WorkerDied(message, retryable=again))
 
     def _end(self, slot: Slot, result: RunResult, error: Optional[BaseException] = None) -> None:
-        """Book the end of the slot's attempt (Runner.settle); a worker still decoding a job
+        """Book the end of the slot's attempt (Ledger.settle); a worker still decoding a job
         that ended here (a stop, the file changed...) is restarted, so that it stops."""
         attempt, heartbeat = slot.attempt, slot.heartbeat
         if slot.stream is not None:
@@ -350,7 +349,7 @@ class RayRunner:
             heartbeat.__exit__(None, None, None)
         if error is not None:
             self.drained = False  # the job may be queued again (a retry): claim again
-        self.books.settle(attempt, result, error)
+        self.ledger.settle(attempt, result, error)
 
     def _drop(self, slot: Slot) -> None:
         with contextlib.suppress(Exception):

@@ -28,7 +28,8 @@ from typing import Iterator, Optional, Union
 from transcriber import Step, TranscriberError, blas
 
 from .engines import EngineCache
-from .runner import CheckpointClock, build_engine, worker_name
+from .attempt import build_engine
+from .lease import CheckpointClock, worker_name
 from .spec import JobSpec
 
 DEFAULT_WORKER_TIMEOUT = 300.0  # seconds without an item from a worker (a model load included): dead

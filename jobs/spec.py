@@ -57,6 +57,7 @@ class JobSpec:
     max_duration: float = _CUES.max_duration
     vtt_karaoke: bool = False
     json_cues: bool = False
+    highlight_words: bool = False  # SRT: the spoken word underlined; ASS: karaoke tags
     # outputs named talk.en.srt (the language before the extension, as media servers read it)
     tag_language: bool = False
 
@@ -75,7 +76,8 @@ class JobSpec:
     def output_options(self) -> OutputOptions:
         """How the words become files (ValueError from CueOptions on bad values)."""
         cues = CueOptions(**{name: getattr(self, name) for name in CUE_FIELDS})
-        return OutputOptions(cues=cues, vtt_karaoke=self.vtt_karaoke, json_cues=self.json_cues)
+        return OutputOptions(cues=cues, vtt_karaoke=self.vtt_karaoke, json_cues=self.json_cues,
+                             highlight_words=self.highlight_words)
 
     def fingerprint(self) -> str:
         """A short hash of everything that changes the words.

@@ -125,6 +125,19 @@ def m007_job_is_file_and_place(db: Database) -> None:
     db["jobs"].create_index(["path", "output_stem"], unique=True)
 
 
+@migrations()
+def m008_kept_words(db: Database) -> None:
+    """The words of a done job being redone with other options (and what they were made with),
+    kept until the redo is done: a redo that fails gives the job back its last good words."""
+    db["kept"].create({"job_id": int, "fingerprint": str, "content_key": str, "job": str, "segments": str},
+                      pk="job_id", not_null={"job", "segments"})
+
+
+# the columns of a done job that its words were made with, kept with them (``kept``)
+KEPT_COLUMNS = ("content_key", "fingerprint", "spec", "progress", "duration", "language", "language_probability",
+                "model", "worker", "warnings", "outputs", "finished_at")
+
+
 class StoreError(Exception):
     """The database cannot be opened or used (one line, for the CLI)."""
 
@@ -577,9 +590,13 @@ class JobStore:
             return Job(cursor.lastrowid, request.path, request.content_key, request.fingerprint, request.spec,
                        request.output_stem, QUEUED), NEW
         action = self._decide(job, request, force, outputs_present, now)
+        if action == REDO and not force and self._restore_kept(job.id, now, (request.content_key, request.fingerprint)):
+            job = self.get(job.id)  # the redo of other options never finished: back to the words of these
+            action = self._decide(job, request, force, outputs_present, now)
         if action in (REDO, RESUME, OUTPUTS) and vet is not None and vet(request, job):
             return job, REFUSED
         if action == REDO:
+            self._keep(job, request.content_key)
             self._reset(job.id, request.content_key, request.fingerprint, spec, request.output_stem, now)
         elif action in (RESUME, OUTPUTS):
             self.db.execute(
@@ -633,6 +650,34 @@ class JobStore:
             "lease_expires = NULL, queued_at = ?, updated_at = ?, finished_at = NULL WHERE id = ?",
             [QUEUED, content_key, fingerprint, spec, output_stem, now, now, job_id])
         self.db.execute("DELETE FROM checkpoints WHERE job_id = ?", [job_id])
+
+    def _keep(self, job: Job, content_key: str) -> None:
+        """Before a done job is redone on the same content (other options, --force): keep its
+        words and the columns they go with, until the redo is done (``_restore_kept``)."""
+        if job.status != DONE or not job.words_complete or job.content_key != content_key:
+            self.db.execute("DELETE FROM kept WHERE job_id = ?", [job.id])  # older words of other content
+            return
+        row = next(self.db.query(f"SELECT {', '.join(KEPT_COLUMNS)} FROM jobs WHERE id = ?", [job.id]))
+        segments = segments_to_json(self.resume_point(job.id).segments)
+        self.db.execute("INSERT OR REPLACE INTO kept (job_id, fingerprint, content_key, job, segments) "
+                        "VALUES (?, ?, ?, ?, ?)", [job.id, job.fingerprint, job.content_key, json.dumps(row), segments])
+
+    def _restore_kept(self, job_id: int, now: float, identity: Optional[tuple[str, str]] = None) -> bool:
+        """Give the job back the done words ``_keep`` kept (``identity``: only those made from
+        this (content key, fingerprint)); whether there were any. Inside a transaction."""
+        kept = next(self.db.query("SELECT * FROM kept WHERE job_id = ?", [job_id]), None)
+        if kept is None or (identity is not None and identity != (kept["content_key"], kept["fingerprint"])):
+            return False
+        columns = json.loads(kept["job"])
+        self.db.execute(
+            f"UPDATE jobs SET {', '.join(f'{c} = ?' for c in columns)}, status = ?, words_complete = 1, errors = 0, "
+            "last_error = NULL, retryable = 1, lease_owner = NULL, lease_expires = NULL, updated_at = ? WHERE id = ?",
+            [*columns.values(), DONE, now, job_id])
+        self.db.execute("DELETE FROM checkpoints WHERE job_id = ?", [job_id])
+        self.db["checkpoints"].insert({"job_id": job_id, "seq": 1, "position": columns["progress"] or 0.0,
+                                       "segments": kept["segments"], "state": None, "owner": "", "created_at": now})
+        self.db.execute("DELETE FROM kept WHERE job_id = ?", [job_id])
+        return True
 
     def retry(self, job_ids: Iterable[int]) -> list[tuple[Job, str]]:
         """Queue jobs again by hand: failed or stalled ones resume from their checkpoint with a
@@ -727,6 +772,7 @@ class JobStore:
                 "WHERE id = ? AND content_key != ?", [content_key, job_id, content_key])
             if cursor.rowcount:
                 self.db.execute("DELETE FROM checkpoints WHERE job_id = ?", [job_id])
+                self.db.execute("DELETE FROM kept WHERE job_id = ?", [job_id])  # words of what the file was
 
     def set_worker(self, job_id: int, owner: str, worker: str) -> None:
         """The job moved to another process (a Ray worker restarted elsewhere)."""
@@ -769,6 +815,7 @@ class JobStore:
                          "lease_expires = NULL, updated_at = ?, finished_at = ?",
                          [DONE, json.dumps([str(p) for p in outputs]), now, now])
             self._record_outputs(job_id, outputs, now)
+            self.db.execute("DELETE FROM kept WHERE job_id = ?", [job_id])  # the redo is done: its words hold
 
     def release(self, job_id: int, owner: str) -> None:
         """Give a job back to the queue (stopped by a signal); its checkpoint stays."""
@@ -779,7 +826,8 @@ class JobStore:
 
     def fail(self, job_id: int, owner: str, error: str, retryable: bool, max_attempts: int) -> str:
         """Record a failed attempt; the job is queued again while it has attempts left and the
-        error may go away, else failed. Returns the new status."""
+        error may go away, else failed. Returns the new status: ``failed`` also for a redo that
+        gave up, whose job is done again with its last good words (``_restore_kept``)."""
         now = time.time()
         with self.db.atomic():
             self._fenced(
@@ -790,4 +838,7 @@ class JobStore:
                 "finished_at = CASE WHEN ? AND errors + 1 < ? THEN finished_at ELSE ? END",
                 [error, int(retryable), int(retryable), max_attempts, QUEUED, FAILED, now,
                  int(retryable), max_attempts, now])
-        return self.get(job_id).status
+            status = self.get(job_id).status
+            if status == FAILED:
+                self._restore_kept(job_id, now)
+        return status

@@ -40,6 +40,9 @@ class ScriptedEngine:
             word = Word((i - 1) * 0.25, i * 0.25 - 0.05, f" w{i}", 0.9)
             yield Step((word,), (Segment(word.start, word.end, word.text, (word,)),), {"i": i}, i * 0.25, "en")
 
+    def batch(self, width):
+        return None  # one file at a time (transcriber.Engine.batch)
+
 
 @pytest.fixture
 def setup(tmp_path, monkeypatch, data_dir):
@@ -163,3 +166,48 @@ def test_live_outputs_grow_at_each_checkpoint(setup):
     runner_for(store, ScriptedEngine(look)).run([job.id])
     assert seen == [ALL[:4], ALL[:8]]
     assert words_of(media) == ALL
+
+
+def test_a_failed_redo_with_other_options_keeps_the_last_good_words(setup):
+    """Issue 18: a redo of a done job with other word options, at the same output place, that
+    fails gives the job back its last good words (its outputs were never touched)."""
+    store, media, make = setup
+    job = make()
+    runner_for(store, ScriptedEngine()).run([job.id])
+    before = store.get(job.id)
+    other = JobSpec(formats=("json", "srt"), beam_size=3)
+    redo, action = store.enqueue(request_for(media, None, None, other))
+    assert (redo.id, action) == (job.id, "redo") and store.resume_point(job.id).segments == []
+
+    def crash(i):
+        if i == 3:
+            raise RuntimeError("disk on fire")
+
+    result = runner_for(store, ScriptedEngine(crash), max_attempts=1).run([job.id])
+    assert [j.id for j, _ in result.failed] == [job.id]  # told as the redo's failure
+    after = store.get(job.id)
+    assert after.status == "done" and after.words_complete and after.spec == before.spec
+    assert after.fingerprint == before.fingerprint and after.outputs == before.outputs
+    assert [w.text for s in store.resume_point(job.id).segments for w in s.words] == ALL
+    assert words_of(media) == ALL
+    assert store.enqueue(request_for(media, None, None, JobSpec(formats=("json", "srt"))))[1] == "skip"
+
+
+def test_an_interrupted_redo_keeps_the_last_good_words_for_the_old_options(setup):
+    store, media, make = setup
+    job = make()
+    runner_for(store, ScriptedEngine()).run([job.id])
+    other = JobSpec(formats=("json", "srt"), beam_size=3)
+    assert store.enqueue(request_for(media, None, None, other))[1] == "redo"
+    runner = None
+
+    def stop_at_4(i):
+        if i == 4:
+            runner.stop.request()
+
+    runner = runner_for(store, ScriptedEngine(stop_at_4))
+    assert runner.run([job.id]).stopped is not None and store.get(job.id).status == "queued"
+    # the old options again: the kept words, nothing to decode; the new ones would resume
+    assert store.enqueue(request_for(media, None, None, JobSpec(formats=("json", "srt"))))[1] == "skip"
+    assert store.get(job.id).status == "done"
+    assert [w.text for s in store.resume_point(job.id).segments for w in s.words] == ALL

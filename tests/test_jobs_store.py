@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from jobs.discover import content_key, discover, is_temporary, looks_like_media
-from jobs.runner import owner_is_dead
+from jobs.lease import owner_is_dead
 from jobs.spec import JobSpec
 from jobs.store import (BUSY, FAILED, FAILED_BEFORE, NEW, OUTPUTS, QUEUED, REDO, RESUME, SKIP,
                         JobStore, LeaseLost, Request, segments_from_json, segments_to_json)
@@ -65,7 +65,8 @@ def test_databases_opened_together_migrate_once(tmp_path):
     with JobStore(path) as s:
         names = [r["name"] for r in s.db.query("SELECT name FROM _sqlite_migrations")]
         assert names == ["m001_jobs", "m002_checkpoints", "m003_language_probability", "m004_worker",
-                         "m005_warnings", "m006_outputs", "m007_job_is_file_and_place"]  # each once
+                         "m005_warnings", "m006_outputs", "m007_job_is_file_and_place",
+                         "m008_kept_words"]  # each once
 
 
 def test_a_database_of_an_earlier_version_gains_the_new_column(tmp_path):

@@ -25,7 +25,7 @@ import pytest
 import ray
 from click.testing import CliRunner
 
-from jobs.runner import Attempt
+from jobs.attempt import Attempt
 from jobs.cli import main
 from jobs.store import Job, JobStore
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.runner import DEFAULT_CHECKPOINT_SECONDS, CheckpointClock
+from jobs.lease import DEFAULT_CHECKPOINT_SECONDS, CheckpointClock
 from transcriber import audio
 from transcriber.modes import make_engine
 

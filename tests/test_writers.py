@@ -13,7 +13,7 @@ import pytest
 import srt
 import webvtt
 
-from transcriber import writers
+from transcriber import assemble, writers
 from transcriber.cues import CueOptions, transcript_cues
 from transcriber.errors import OutputError
 from transcriber.types import Segment, Transcript, Word
@@ -177,7 +177,7 @@ def test_empty_transcript():
 
 
 def test_formats_registry(transcript):
-    assert set(FORMATS) == {"srt", "vtt", "json", "txt"}
+    assert set(FORMATS) == {"srt", "vtt", "json", "txt", "tsv", "ass"}
     for name, (ext, render) in FORMATS.items():
         assert ext == "." + name
         assert isinstance(render(transcript, OutputOptions()), str)
@@ -369,3 +369,30 @@ def test_french_keeps_its_space_before_high_marks():
              Word(0.8, 0.9, ",", 0.9), Word(0.9, 1.2, " merci", 0.9), Word(1.2, 1.3, " .", 0.9))
     transcript = assemble([Segment(0.0, 1.3, "".join(w.text for w in words), words)], "fr", 2.0)
     assert write_txt(transcript) == "Vraiment ? Oui, merci.\n"
+
+
+def _spoken(*words):
+    ws = tuple(Word(a, b, t, 0.9) for a, b, t in words)
+    return assemble([Segment(ws[0].start, ws[-1].end, "".join(w.text for w in ws), ws)], "en", ws[-1].end)
+
+
+def test_highlighted_srt_is_a_cue_per_word_with_the_plain_text_over_gaps():
+    from transcriber.writers import write_srt
+    t = _spoken((0.0, 0.4, " Hello"), (0.5, 0.9, " there"), (0.9, 1.3, " friend."))
+    subs = list(srt.parse(write_srt(t, highlight_words=True)))
+    assert [s.content for s in subs] == ["<u>Hello</u> there friend.", "Hello there friend.",
+                                         "Hello <u>there</u> friend.", "Hello there <u>friend.</u>"]
+    assert [s.start.total_seconds() for s in subs] == [0.0, 0.4, 0.5, 0.9]
+    assert subs[-1].end.total_seconds() == 1.3
+
+
+def test_ass_times_are_centiseconds_and_braces_stay_text():
+    from transcriber.writers import ass_timestamp, write_ass
+    assert ass_timestamp(3725.456) == "1:02:05.46" and ass_timestamp(-1) == "0:00:00.00"
+    t = _spoken((0.0, 0.5, " {not"), (0.5, 1.0, " a\\N tag}"))
+    event = [line for line in write_ass(t).splitlines() if line.startswith("Dialogue:")][0]
+    assert event.endswith(",,\\{not a\\\u2060N tag\\}")
+    karaoke = [line for line in write_ass(t, karaoke=True).splitlines() if line.startswith("Dialogue:")][0]
+    assert "{\\k50}\\{not {\\k50}a" in karaoke
+    parsed = pysubs2.SSAFile.from_string(write_ass(t))
+    assert [(e.start, e.end) for e in parsed.events] == [(0, 1000)] and "Default" in parsed.styles

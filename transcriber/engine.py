@@ -21,7 +21,7 @@ segments of every step into a ``Transcript``, the same way for both modes.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Iterator, Optional, Protocol
+from typing import Iterator, Optional, Protocol, Union
 
 from .timing import SENTENCE_ENDS
 from .types import Segment, Transcript, Word
@@ -41,11 +41,35 @@ class Step:
     warnings: tuple[str, ...] = ()  # the audio stream's warnings (transcriber.audio.AudioStream)
 
 
+class EngineBatch(Protocol):
+    """Files decoded side by side (``Engine.batch``), each file keyed by the caller:
+
+        batch.add(key, path, state)        # at most the batch's width; also between events
+        for key, event in batch.events():  # a Step, None (the file is done) or the exception
+            ...                            # that ended it; batch.drop(key) stops a file
+    """
+
+    def __len__(self) -> int: ...
+
+    def add(self, key, source, state: Optional[dict] = None) -> None: ...
+
+    def drop(self, key) -> None: ...
+
+    def events(self) -> Iterator[tuple[object, Union[Step, None, Exception]]]: ...
+
+    def close(self) -> None: ...
+
+
 class Engine(Protocol):
     model_name: str
 
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
         """Decode ``source`` (a media path) from ``state`` (None: the start)."""
+        ...
+
+    def batch(self, width: int) -> Optional[EngineBatch]:
+        """Up to ``width`` files decoded side by side, each given the steps ``steps`` would
+        give it; None when this engine decodes one file at a time (then use ``steps``)."""
         ...
 
 

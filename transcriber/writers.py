@@ -1,4 +1,4 @@
-"""Output formats (SRT, WebVTT, JSON word timeline, plain text) and atomic file writing.
+"""Output formats (SRT, WebVTT, JSON word timeline, plain text, TSV, ASS) and atomic file writing.
 
 Every render function is pure (transcript in, text out); ``write_outputs`` renders every
 requested format before it writes any file, and each file is written to a temporary file in
@@ -21,7 +21,7 @@ import srt
 
 from transcriber.cues import CueOptions, line_layout, transcript_cues
 from transcriber.errors import OutputError
-from transcriber.types import Transcript
+from transcriber.types import Transcript, Word
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,14 @@ class OutputOptions:
     cues: CueOptions = CueOptions()
     vtt_karaoke: bool = False  # WebVTT: an inline <hh:mm:ss.ttt> before every word after the first
     json_cues: bool = False    # JSON: the cues too, next to the word timeline
+    # SRT: the word being spoken underlined (one cue per word, as openai/whisper's
+    # highlight_words); ASS: karaoke tags ({\k}), the player colours each word as it is spoken
+    highlight_words: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.cues, CueOptions):
             raise ValueError(f"OutputOptions.cues must be CueOptions, got {self.cues!r}")
-        for name in ("vtt_karaoke", "json_cues"):
+        for name in ("vtt_karaoke", "json_cues", "highlight_words"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"OutputOptions.{name} must be true or false, "
                                  f"got {getattr(self, name)!r}")
@@ -50,14 +53,49 @@ def _milliseconds(seconds: float) -> int:
     return max(0, round(seconds * 1000))
 
 
-def write_srt(transcript: Transcript, cue_options: CueOptions = CueOptions()) -> str:
-    """SubRip text: cues numbered from 1, ``hh:mm:ss,ttt`` times; "" for no speech."""
-    subtitles = [
-        srt.Subtitle(index=i, start=timedelta(milliseconds=_milliseconds(cue.start)),
-                     end=timedelta(milliseconds=_milliseconds(cue.end)), content=cue.text)
-        for i, cue in enumerate(transcript_cues(transcript, cue_options), start=1)
-        if cue.text  # a cue of empty words only would be an empty SRT block
-    ]
+def _word_lines(cue, render: Callable[[int, str, Word], str]) -> list[str]:
+    """The cue's lines, each word as ``render(n, token, word)`` makes it (``n``: its number
+    among the cue's words with text, from 0), separated as on the cue's line (a space, or
+    nothing in scripts written without spaces)."""
+    lines, n = [], 0
+    for words in line_layout(cue):
+        parts = []
+        for sep, word in words:
+            token = " ".join(word.text.split())
+            if token:
+                parts.append(sep + render(n, token, word))
+                n += 1
+        lines.append("".join(parts))
+    return lines
+
+
+def _highlighted(cue) -> list[tuple[float, float, str]]:
+    """(start, end, text) of one cue as openai/whisper's highlight_words shows it: a cue per
+    word, that word underlined, and the plain text over the gaps between words."""
+    spoken = [w for w in cue.words if w.text.strip()]
+    out, last = [], cue.start
+    for n, word in enumerate(spoken):
+        start, end = min(max(word.start, last), cue.end), min(max(word.end, last), cue.end)
+        if start > last:
+            out.append((last, start, cue.text))
+        if end > start:  # a word of no length is never on screen alone
+            text = "\n".join(_word_lines(cue, lambda k, token, _: f"<u>{token}</u>" if k == n else token))
+            out.append((start, end, text))
+            last = end
+    if last < cue.end:
+        out.append((last, cue.end, cue.text))
+    return out
+
+
+def write_srt(transcript: Transcript, cue_options: CueOptions = CueOptions(), highlight_words: bool = False) -> str:
+    """SubRip text: cues numbered from 1, ``hh:mm:ss,ttt`` times; "" for no speech. With
+    ``highlight_words`` each cue is shown once per word, the word being spoken underlined."""
+    cues = [cue for cue in transcript_cues(transcript, cue_options) if cue.text]  # no empty blocks
+    timed = [piece for cue in cues for piece in _highlighted(cue)] if highlight_words else \
+        [(cue.start, cue.end, cue.text) for cue in cues]
+    subtitles = [srt.Subtitle(index=i, start=timedelta(milliseconds=_milliseconds(start)),
+                              end=timedelta(milliseconds=_milliseconds(end)), content=text)
+                 for i, (start, end, text) in enumerate(timed, start=1)]
     return srt.compose(subtitles, reindex=True, start_index=1)
 
 
@@ -78,24 +116,13 @@ def _vtt_escape(text: str) -> str:
 def _karaoke_lines(cue) -> list[str]:
     """Cue lines with an inline ``<hh:mm:ss.ttt>`` before every word after the first.
 
-    A timestamp is kept inside the cue's own times, as WebVTT requires; words are separated as
-    on the cue's line (a space, or nothing in scripts written without spaces).
+    A timestamp is kept inside the cue's own times, as WebVTT requires.
     """
-    lines, first = [], True
-    for words in line_layout(cue):
-        parts = []
-        for sep, word in words:
-            token = " ".join(word.text.split())
-            if not token:
-                continue
-            text = _vtt_escape(token)
-            if not first:
-                at = min(max(word.start, cue.start), cue.end)
-                text = f"<{vtt_timestamp(at)}>{text}"
-            parts.append(sep + text)
-            first = False
-        lines.append("".join(parts))
-    return lines
+    def render(n: int, token: str, word: Word) -> str:
+        at = min(max(word.start, cue.start), cue.end)
+        return _vtt_escape(token) if n == 0 else f"<{vtt_timestamp(at)}>{_vtt_escape(token)}"
+
+    return _word_lines(cue, render)
 
 
 def write_vtt(transcript: Transcript, cue_options: CueOptions = CueOptions(),
@@ -127,14 +154,83 @@ def write_txt(transcript: Transcript) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+def write_tsv(transcript: Transcript) -> str:
+    """Tab-separated segments as openai/whisper writes them: a ``start end text`` header, then
+    start and end in integer milliseconds and the text (tabs in it made spaces)."""
+    rows = ["start\tend\ttext"]
+    for seg in transcript.segments:
+        text = " ".join(seg.text.split())
+        if text:
+            rows.append(f"{_milliseconds(seg.start)}\t{_milliseconds(seg.end)}\t{text}")
+    return "".join(row + "\n" for row in rows)
+
+
+# ASS (Advanced SubStation Alpha, as libass, mpv, VLC and ffmpeg read it): one style, white text
+# with a black outline at the bottom centre; the karaoke colour (SecondaryColour) is yellow.
+ASS_HEADER = """[Script Info]
+ScriptType: v4.00+
+PlayResX: 384
+PlayResY: 288
+WrapStyle: 0
+ScaledBorderAndShadow: yes
+
+[V4+ Styles]
+Format: Name, Fontname, Fontsize, PrimaryColour, SecondaryColour, OutlineColour, BackColour, Bold, Italic, \
+Underline, StrikeOut, ScaleX, ScaleY, Spacing, Angle, BorderStyle, Outline, Shadow, Alignment, MarginL, MarginR, \
+MarginV, Encoding
+Style: Default,Arial,18,&H00FFFFFF,&H0000FFFF,&H00000000,&H80000000,0,0,0,0,100,100,0,0,1,1,0.5,2,10,10,12,1
+
+[Events]
+Format: Layer, Start, End, Style, Name, MarginL, MarginR, MarginV, Effect, Text
+"""
+
+
+def ass_timestamp(seconds: float) -> str:
+    """``h:mm:ss.cc``: ASS times are in centiseconds."""
+    cs = max(0, round(seconds * 100))
+    hours, cs = divmod(cs, 360_000)
+    minutes, cs = divmod(cs, 6000)
+    secs, cs = divmod(cs, 100)
+    return f"{hours}:{minutes:02d}:{secs:02d}.{cs:02d}"
+
+
+def _ass_escape(text: str) -> str:
+    # braces open override blocks and a backslash starts a tag (\N, \h): keep them text
+    return text.replace("\\", "\\\u2060").replace("{", "\\{").replace("}", "\\}")
+
+
+def _ass_karaoke(cue) -> list[str]:
+    """Lines with a ``{\\kN}`` before every word: N centiseconds from that word's start to the
+    next word's (the first from the cue's start), so the words fill the cue's time."""
+    spoken = [w for w in cue.words if w.text.strip()]
+    starts = [cue.start] + [min(max(w.start, cue.start), cue.end) for w in spoken[1:]] + [cue.end]
+    lengths = [max(0, round(b * 100) - round(a * 100)) for a, b in zip(starts, starts[1:])]
+    return _word_lines(cue, lambda n, token, _: f"{{\\k{lengths[n]}}}{_ass_escape(token)}")
+
+
+def write_ass(transcript: Transcript, cue_options: CueOptions = CueOptions(), karaoke: bool = False) -> str:
+    """ASS text: the header and style, then a Dialogue event per cue (lines joined by ``\\N``);
+    with ``karaoke``, a ``{\\k}`` tag before every word. Just the header for no speech."""
+    events = []
+    for cue in transcript_cues(transcript, cue_options):
+        if not cue.text:
+            continue
+        lines = _ass_karaoke(cue) if karaoke else [_ass_escape(line) for line in cue.lines]
+        events.append(f"Dialogue: 0,{ass_timestamp(cue.start)},{ass_timestamp(cue.end)},Default,,0,0,0,,"
+                      + "\\N".join(lines))
+    return ASS_HEADER + "".join(event + "\n" for event in events)
+
+
 Render = Callable[[Transcript, OutputOptions], str]
 
 # format name -> (file extension, render function)
 FORMATS: dict[str, tuple[str, Render]] = {
-    "srt": (".srt", lambda t, o: write_srt(t, o.cues)),
+    "srt": (".srt", lambda t, o: write_srt(t, o.cues, highlight_words=o.highlight_words)),
     "vtt": (".vtt", lambda t, o: write_vtt(t, o.cues, karaoke=o.vtt_karaoke)),
     "json": (".json", lambda t, o: write_json(t, include_cues=o.json_cues, cue_options=o.cues)),
     "txt": (".txt", lambda t, o: write_txt(t)),
+    "tsv": (".tsv", lambda t, o: write_tsv(t)),
+    "ass": (".ass", lambda t, o: write_ass(t, o.cues, karaoke=o.highlight_words)),
 }
 
 

@@ -33,6 +33,10 @@ class StreamingEngine:
         self.model_name = model.name
         self.context = WhisperContext(model, options.task, options.language)
 
+    def batch(self, width: int) -> None:
+        """Streaming replays one file at a time (``Engine.batch``)."""
+        return None
+
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
         if state:
             session = StreamingSession.restore(self.model, self.options,

@@ -1,0 +1,297 @@
+"""One attempt at one job, and the ledger that books how attempts end: the part of a run that
+is the same whether the engine runs in this process (jobs/runner.py) or on a Ray worker that
+streams its steps back (jobs/ray_runner.py).
+
+An ``Attempt``:
+
+1. checks the file: content key (a file changed since it was queued drops its old words) and
+   duration (``probe``: an unreadable file fails here, before any model is loaded);
+2. unless its words are complete, takes the engine's steps from the last checkpoint's state,
+   committing new segments + the engine state when told to (every ``checkpoint_seconds`` of
+   audio), each checkpoint one transaction; nothing is committed twice, so no word is lost or
+   repeated across a crash;
+3. writes the outputs atomically from the committed words, then marks the job done.
+
+What the engine's last steps report about the audio (``Step.warnings``: ffmpeg's errors on a file
+it still decoded in full) is kept on the job with its words, and told on the job's ``done:`` line.
+
+The ``Ledger`` books each attempt's end (``settle``): done, failed (queued again until it has
+failed ``max_attempts`` times, except for an unreadable input, which no retry can fix), given
+back after a stop, or lost to another runner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from transcriber import AudioError, ModelError, Segment, Step, TranscriberError, assemble, probe, write_outputs
+
+from .discover import content_key, remove_stale_temporaries
+from .engines import EngineCache
+from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS
+from .progress import FileBar, Reporter
+from .signals import StopFlag, Stopped, at_point
+from .spec import JobSpec
+from .store import FAILED, Job, JobStore, LeaseLost, Resume, StoreError, owner_id, refusal
+
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+@dataclass
+class RunResult:
+    done: list[Job] = field(default_factory=list)
+    failed: list[tuple[Job, str]] = field(default_factory=list)
+    lost: list[Job] = field(default_factory=list)  # taken over by another runner
+    stopped: Optional[int] = None  # the signal that stopped the run
+
+
+class SourceChanged(TranscriberError):
+    """The input was rewritten mid-run. Not retried as is: the job keeps the key it started
+    with, so the next enqueue (a rerun, or watch once the file is stable again) sees new
+    content and redoes it from scratch, its old words dropped."""
+
+
+class OutputConflict(TranscriberError):
+    """An output file is the user's (not written by this job, or changed since): not replaced."""
+
+
+class SetupError(TranscriberError):
+    """The engine cannot be built for this job's options (model missing, bad language...)."""
+
+
+# The input itself is bad (unreadable, no audio, a bad option for this model): retrying cannot
+# help until the file or the options change.
+NOT_RETRIED = (AudioError, SetupError, SourceChanged, OutputConflict)
+
+
+def build_engine(engines: EngineCache, spec: JobSpec):
+    """The job's engine; a model that cannot load is a ModelError (the whole batch stops),
+    options this model cannot take are the job's own failure (``SetupError``)."""
+    try:
+        return engines.get(spec)
+    except ModelError:
+        raise
+    except (TranscriberError, ValueError) as e:
+        raise SetupError(str(e)) from e
+
+
+class Ledger:
+    """What the attempts of one run share (the store, the reporter, the stop flag, this runner's
+    lease owner and its settings) and where each attempt's end is booked (``settle``)."""
+
+    def __init__(self, store: JobStore, *, reporter: Optional[Reporter] = None, stop: Optional[StopFlag] = None,
+                 owner: Optional[str] = None, max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS,
+                 lease_seconds: float = DEFAULT_LEASE_SECONDS):
+        self.store = store
+        self.reporter = reporter or Reporter(quiet=True)
+        self.stop = stop or StopFlag()
+        self.owner = owner or owner_id()
+        self.max_attempts = max_attempts
+        self.checkpoint_seconds = checkpoint_seconds
+        self.lease_seconds = lease_seconds
+
+    def settle(self, attempt: "Attempt", result: RunResult, error: Optional[BaseException] = None) -> None:
+        """Book how an attempt ended (``error`` None: done) in the store and ``result``: done,
+        failed (and maybe queued again), given back, or lost to another runner; close its bar.
+        Re-raises what ends the whole run: the database, the model, a second Ctrl-C."""
+        final = True  # the batch bar counts files, not attempts: False when the job is queued again
+        try:
+            if error is None:
+                result.done.append(self.store.get(attempt.job.id))
+            else:
+                final = self._book_error(attempt.job, error, result)
+        finally:  # a model error is re-raised and its job given back: not counted either
+            self.reporter.end(attempt.bar, counts_as_file=final and not isinstance(error, ModelError))
+        if error is None:
+            warned = "".join(f" (warning: {w})" for w in result.done[-1].warnings)
+            self.reporter.info(f"done: {attempt.job.path} -> {', '.join(attempt.outputs)}{warned}")
+
+    def _book_error(self, job: Job, error: BaseException, result: RunResult) -> bool:
+        """Book an attempt that ended on ``error``; whether the job is over (False: it is given
+        back or queued again). Re-raises what ends the whole run."""
+        if isinstance(error, Stopped):
+            with contextlib.suppress(LeaseLost):
+                self.store.release(job.id, self.owner)
+            return False
+        if isinstance(error, LeaseLost):
+            result.lost.append(job)
+            self.reporter.error(f"warning: {job.path}: taken over by another runner")
+            return True
+        if isinstance(error, StoreError):
+            # the database (locked too long), not the file: the command reports it and stops;
+            # the job keeps its last checkpoint and is resumed once its lease is seen dead
+            raise error
+        if isinstance(error, ModelError) or not isinstance(error, Exception) or (
+                self.stop.requested and isinstance(error, TranscriberError)):
+            # a model that cannot load fails every job alike: the job goes back untouched (no
+            # attempt counted) and the command stops with one line. Ctrl-C twice, or ffmpeg
+            # killed by the same Ctrl-C (it shares our process group): an interruption, not a
+            # failure of the file
+            with contextlib.suppress(Exception):
+                self.store.release(job.id, self.owner)
+            if isinstance(error, ModelError) or not isinstance(error, Exception):
+                raise error
+            return True
+        if os.environ.get("TRANSCRIBER_DEBUG") and not isinstance(error, TranscriberError):
+            raise error
+        return self._fail(job, error, result)
+
+    def _fail(self, job: Job, error: Exception, result: RunResult) -> bool:
+        """Record the failed attempt; whether the job is over (False: it is queued again)."""
+        message = one_line(error)
+        # An error may say itself whether a retry can help (``retryable``: a Ray worker that
+        # died on this file once may be retried, not twice).
+        retryable = getattr(error, "retryable", not isinstance(error, NOT_RETRIED))
+        try:
+            status = self.store.fail(job.id, self.owner, message, retryable, self.max_attempts)
+        except LeaseLost:
+            result.lost.append(job)
+            return True
+        if status == FAILED:
+            # printed here, once, even with --quiet; the summary only counts it
+            result.failed.append((self.store.get(job.id), message))
+            self.reporter.error(f"error: {with_path(job.path, message)}")
+            return True
+        self.reporter.info(f"error (will retry): {with_path(job.path, message)}")
+        return False
+
+
+class Attempt:
+    """One claim of one job, from the checks at its start to its outputs: what a runner does with
+    the steps of an engine, wherever the engine runs (in the runner's process, or on a Ray worker
+    that streams them back: jobs/ray_runner.py). The store is only written here, by the runner.
+
+        resume = attempt.begin()          # None: the words are complete, only outputs are left
+        attempt.add(step, commit)         # for each step (commit: checkpoint it and all before)
+        attempt.complete()                # the engine ran to the end of the file
+        attempt.finish()                  # outputs written atomically, job done
+    """
+
+    def __init__(self, ledger: Ledger, job: Job, worker: Optional[str] = None):
+        self.ledger, self.store, self.job, self.worker = ledger, ledger.store, job, worker
+        self.spec = JobSpec.from_dict(job.spec)
+        self.path = Path(job.path)
+        self.pinned: Optional[str] = None  # the content key this attempt transcribes: see check_source
+        self.bar: Optional[FileBar] = None
+        self.model: Optional[str] = job.model  # the engine's model name, once known
+        self.outputs: list[str] = []
+        self.warnings: tuple[str, ...] = ()  # the audio's (ffmpeg's), known at its end: kept on the job
+        self.duration: Optional[float] = job.duration  # seconds, probed by ``begin``
+        self.committed: list[Segment] = []  # checkpointed segments (from the resume point on, all)
+        self.pending: list[Segment] = []  # segments of the steps since the last checkpoint
+        self.state: Optional[dict] = None  # the engine state of the last step, until committed
+        self.position = 0.0  # seconds of the source decoded so far
+        self.language, self.probability = job.language, job.language_probability
+
+    @property
+    def owner(self) -> str:
+        return self.ledger.owner
+
+    def begin(self) -> Optional[Resume]:
+        """Check the file (content key, duration: an unreadable file fails here), record the
+        start; the checkpoint to decode from, or None when the words are complete."""
+        job = self.job
+        try:
+            key = content_key(self.path)
+        except OSError as e:
+            raise AudioError(f"cannot read audio from {job.path!r}: {e.strerror or e}") from e
+        self.pinned = key
+        duration = job.duration if key == job.content_key and job.duration is not None else probe(self.path)
+        self.store.start(job.id, self.owner, key, duration, self.worker)
+        self.job = job = self.store.get(job.id)
+        resume = self.store.resume_point(job.id)
+        self.bar = self.ledger.reporter.start(self.path.name, duration, resume.position)
+        self.duration, self.committed, self.position = duration, list(resume.segments), resume.position
+        self.language, self.probability = job.language, job.language_probability
+        return None if job.words_complete else resume
+
+    def add(self, step: Step, commit: bool) -> None:
+        """A step of the engine; with ``commit``, checkpoint it and every step before it in one
+        transaction (a step streamed from a Ray worker carries its state only then)."""
+        self.pending.extend(step.segments)
+        self.state, self.language = step.state, step.language
+        if step.language_probability is not None:
+            self.probability = step.language_probability
+        self.warnings = step.warnings or self.warnings
+        self.position = min(step.position, self.duration) if self.duration else step.position
+        self.ledger.reporter.update(self.bar, self.position)
+        if not commit:
+            return
+        self.check_source()
+        seq = self.store.checkpoint(self.job.id, self.owner, self.pending, self.state, self.position, self.language,
+                                    self.model, self.ledger.lease_seconds, language_probability=self.probability)
+        self.committed += self.pending
+        self.pending, self.state = [], None
+        at_point(f"checkpoint:{seq}")
+        if self.spec.live:  # recorded as the job's at once, not only when it is done
+            self.store.record_outputs(self.job.id, self._write(self.committed))
+
+    def complete(self) -> None:
+        """The engine reached the end of the file: commit the rest, the words are complete."""
+        self.check_source()
+        self.store.checkpoint(self.job.id, self.owner, self.pending, self.state, self.position, self.language,
+                              self.model, self.ledger.lease_seconds, complete=True,
+                              language_probability=self.probability, warnings=self.warnings)
+        self.committed += self.pending
+        self.pending = []
+
+    def finish(self) -> list[str]:
+        """Write the outputs from the committed words (atomically), then mark the job done."""
+        self.check_source()
+        written = self._write(self.committed)
+        at_point("outputs")
+        self.store.finish(self.job.id, self.owner, written)
+        self.outputs = written
+        return written
+
+    def _write(self, segments: list[Segment]) -> list[str]:
+        """Write the outputs, each one only if it is not the user's (see ``_check_ours``)."""
+        transcript = assemble(segments, self.language, self.duration, self.model or "", self.probability,
+                              self.spec.task)
+        language = "en" if self.spec.task == "translate" else self.language
+        paths = self.spec.output_paths(self.job.output_stem, language)
+        self._check_ours(paths)
+        self.store.expect_outputs(self.job.id, [str(p) for p in paths])
+        stem = Path(self.spec.named_stem(self.job.output_stem, language))
+        return [str(p) for p in write_outputs(transcript, stem, self.spec.formats, self.spec.output_options())]
+
+    def _check_ours(self, paths: list[Path]) -> None:
+        """OutputConflict when an output exists that this job did not write, or that changed
+        since (a hand-made subtitle, another file's transcript): the user's, left as it is.
+        Also removes the temporary files a killed writer left in the outputs' folder."""
+        remove_stale_temporaries(paths[0].parent)
+        present = [p for p in paths if os.path.lexists(p)]
+        records = self.store.output_records([str(p) for p in present]) if present else {}
+        for path in present:
+            why = refusal(path, records.get(str(path)), self.job.path, self.job.output_stem, self.job.outputs)
+            if why:
+                raise OutputConflict(f"not written: {why}")
+
+    def check_source(self) -> None:
+        """The file still holds what this attempt started on; SourceChanged if not.
+
+        Called before every commit (checkpoint, words complete) and before writing outputs, so
+        words of two different recordings are never committed nor spliced into one transcript.
+        A file deleted (or unreadable) since is not a change: the decoder reads what it opened.
+        """
+        try:
+            now = content_key(self.path)
+        except OSError:
+            return
+        if now != self.pinned:
+            raise SourceChanged(f"{self.path}: file changed while being transcribed")
+
+
+def one_line(error: BaseException) -> str:
+    text = str(error) if isinstance(error, TranscriberError) else f"unexpected {type(error).__name__}: {error}"
+    return " ".join(text.split()) or type(error).__name__
+
+
+def with_path(path: str, message: str) -> str:
+    """Library errors name the file already; others get it in front."""
+    return message if path in message or repr(path) in message else f"{path}: {message}"

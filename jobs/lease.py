@@ -1,0 +1,96 @@
+"""Who holds a job, and for how long: lease owners, the heartbeat that keeps a lease alive, the
+/proc check that sees a dead owner of this host, and the clock that says when to checkpoint.
+
+A runner claims a job with a lease in the store (jobs/store.py); a ``Heartbeat`` thread renews
+it while the job runs, so a slow model load never lets it expire under a live runner. A lease
+whose owner process is gone (``owner_is_dead``) is expired at once by the next run; one of
+another host expires by time only.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+
+from .store import JobStore
+
+DEFAULT_LEASE_SECONDS = 60.0  # a runner that stops heartbeating loses its job after this long
+DEFAULT_CHECKPOINT_SECONDS = 10.0
+
+
+def worker_name() -> str:
+    """``host:pid``: the process that decodes a job, as ``transcribe status`` shows it."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """A lease owner (``host:pid:nonce``) that is a process of this host that no longer runs.
+    Other hosts' runners are never judged: their leases expire by time."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False  # this process (another Runner in it): alive
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:  # a killed process its parent has not reaped yet is a zombie: dead all the same
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+class Heartbeat:
+    """Keeps a job's lease alive from a thread (its own connection), so a long window or a slow
+    model load never lets the lease expire under a live runner."""
+
+    def __init__(self, store_path: Path, job_id: int, owner: str, lease_seconds: float):
+        self.args = (store_path, job_id, owner, lease_seconds)
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
+
+    def _run(self) -> None:
+        store_path, job_id, owner, lease_seconds = self.args
+        try:
+            with JobStore(store_path) as store:
+                while not self._stop.wait(lease_seconds / 4):
+                    if not store.heartbeat(job_id, owner, lease_seconds):
+                        self.lost = True
+                        return
+        except Exception:  # a busy database: the next checkpoint's own fence decides
+            pass
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+class CheckpointClock:
+    """When a decoding commits: after every ``every`` seconds of audio since the last commit.
+    The one rule, whether the engine runs in the runner's process or on a Ray worker."""
+
+    def __init__(self, position: float, every: float):
+        self.last, self.every = position, every
+
+    def due(self, position: float) -> bool:
+        if position - self.last >= self.every:
+            self.last = position
+            return True
+        return False
+
+    def mark(self, position: float) -> None:
+        """A commit was made now for another reason (a stop)."""
+        self.last = position
