@@ -36,6 +36,8 @@ from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, CueOptions
 from .batch import Batch, NameClash, enqueue_files, summary
 from .discover import discover, has_audio
 from .engines import EngineCache
+from .follow import FOLLOW_KEY, FOLLOWING, follow_command, follow_options
+from .follow import HELP as FOLLOW_HELP
 from .progress import Reporter, printable
 from .ray_worker import DEFAULT_WORKER_TIMEOUT, ClusterError
 from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, STOP_GRACE_SECONDS,
@@ -62,6 +64,7 @@ Examples:
   transcribe status                            what every job is doing (--json for scripts)
   transcribe retry --failed                    try the failed files again
   transcribe watch incoming/ -f srt,vtt        transcribe files as they arrive
+  transcribe follow meeting.wav                live subtitles of a recording still being made
   transcribe podcasts/ --ray                   on a local Ray instance, one worker per core
   transcribe /shared/podcasts/ --ray auto      on the Ray cluster of this node (`ray start`)
   transcribe models                            the models: installed? languages, size, cache
@@ -497,7 +500,7 @@ def _clock(seconds: Optional[float]) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-SHOWN_STATUSES = (*STATUSES, STALLED, GONE)
+SHOWN_STATUSES = (*STATUSES, FOLLOWING, STALLED, GONE)
 
 
 def shown_status(job: Job, now: float) -> str:
@@ -507,6 +510,8 @@ def shown_status(job: Job, now: float) -> str:
     status = job.status
     if status == RUNNING and (job.stalled(now) or (job.lease_owner and owner_is_dead(job.lease_owner))):
         status = STALLED
+    if status == RUNNING and job.content_key.startswith(FOLLOW_KEY):
+        status = FOLLOWING
     if status in (QUEUED, STALLED, FAILED) and not os.path.lexists(job.path):
         status = GONE
     return status
@@ -536,6 +541,16 @@ def status_table(jobs: list[tuple[Job, str]]) -> str:
              _language(j), j.worker or "-", _when(j.updated_at), printable(j.path), printable(_note(j)))
             for j, shown in jobs]
     return "\n".join(_table(header, rows))
+
+
+@main.command(help=FOLLOW_HELP, context_settings={"default_map": {"mode": "stream"}})
+@click.argument("source")
+@spec_options
+@follow_options
+@db_option
+@quiet_option
+def follow(source, spec, output_dir, settings, db, db_timeout, quiet):
+    sys.exit(follow_command(open_store(db, db_timeout), source, spec, output_dir, settings, quiet))
 
 
 @main.command(help="""Show the jobs in the database: a table, or JSON with --json. WORKER is the
