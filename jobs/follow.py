@@ -117,78 +117,88 @@ def outputs_stem(source: str, kind: str, output_dir: Optional[Path], name: Optio
 
 def follow_command(store: JobStore, source: str, spec: JobSpec, output_dir: Optional[Path],
                    settings: FollowSettings, quiet: bool) -> int:
-    """``transcribe follow``: the exit status (0 done, 1 failed, 128 + the signal that stopped it
-    at once)."""
+    """``transcribe follow``: the exit status (0 done, 1 failed, 128 + the signal that ended it)."""
     if spec.mode != "stream":
         raise click.UsageError(f"follow decodes with the streaming engine: --mode {spec.mode} cannot be used")
     live = LiveSource(source, settings.live_options())
     stem = outputs_stem(source, live.kind, output_dir, settings.name)
     reporter = Reporter(quiet=quiet)
-    try:
-        key = FOLLOW_KEY + live.key()  # waits for the first seconds of audio (or fails)
-    except AudioError as e:
-        reporter.error(f"error: {e}")
-        return 1
-    with contextlib.ExitStack() as stack:
-        stack.callback(live.close)
-        stack.callback(reporter.close)
-        identity = resolved(Path(source)) if live.kind == "file" else source
-        job, code = _enqueue(store, Request(identity, key, spec.fingerprint(), spec.stored(), resolved(stem)),
-                             spec, settings.force, reporter)
-        if job is None:
-            return code
-        runner = Runner(store, engines=EngineCache(), reporter=reporter, checkpoint_seconds=settings.checkpoint_seconds)
-        return _run(runner, job, live, settings)
-
-
-def _enqueue(store: JobStore, request: Request, spec: JobSpec, force: bool, reporter: Reporter):
-    """(the job to follow, 0); (None, the exit status), told why, when there is nothing to do."""
-    store.expire_dead_leases(owner_is_dead)  # a killed follow's job is resumed, not "busy"
-    ((job, action),) = store.enqueue_many([request], force=force,
-                                          vet=None if force else lambda r, j: refusals(store, r, spec, j))
-    if action == SKIP:
-        reporter.error(f"done already: {request.path} -> {', '.join(job.outputs)} (--force follows it again)")
-        return None, 0
-    if action == BUSY:
-        reporter.error(f"error: {request.path} is being followed by another process ({job.worker})")
-        return None, 1
-    if action == REFUSED:
-        reporter.error(f"error: not written: {refusals(store, request, spec, job)}")
-        return None, 1
-    if action == FAILED_BEFORE:  # the source is live: try it again, from its checkpoint
-        ((job, _),) = store.retry([job.id])
-    if force:  # what it replaces is the job's now
-        store.record_outputs(job.id, [str(p) for p in spec.output_paths(job.output_stem, spec.named_language())
-                                      if p.exists()])
-    return job, 0
-
-
-def _run(runner: Runner, job, live: LiveSource, settings: FollowSettings) -> int:
-    store, reporter = runner.store, runner.reporter
-    claimed = store.claim(runner.owner, [job.id], runner.lease_seconds)
-    if claimed is None:
-        reporter.error(f"error: {job.path} is being followed by another process")
-        return 1
 
     def on_request(signum: int) -> None:
         reporter.error("stopping: the audio received is transcribed to its end (Ctrl-C again to quit at once)")
         live.end()
 
-    runner.stop = StopFlag(on_request, grace=None)
-    attempt = FollowAttempt(runner, claimed, live, settings)
-    result = RunResult()
-    reporter.info(f"following {live.name} (Ctrl-C to end it)")
-    with runner.stop:
-        try:
-            with Heartbeat(store.path, claimed.id, runner.owner, runner.lease_seconds):
-                attempt.run()
-        except BaseException as e:
-            runner.settle(attempt, result, e)
-        else:
-            runner.settle(attempt, result)
-    if result.failed:
+    stop = StopFlag(on_request, grace=None)
+    runner = Runner(store, engines=EngineCache(), reporter=reporter, stop=stop,
+                    checkpoint_seconds=settings.checkpoint_seconds)
+    with contextlib.suppress(Exception):  # the model loads while the first seconds are written
+        runner.engines.get(spec)  # (a failure is the job's, booked when it runs: the cache keeps it)
+    with contextlib.ExitStack() as stack:
+        stack.callback(reporter.close)
+        stack.enter_context(stop)
+        result = follow_source(runner, live, stem, spec, settings)
+    if result is None or result.failed or result.lost:
         return 1
-    return 128 + runner.stop.signum if runner.stop.signum else 0
+    return 128 + stop.signum if stop.signum else 0
+
+
+def follow_source(runner: Runner, live: LiveSource, stem: Path, spec: JobSpec,
+                  settings: FollowSettings) -> Optional[RunResult]:
+    """Follow ``live`` as a job writing ``stem``.*: how it ended, None when it did not run
+    (told why: the source gave no audio, the job is done already or another process has it)."""
+    try:
+        with contextlib.closing(live):
+            key = FOLLOW_KEY + live.key()  # waits for the first seconds of audio (or fails)
+            identity = resolved(Path(live.source)) if live.kind == "file" else live.source
+            request = Request(identity, key, spec.fingerprint(), spec.stored(), resolved(stem))
+            job, action = _enqueue(runner.store, request, spec, settings.force, runner.reporter)
+            if action == SKIP:
+                return RunResult()
+            return _run(runner, job, live, settings) if job else None
+    except AudioError as e:
+        runner.reporter.error(f"error: {e}")
+        return None
+
+
+def _enqueue(store: JobStore, request: Request, spec: JobSpec, force: bool, reporter: Reporter):
+    """(the job to follow, the store's action); (None, the action), told why, when there is
+    nothing to do."""
+    store.expire_dead_leases(owner_is_dead)  # a killed follow's job is resumed, not "busy"
+    ((job, action),) = store.enqueue_many([request], force=force,
+                                          vet=None if force else lambda r, j: refusals(store, r, spec, j))
+    if action == SKIP:
+        reporter.error(f"done already: {request.path} -> {', '.join(job.outputs)} (--force follows it again)")
+        return None, action
+    if action == BUSY:
+        reporter.error(f"error: {request.path} is being followed by another process ({job.worker})")
+        return None, action
+    if action == REFUSED:
+        reporter.error(f"error: not written: {refusals(store, request, spec, job)}")
+        return None, action
+    if action == FAILED_BEFORE:  # the source is live: try it again, from its checkpoint
+        ((job, _),) = store.retry([job.id])
+    if force:  # what it replaces is the job's now
+        store.record_outputs(job.id, [str(p) for p in spec.output_paths(job.output_stem, spec.named_language())
+                                      if p.exists()])
+    return job, action
+
+
+def _run(runner: Runner, job, live: LiveSource, settings: FollowSettings) -> Optional[RunResult]:
+    result = RunResult()
+    claimed = runner.store.claim(runner.owner, [job.id], runner.lease_seconds)
+    if claimed is None:
+        runner.reporter.error(f"error: {job.path} is being followed by another process")
+        return None
+    attempt = FollowAttempt(runner, claimed, live, settings)
+    runner.reporter.info(f"following {live.name} (Ctrl-C to end it)")
+    try:
+        with Heartbeat(runner.store.path, claimed.id, runner.owner, runner.lease_seconds):
+            attempt.run()
+    except BaseException as e:
+        runner.settle(attempt, result, e)
+    else:
+        runner.settle(attempt, result)
+    return result
 
 
 class FollowAttempt(Attempt):
@@ -232,6 +242,8 @@ class FollowAttempt(Attempt):
         self.open_words += step.words
         del self.open_words[:sum(len(s.words) for s in step.segments)]  # closed now: in the segments
         self._print(step.words)
+        if self.runner.stop.requested:  # (watch's stop; follow's own ends the source itself)
+            self.live.end()
         self.unwritten = self.unwritten or bool(step.words)
         if self.unwritten and time.monotonic() - self.last_write >= self.settings.update_seconds:
             self.update()

@@ -88,6 +88,7 @@ class LiveSource:
         self._pcm: Optional[_Pcm] = None
         self._head = np.zeros(0, dtype=np.float32)  # read ahead (key, language), served first
         self._served = 0  # samples handed out or dropped so far
+        self._is_wav = False  # a WAV file: read in small packets (see _command)
         self.warnings: tuple[str, ...] = ()
 
     # -- setup -------------------------------------------------------------------------------------
@@ -97,8 +98,7 @@ class LiveSource:
         or cannot be followed (plain MP4), ffmpeg that cannot run."""
         if self._proc is not None:
             return self
-        if self.kind == "file":
-            _check_followable(self.source, self.options)
+        self._is_wav = self.kind == "file" and _check_followable(self.source, self.options) == "wav"
         stdin = {"file": subprocess.PIPE, "stdin": None, "ffmpeg": subprocess.DEVNULL}[self.kind]
         try:
             # its own session: Ctrl-C is ours to handle (end the source), not ffmpeg's to die of
@@ -121,7 +121,9 @@ class LiveSource:
             fmt = ["-f", self.options.input_format] if self.options.input_format else []
             source = [*fmt, "-i", self.source]
         else:
-            source = ["-i", "pipe:0"]
+            # a WAV's packets are small, so that the end of what was written comes out now, not with
+            # the next write (the demuxer waits to fill 4 KiB packets: 1 s late with 1 s writes)
+            source = [*(["-f", "wav", "-max_size", "1024"] if self._is_wav else []), "-i", "pipe:0"]
         # a small probe: the first samples come out as soon as the container says what it holds,
         # not after the 5 s of audio ffmpeg analyses by default
         return [ffmpeg_binary(), "-nostdin", "-hide_banner", "-v", "error", "-probesize", "32768",
@@ -212,8 +214,8 @@ class LiveSource:
         code = self._proc.poll()
         ended_by_us = self._ended or (self._pcm is not None and self._pcm.timed_out)
         if code not in (None, 0) and not ended_by_us:
-            tail = "\n".join(self._stderr.tail)
-            raise AudioError(_message(self.name, _reason(tail, self.name) or f"ffmpeg exited with status {code}"))
+            reason = _once(_reason("\n".join(self._stderr.tail), self.name))
+            raise AudioError(_message(self.name, reason or f"ffmpeg exited with status {code}"))
 
     _ended = False
 
@@ -236,6 +238,16 @@ class LiveSource:
             self._proc.stdout.close()
         if self._feeder is not None:
             self._feeder.join(timeout=5)
+
+
+def _once(reason: str) -> str:
+    """ffmpeg's two last lines, without one that only repeats the other ("Connection to
+    tcp://host:9 failed: Connection refused; Connection refused")."""
+    parts = reason.split("; ")
+    def repeated(i: int) -> bool:
+        return any(j != i and parts[i] in q and (len(q) > len(parts[i]) or j < i) for j, q in enumerate(parts))
+
+    return "; ".join(p for i, p in enumerate(parts) if not repeated(i))
 
 
 class LiveStream:
@@ -380,9 +392,10 @@ def _data_size_field(head: bytes) -> Optional[int]:
     return None
 
 
-def _check_followable(path: str, options: FollowOptions) -> None:
+def _check_followable(path: str, options: FollowOptions) -> str:
     """AudioError for a file that does not exist, is not a file, or cannot be decoded while it
-    is written (a plain MP4: its index comes after the audio)."""
+    is written (a plain MP4: its index comes after the audio); else "wav" for a WAV, "fine" for
+    any other file (or "wait": nothing written yet)."""
     try:
         if not os.path.isfile(path):
             raise AudioError(_message(path, "not a file" if os.path.exists(path) else "no such file"))
@@ -399,16 +412,20 @@ def _check_followable(path: str, options: FollowOptions) -> None:
                                         "its index (the moov atom) comes after the audio, written when the "
                                         f"recording stops; record one of {FOLLOWABLE} to follow it, or "
                                         "transcribe the file once it is finished"))
+    return layout
 
 
 def _mp4_layout(path: str) -> str:
-    """"plain" for an MP4 whose audio (mdat) comes before its index, "fine" for a fragmented
-    (or fast-start) one or any other container, "wait" when too little is written to tell."""
+    """"plain" for an MP4 whose audio (mdat) comes before its index, "wav" for a WAV, "fine"
+    for a fragmented (or fast-start) MP4 or any other container, "wait" when too little is
+    written to tell."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        first = f.read(8)
-        if len(first) < 8:
+        first = f.read(12)
+        if len(first) < 12:
             return "wait"
+        if first[:4] in (b"RIFF", b"RIFX") and first[8:12] == b"WAVE":
+            return "wav"
         if first[4:8] != b"ftyp":
             return "fine"
         pos = 0
