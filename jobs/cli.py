@@ -36,7 +36,7 @@ from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, CueOptions
 from .batch import Batch, NameClash, enqueue_files, summary
 from .discover import discover, has_audio
 from .engines import EngineCache
-from .follow import FOLLOW_KEY, FOLLOWING, follow_command, follow_options
+from .follow import FOLLOW_KEY, FOLLOWING, FollowSettings, follow_command, follow_options
 from .follow import HELP as FOLLOW_HELP
 from .progress import Reporter, printable
 from .ray_worker import DEFAULT_WORKER_TIMEOUT, ClusterError
@@ -646,9 +646,13 @@ Examples:
               help="Take a file once its size and mtime have not changed for this long.")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
               help="Seconds between scans of the folder.")
+@click.option("--follow", is_flag=True, help="Follow a file seen growing as it is written (streaming mode: see "
+                                             "`transcribe follow`), until it has not grown for --stable-seconds.")
 @runner_options
 @ray_options
-def watch(folder, spec, output_dir, stable_seconds, interval, runner, db, db_timeout, quiet, ray):
+def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db, db_timeout, quiet, ray):
+    if follow and (ray or spec.mode != "stream"):
+        raise click.UsageError("--follow follows files in this process with --mode stream (not with --ray)")
     store = open_store(db, db_timeout)
     reporter = Reporter(quiet=quiet)
     stop = stop_flag(reporter, ray)
@@ -657,7 +661,8 @@ def watch(folder, spec, output_dir, stable_seconds, interval, runner, db, db_tim
             reporter.info(f"watching {folder} (Ctrl-C to stop)")
             with stop:
                 result = watch_folder(store, folder, spec, output_dir, make(stop), reporter, stop,
-                                      interval=interval, stable_seconds=stable_seconds)
+                                      interval=interval, stable_seconds=stable_seconds,
+                                      follow=FollowSettings(idle_seconds=max(stable_seconds, 0.1)) if follow else None)
     # each failure was printed as it happened (the runner's "error:" line): only the count here,
     # of files, by how each one ended (a file restarted while still being written counts once)
     ended = store.jobs(ids={j.id for j in result.done} | {j.id for j, _ in result.failed})

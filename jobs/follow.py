@@ -160,6 +160,13 @@ def follow_source(runner: Runner, live: LiveSource, stem: Path, spec: JobSpec,
         return None
 
 
+def follow_file(runner: Runner, path: Path, root: Optional[Path], output_dir: Optional[Path], spec: JobSpec,
+                settings: FollowSettings) -> Optional[RunResult]:
+    """Follow a growing file that ``watch`` found, its outputs named as ``watch`` names them."""
+    live = LiveSource(str(path), settings.live_options())
+    return follow_source(runner, live, output_stem(path, root, output_dir), spec, settings)
+
+
 def _enqueue(store: JobStore, request: Request, spec: JobSpec, force: bool, reporter: Reporter):
     """(the job to follow, the store's action); (None, the action), told why, when there is
     nothing to do."""

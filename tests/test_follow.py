@@ -206,3 +206,28 @@ def test_a_source_that_never_starts_is_one_line(tmp_path, silent_server, kind):
 def test_follow_is_streaming_only(tmp_path):
     r = transcribe("follow", JFK, "--mode", "oneshot", tmp=tmp_path)
     assert r.returncode == 2 and "streaming" in r.stderr
+
+
+@pytest.mark.slow
+def test_watch_follows_a_file_still_growing(tmp_path):
+    """``watch --follow``: a file being written is followed before it settles; its outputs end
+    as the replay's, and it is not transcribed again once it is stable."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    watch = start("watch", folder, "--follow", "--mode", "stream", "-o", out, "-f", "json", "--stable-seconds", 1.5,
+                  "--interval", 0.2, tmp=tmp_path)
+    writer = GrowingWriter(load_audio(JFK), folder / "rec.wav", piece_seconds=1.0, speed=2.0)
+    writer.start()
+    seen_following = set()
+    deadline = time.monotonic() + 240
+    while not (out / "rec.json").exists() or ("following", True) not in seen_following or \
+            any(s == "following" for s, _ in following(tmp_path / "jobs.db")):
+        seen_following |= following(tmp_path / "jobs.db")
+        assert time.monotonic() < deadline and watch.poll() is None
+        time.sleep(0.2)
+    time.sleep(3)  # a scan or two after the file settled: nothing queued again
+    watch.send_signal(2)
+    _, stderr = watch.communicate(timeout=60)
+    assert "1 done, 0 failed" in stderr, stderr
+    assert ("following", True) in seen_following
+    assert words(out / "rec.json") == words(replay(folder / "rec.wav", tmp_path) / "rec.json")
