@@ -231,3 +231,26 @@ def test_watch_follows_a_file_still_growing(tmp_path):
     assert "1 done, 0 failed" in stderr, stderr
     assert ("following", True) in seen_following
     assert words(out / "rec.json") == words(replay(folder / "rec.wav", tmp_path) / "rec.json")
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_the_stream_with_the_outputs_written(tmp_path):
+    """Ctrl-C mid-recording: the audio received is transcribed to its end, the outputs are
+    written and the job is done."""
+    source, out = tmp_path / "rec.wav", tmp_path / "out"
+    writer = GrowingWriter(np.tile(load_audio(JFK), 3), source, piece_seconds=1.0)
+    writer.start()
+    while not source.exists():
+        time.sleep(0.01)
+    follow = start("follow", source, "-o", out, "-f", "json", "-q", "--update-seconds", 0.5, tmp=tmp_path)
+    deadline = time.monotonic() + 120
+    while not (out / "rec.json").exists():
+        assert time.monotonic() < deadline and follow.poll() is None
+        time.sleep(0.2)
+    follow.send_signal(2)
+    _, stderr = follow.communicate(timeout=120)
+    assert follow.returncode == 130, stderr
+    with JobStore(tmp_path / "jobs.db") as store:
+        (job,) = store.jobs()
+    assert job.status == "done" and job.words_complete
+    assert words(out / "rec.json") and words(out / "rec.json")[:3] == [" And", " so", " my"]
