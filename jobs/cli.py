@@ -30,7 +30,8 @@ from typing import Optional
 import click
 from tqdm import tqdm
 
-from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, CueOptions, ModelError, StreamingOptions,
+from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FOLLOW_MODES, FORMATS, MODES, CueOptions, ModelError,
+                         StreamingOptions,
                          blas, check_model_options, doctor_report, list_models)
 
 from .batch import Batch, NameClash, enqueue_files, summary
@@ -543,7 +544,7 @@ def status_table(jobs: list[tuple[Job, str]]) -> str:
     return "\n".join(_table(header, rows))
 
 
-@main.command(help=FOLLOW_HELP, context_settings={"default_map": {"mode": "stream"}})
+@main.command(help=FOLLOW_HELP, context_settings={"default_map": {"mode": FOLLOW_MODES[0]}})
 @click.argument("source")
 @spec_options
 @follow_options
@@ -651,8 +652,8 @@ Examples:
 @runner_options
 @ray_options
 def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db, db_timeout, quiet, ray):
-    if follow and (ray or spec.mode != "stream"):
-        raise click.UsageError("--follow follows files in this process with --mode stream (not with --ray)")
+    if follow and (ray or spec.mode not in FOLLOW_MODES):
+        raise click.UsageError(f"--follow follows files in this process with --mode {FOLLOW_MODES[0]} (not with --ray)")
     store = open_store(db, db_timeout)
     reporter = Reporter(quiet=quiet)
     stop = stop_flag(reporter, ray)

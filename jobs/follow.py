@@ -35,7 +35,7 @@ from typing import IO, Optional
 
 import click
 
-from transcriber import FOLLOWABLE, AudioError, FollowOptions, LiveSource, Segment, Step, probe
+from transcriber import FOLLOW_MODES, FOLLOWABLE, AudioError, FollowOptions, LiveSource, Segment, Step, probe
 
 from .batch import refusals
 from .discover import output_stem, resolved
@@ -118,7 +118,7 @@ def outputs_stem(source: str, kind: str, output_dir: Optional[Path], name: Optio
 def follow_command(store: JobStore, source: str, spec: JobSpec, output_dir: Optional[Path],
                    settings: FollowSettings, quiet: bool) -> int:
     """``transcribe follow``: the exit status (0 done, 1 failed, 128 + the signal that ended it)."""
-    if spec.mode != "stream":
+    if spec.mode not in FOLLOW_MODES:
         raise click.UsageError(f"follow decodes with the streaming engine: --mode {spec.mode} cannot be used")
     live = LiveSource(source, settings.live_options())
     stem = outputs_stem(source, live.kind, output_dir, settings.name)

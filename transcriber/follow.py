@@ -47,6 +47,7 @@ from .errors import AudioError
 # The containers whose audio can be decoded while the file is still being written.
 FOLLOWABLE = "WAV, FLAC, MKV/WebM, MP3, OGG/Opus, MPEG-TS and fragmented MP4"
 STDIN = "-"
+FOLLOW_MODES = ("stream",)  # the modes that decode a live source: streaming commits words as audio comes
 KEY_SECONDS = 4.0  # the audio that names a followed source (``LiveSource.key``)
 _READ_BYTES = 1 << 16
 
