@@ -31,8 +31,7 @@ import click
 from tqdm import tqdm
 
 from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FOLLOW_MODES, FORMATS, MODES, CueOptions, ModelError,
-                         StreamingOptions,
-                         blas, check_model_options, doctor_report, list_models)
+                         StreamingOptions, blas, check_model_options, doctor_report, list_models)
 
 from .batch import Batch, NameClash, enqueue_files, summary
 from .discover import discover, has_audio
