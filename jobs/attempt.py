@@ -200,10 +200,15 @@ class Attempt:
             key = content_key(self.path)
         except OSError as e:
             raise AudioError(f"cannot read audio from {job.path!r}: {e.strerror or e}") from e
-        self.pinned = key
         duration = job.duration if key == job.content_key and job.duration is not None else probe(self.path)
-        self.store.start(job.id, self.owner, key, duration, self.worker)
-        self.job = job = self.store.get(job.id)
+        return self.resume_from(key, duration)
+
+    def resume_from(self, key: str, duration: Optional[float]) -> Optional[Resume]:
+        """``begin`` once the content key and duration (None: unknown, a source still being
+        made) are known: record the start; the checkpoint to decode from, or None."""
+        self.pinned = key
+        self.store.start(self.job.id, self.owner, key, duration, self.worker)
+        self.job = job = self.store.get(self.job.id)
         resume = self.store.resume_point(job.id)
         self.bar = self.ledger.reporter.start(self.path.name, duration, resume.position)
         self.duration, self.committed, self.position = duration, list(resume.segments), resume.position

@@ -30,12 +30,14 @@ from typing import Optional
 import click
 from tqdm import tqdm
 
-from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, CueOptions, ModelError, StreamingOptions,
-                         blas, check_model_options, doctor_report, list_models)
+from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FOLLOW_MODES, FORMATS, MODES, CueOptions, ModelError,
+                         StreamingOptions, blas, check_model_options, doctor_report, list_models)
 
 from .batch import Batch, NameClash, enqueue_files, summary
 from .discover import discover, has_audio
 from .engines import EngineCache
+from .follow import FOLLOW_KEY, FOLLOWING, FollowSettings, follow_command, follow_options
+from .follow import HELP as FOLLOW_HELP
 from .progress import Reporter, printable
 from .ray_worker import DEFAULT_WORKER_TIMEOUT, ClusterError
 from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, STOP_GRACE_SECONDS,
@@ -62,6 +64,7 @@ Examples:
   transcribe status                            what every job is doing (--json for scripts)
   transcribe retry --failed                    try the failed files again
   transcribe watch incoming/ -f srt,vtt        transcribe files as they arrive
+  transcribe follow meeting.wav                live subtitles of a recording still being made
   transcribe podcasts/ --ray                   on a local Ray instance, one worker per core
   transcribe /shared/podcasts/ --ray auto      on the Ray cluster of this node (`ray start`)
   transcribe models                            the models: installed? languages, size, cache
@@ -498,7 +501,7 @@ def _clock(seconds: Optional[float]) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-SHOWN_STATUSES = (*STATUSES, STALLED, GONE)
+SHOWN_STATUSES = (*STATUSES, FOLLOWING, STALLED, GONE)
 
 
 def shown_status(job: Job, now: float) -> str:
@@ -508,6 +511,8 @@ def shown_status(job: Job, now: float) -> str:
     status = job.status
     if status == RUNNING and (job.stalled(now) or (job.lease_owner and owner_is_dead(job.lease_owner))):
         status = STALLED
+    if status == RUNNING and job.content_key.startswith(FOLLOW_KEY):
+        status = FOLLOWING
     if status in (QUEUED, STALLED, FAILED) and not os.path.lexists(job.path):
         status = GONE
     return status
@@ -537,6 +542,16 @@ def status_table(jobs: list[tuple[Job, str]]) -> str:
              _language(j), j.worker or "-", _when(j.updated_at), printable(j.path), printable(_note(j)))
             for j, shown in jobs]
     return "\n".join(_table(header, rows))
+
+
+@main.command(help=FOLLOW_HELP, context_settings={"default_map": {"mode": FOLLOW_MODES[0]}})
+@click.argument("source")
+@spec_options
+@follow_options
+@db_option
+@quiet_option
+def follow(source, spec, output_dir, settings, db, db_timeout, quiet):
+    sys.exit(follow_command(open_store(db, db_timeout), source, spec, output_dir, settings, quiet))
 
 
 @main.command(help="""Show the jobs in the database: a table, or JSON with --json. WORKER is the
@@ -632,9 +647,13 @@ Examples:
               help="Take a file once its size and mtime have not changed for this long.")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
               help="Seconds between scans of the folder.")
+@click.option("--follow", is_flag=True, help="Follow a file seen growing as it is written (streaming mode: see "
+                                             "`transcribe follow`), until it has not grown for --stable-seconds.")
 @runner_options
 @ray_options
-def watch(folder, spec, output_dir, stable_seconds, interval, runner, db, db_timeout, quiet, ray):
+def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db, db_timeout, quiet, ray):
+    if follow and (ray or spec.mode not in FOLLOW_MODES):
+        raise click.UsageError(f"--follow follows files in this process with --mode {FOLLOW_MODES[0]} (not with --ray)")
     store = open_store(db, db_timeout)
     reporter = Reporter(quiet=quiet)
     stop = stop_flag(reporter, ray)
@@ -643,7 +662,8 @@ def watch(folder, spec, output_dir, stable_seconds, interval, runner, db, db_tim
             reporter.info(f"watching {folder} (Ctrl-C to stop)")
             with stop:
                 result = watch_folder(store, folder, spec, output_dir, make(stop), reporter, stop,
-                                      interval=interval, stable_seconds=stable_seconds)
+                                      interval=interval, stable_seconds=stable_seconds,
+                                      follow=FollowSettings(idle_seconds=max(stable_seconds, 0.1)) if follow else None)
     # each failure was printed as it happened (the runner's "error:" line): only the count here,
     # of files, by how each one ended (a file restarted while still being written counts once)
     ended = store.jobs(ids={j.id for j in result.done} | {j.id for j, _ in result.failed})

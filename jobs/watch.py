@@ -3,7 +3,8 @@
 Polling, not inotify: it works the same on network mounts and every OS, and a scan of a folder
 is cheap next to transcribing. A file is taken when its size and mtime have not changed for
 ``stable_seconds`` (a file still being copied or recorded is left alone), it is not empty, and
-its name is not a temporary one (``.part``, ``.crdownload``, dot-files...).
+its name is not a temporary one (``.part``, ``.crdownload``, dot-files...). With ``--follow``, a
+file seen growing is followed as it is written instead (``transcribe follow``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Callable, Optional
 
 from .batch import refusals, request_for
 from .discover import has_audio, is_temporary, looks_like_media
+from .follow import FollowSettings, follow_file
 from .progress import Reporter
 from .runner import RunResult, Runner, StopFlag
 from .spec import JobSpec
@@ -32,6 +34,7 @@ class StableFiles:
         self.seen: dict[Path, tuple[Signature, float]] = {}  # signature, when first seen with it
         self.taken: dict[Path, Signature] = {}  # signature when last enqueued
         self._media: dict[tuple[Path, Signature], bool] = {}  # probe results for unknown extensions
+        self.growing: list[Path] = []  # media files that grew since the scan before (``scan`` sets it)
 
     def _walk(self):
         for dirpath, dirnames, filenames in os.walk(self.root):
@@ -43,7 +46,7 @@ class StableFiles:
     def scan(self, now: Optional[float] = None) -> list[Path]:
         now = time.monotonic() if now is None else now
         current: dict[Path, tuple[Signature, float]] = {}
-        ready = []
+        ready, self.growing = [], []
         for path in self._walk():
             try:
                 st = path.stat()
@@ -55,6 +58,9 @@ class StableFiles:
             previous = self.seen.get(path)
             since = previous[1] if previous and previous[0] == signature else now
             current[path] = (signature, since)
+            if (previous and previous[0] != signature and self.taken.get(path) != signature
+                    and self._is_media(path, signature)):
+                self.growing.append(path)
             if (st.st_size > 0 and now - since >= self.stable_seconds
                     and self.taken.get(path) != signature and self._is_media(path, signature)):
                 ready.append(path)
@@ -71,13 +77,31 @@ class StableFiles:
         if path in self.seen:
             self.taken[path] = self.seen[path][0]
 
+    def mark_followed(self, path: Path) -> None:
+        """Followed to its end: taken as it is now (not transcribed again once it settles)."""
+        try:
+            st = path.stat()
+        except OSError:
+            return
+        self.seen[path] = ((st.st_size, st.st_mtime_ns), time.monotonic())
+        self.taken[path] = self.seen[path][0]
+
 
 def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path], runner: Runner,
-          reporter: Reporter, stop: StopFlag, interval: float = 1.0, stable_seconds: float = 3.0) -> RunResult:
-    """Scan, enqueue what is ready, run it; until ``stop`` is requested. Returns every job run."""
+          reporter: Reporter, stop: StopFlag, interval: float = 1.0, stable_seconds: float = 3.0,
+          follow: Optional[FollowSettings] = None) -> RunResult:
+    """Scan, enqueue what is ready, run it; until ``stop`` is requested. Returns every job run.
+    With ``follow``, a file seen growing is followed at once (jobs/follow.py), one at a time, in
+    this process (``runner`` a Runner), until it has not grown for ``follow.idle_seconds``."""
     tracker = StableFiles(root, stable_seconds)
     result = RunResult()
     while not stop.requested:
+        for path in tracker.growing if follow is not None else ():
+            ended = follow_file(runner, path, root, output_dir, spec, follow)
+            tracker.mark_followed(path)
+            if ended is not None:
+                result.done += ended.done
+                result.failed += ended.failed
         to_run = []
         for path in tracker.scan():
             try:

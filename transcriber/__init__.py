@@ -21,6 +21,7 @@ from .cues import CueOptions  # noqa: E402
 from .decoding.options import DecodingOptions  # noqa: E402
 from .doctor import report as doctor_report  # noqa: E402
 from .engine import Engine, Step, assemble, words_to_transcript  # noqa: E402
+from .follow import FOLLOW_MODES, FOLLOWABLE, FollowOptions, LiveSource  # noqa: E402
 from .errors import AudioError, ModelError, OutputError, TranscriberError  # noqa: E402
 from .model.catalog import ModelStatus, list_models  # noqa: E402
 from .context import check_language as _check_language  # noqa: E402
@@ -101,6 +102,6 @@ __all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT
            "Transcript", "Segment", "Word", "Step", "Engine", "assemble", "words_to_transcript",
            "MODES", "DEFAULT_MODE", "engine_options", "make_engine",
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",
-           "StreamingEngine", "StreamingOptions", "StreamingSession",
+           "StreamingEngine", "StreamingOptions", "StreamingSession", "LiveSource", "FollowOptions", "FOLLOWABLE", "FOLLOW_MODES",
            "CueOptions", "OutputOptions", "FORMATS", "write_outputs", "blas", "doctor_report",
            "TranscriberError", "AudioError", "ModelError", "OutputError"]

@@ -1,6 +1,7 @@
 """The streaming engine: a media file replayed chunk by chunk through a streaming session.
 
-``StreamingEngine.steps`` yields one ``Step`` per chunk (``options.chunk_seconds``): the words
+``StreamingEngine.steps`` yields one ``Step`` per chunk (``options.chunk_seconds``) of a media
+path or of a ``transcriber.follow.LiveSource`` (a file still being written, a pipe): the words
 the chunk committed, the segments they closed (``SegmentGrouper``), and a state that resumes
 the replay exactly: the session's state (``pack_state``: its arrays as npz, base64 in the JSON)
 and the words of the segment still open.
@@ -16,10 +17,10 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from .. import audio as audio_io
 from ..constants import N_SAMPLES, SAMPLE_RATE
 from ..context import WhisperContext
 from ..engine import SegmentGrouper, Step
+from ..follow import reader
 from ..model.whisper import Whisper
 from .options import StreamingOptions
 from .session import StreamingSession
@@ -50,7 +51,7 @@ class StreamingEngine:
         if session.finished:
             return
         start = session.audio_offset / SAMPLE_RATE
-        audio = audio_io.iter_audio(source, chunk_seconds=self.options.chunk_seconds, start=start)
+        audio = reader(source).iter_audio(source, chunk_seconds=self.options.chunk_seconds, start=start)
         for _, samples in audio:
             session.insert_audio(samples)
             words = session.process()
@@ -64,7 +65,7 @@ class StreamingEngine:
         from the first 30 s, as one-shot mode does from its first window."""
         if self.context.language is not None:
             return self.context.language, None
-        samples = audio_io.load_audio(source, duration=N_SAMPLES / SAMPLE_RATE)
+        samples = reader(source).load_audio(source, duration=N_SAMPLES / SAMPLE_RATE)
         if len(samples) == 0:
             return None, None
         language, probability, _ = self.context.detect_language(self.context.encode_window(samples)[0])

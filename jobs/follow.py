@@ -1,0 +1,301 @@
+"""``transcribe follow``: a recording transcribed as it is made, as a job.
+
+    transcribe follow meeting.wav -f srt,vtt          # a file still being written
+    ffmpeg -i rec.flac -f wav - | transcribe follow - -o out/ --name rec
+    transcribe follow http://radio.example/live.mp3 --jsonl -
+
+The source is read by ``transcriber.LiveSource`` (by position, so the final outputs are those
+of ``transcribe FILE --mode stream`` on the finished file) and decoded by the streaming engine.
+It is a job like any other (``status`` shows it as ``following``, with its position), with two
+differences from ``run``'s:
+
+- its content key is ``follow:`` + a hash of its first seconds of audio (``LiveSource.key``):
+  the file grows, so its size and mtime name nothing, but the same recording followed again
+  after a kill has the same key, and resumes from its last checkpoint;
+- the outputs are rewritten (atomically) as words are committed, at most every
+  ``update_seconds``, and ``--jsonl`` prints each committed word as it comes.
+
+Ctrl-C (or SIGTERM) ends the source where it is: the audio received is decoded to its end, the
+outputs are final and the job is done; a second Ctrl-C quits at once (the job resumes from its
+last checkpoint).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Optional
+
+import click
+
+from transcriber import FOLLOW_MODES, FOLLOWABLE, AudioError, FollowOptions, LiveSource, Segment, Step, probe
+
+from .batch import refusals
+from .discover import output_stem, resolved
+from .engines import EngineCache
+from .progress import Reporter, printable
+from .attempt import Attempt, RunResult, build_engine
+from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, CheckpointClock, Heartbeat, owner_is_dead, worker_name
+from .runner import Runner
+from .signals import StopFlag
+from .spec import JobSpec
+from .store import BUSY, FAILED_BEFORE, REFUSED, SKIP, JobStore, Request
+
+FOLLOWING = "following"  # the status ``transcribe status`` shows for a running followed job
+FOLLOW_KEY = "follow:"  # the content keys of followed jobs start with it
+
+
+@dataclass(frozen=True)
+class FollowSettings:
+    """The flags of ``follow_options``."""
+
+    idle_seconds: float = 10.0
+    update_seconds: float = 2.0
+    input_format: Optional[str] = None
+    name: Optional[str] = None  # the outputs' name (stdin, a URL); default: the file's
+    force: bool = False
+    checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS
+    jsonl: Optional[IO[str]] = None  # where each committed word goes, one JSON line each
+
+    def live_options(self) -> FollowOptions:
+        return FollowOptions(idle_seconds=self.idle_seconds, input_format=self.input_format)
+
+
+def follow_options(f):
+    """follow's own flags, handed to the command as one ``settings`` (FollowSettings)."""
+
+    @functools.wraps(f)
+    def command(idle_seconds, update_seconds, input_format, name, force, checkpoint_seconds, jsonl, **kwargs):
+        return f(settings=FollowSettings(idle_seconds, update_seconds, input_format, name, force,
+                                         checkpoint_seconds, jsonl), **kwargs)
+
+    for decorator in reversed([
+        click.option("--idle-seconds", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+                     help="A file has ended when it has not grown for this long (a URL or device: no "
+                          "audio for this long; one that gives none this long after its start fails)."),
+        click.option("--update-seconds", type=click.FloatRange(min=0), default=2.0, show_default=True,
+                     help="Rewrite the outputs at most this often while words are committed."),
+        click.option("--input-format", default=None,
+                     help="ffmpeg's input format (-f) for SOURCE: a capture device (alsa, pulse, v4l2, "
+                          "lavfi...) or a stream ffmpeg cannot guess."),
+        click.option("--name", default=None,
+                     help="The outputs' name, without extension (needed for '-'; default: the file's "
+                          "or the URL's)."),
+        click.option("--force", is_flag=True,
+                     help="Follow again from the start, replacing the outputs (a done job, outputs not "
+                          "written by transcribe)."),
+        click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=DEFAULT_CHECKPOINT_SECONDS,
+                     show_default=True, help="Save the session every this many seconds of audio."),
+        click.option("--jsonl", type=click.File("w", lazy=False), default=None, metavar="FILE",
+                     help="Write each committed word as one JSON line to FILE ('-': standard output)."),
+    ]):
+        command = decorator(command)
+    return command
+
+
+def outputs_stem(source: str, kind: str, output_dir: Optional[Path], name: Optional[str]) -> Path:
+    """Where the outputs go, without extension: ``--name`` (in --output-dir, else here), else
+    the file's name (as ``run`` names it), else the URL's last part."""
+    if name is not None:
+        if not name or "/" in name or name in (".", ".."):
+            raise click.UsageError(f"--name takes a file name without folder, got {name!r}")
+        return (output_dir or Path(".")) / name
+    if kind == "file":
+        return output_stem(Path(source), None, output_dir)
+    if kind == "stdin":
+        raise click.UsageError("name the outputs of standard input with --name")
+    last = Path(source.split("?")[0].rstrip("/").rpartition("/")[2].rpartition(":")[2]).stem
+    if not last:
+        raise click.UsageError(f"name the outputs of {source} with --name")
+    return (output_dir or Path(".")) / last
+
+
+def follow_command(store: JobStore, source: str, spec: JobSpec, output_dir: Optional[Path],
+                   settings: FollowSettings, quiet: bool) -> int:
+    """``transcribe follow``: the exit status (0 done, 1 failed, 128 + the signal that ended it)."""
+    if spec.mode not in FOLLOW_MODES:
+        raise click.UsageError(f"follow decodes with the streaming engine: --mode {spec.mode} cannot be used")
+    live = LiveSource(source, settings.live_options())
+    stem = outputs_stem(source, live.kind, output_dir, settings.name)
+    reporter = Reporter(quiet=quiet)
+
+    def on_request(signum: int) -> None:
+        reporter.error("stopping: the audio received is transcribed to its end (Ctrl-C again to quit at once)")
+        live.end()
+
+    stop = StopFlag(on_request, grace=None)
+    runner = Runner(store, engines=EngineCache(), reporter=reporter, stop=stop,
+                    checkpoint_seconds=settings.checkpoint_seconds)
+    with contextlib.suppress(Exception):  # the model loads while the first seconds are written
+        runner.engines.get(spec)  # (a failure is the job's, booked when it runs: the cache keeps it)
+    with contextlib.ExitStack() as stack:
+        stack.callback(reporter.close)
+        stack.enter_context(stop)
+        result = follow_source(runner, live, stem, spec, settings)
+    if result is None or result.failed or result.lost:
+        return 1
+    return 128 + stop.signum if stop.signum else 0
+
+
+def follow_source(runner: Runner, live: LiveSource, stem: Path, spec: JobSpec,
+                  settings: FollowSettings) -> Optional[RunResult]:
+    """Follow ``live`` as a job writing ``stem``.*: how it ended, None when it did not run
+    (told why: the source gave no audio, the job is done already or another process has it)."""
+    try:
+        with contextlib.closing(live):
+            key = FOLLOW_KEY + live.key()  # waits for the first seconds of audio (or fails)
+            identity = resolved(Path(live.source)) if live.kind == "file" else live.source
+            request = Request(identity, key, spec.fingerprint(), spec.stored(), resolved(stem))
+            job, action = _enqueue(runner.store, request, spec, settings.force, runner.reporter)
+            if action == SKIP:
+                return RunResult()
+            return _run(runner, job, live, settings) if job else None
+    except AudioError as e:
+        runner.reporter.error(f"error: {e}")
+        return None
+
+
+def follow_file(runner: Runner, path: Path, root: Optional[Path], output_dir: Optional[Path], spec: JobSpec,
+                settings: FollowSettings) -> Optional[RunResult]:
+    """Follow a growing file that ``watch`` found, its outputs named as ``watch`` names them."""
+    live = LiveSource(str(path), settings.live_options())
+    return follow_source(runner, live, output_stem(path, root, output_dir), spec, settings)
+
+
+def _enqueue(store: JobStore, request: Request, spec: JobSpec, force: bool, reporter: Reporter):
+    """(the job to follow, the store's action); (None, the action), told why, when there is
+    nothing to do."""
+    store.expire_dead_leases(owner_is_dead)  # a killed follow's job is resumed, not "busy"
+    ((job, action),) = store.enqueue_many([request], force=force,
+                                          vet=None if force else lambda r, j: refusals(store, r, spec, j))
+    if action == SKIP:
+        reporter.error(f"done already: {request.path} -> {', '.join(job.outputs)} (--force follows it again)")
+        return None, action
+    if action == BUSY:
+        reporter.error(f"error: {request.path} is being followed by another process ({job.worker})")
+        return None, action
+    if action == REFUSED:
+        reporter.error(f"error: not written: {refusals(store, request, spec, job)}")
+        return None, action
+    if action == FAILED_BEFORE:  # the source is live: try it again, from its checkpoint
+        ((job, _),) = store.retry([job.id])
+    if force:  # what it replaces is the job's now
+        store.record_outputs(job.id, [str(p) for p in spec.output_paths(job.output_stem, spec.named_language())
+                                      if p.exists()])
+    return job, action
+
+
+def _run(runner: Runner, job, live: LiveSource, settings: FollowSettings) -> Optional[RunResult]:
+    result = RunResult()
+    ledger = runner.ledger
+    claimed = runner.store.claim(ledger.owner, [job.id], ledger.lease_seconds)
+    if claimed is None:
+        runner.reporter.error(f"error: {job.path} is being followed by another process")
+        return None
+    attempt = FollowAttempt(runner, claimed, live, settings)
+    runner.reporter.info(f"following {live.name} (Ctrl-C to end it)")
+    try:
+        with Heartbeat(runner.store.path, claimed.id, ledger.owner, ledger.lease_seconds):
+            attempt.run()
+    except BaseException as e:
+        ledger.settle(attempt, result, e)
+    else:
+        ledger.settle(attempt, result)
+    return result
+
+
+class FollowAttempt(Attempt):
+    """An ``Attempt`` over a live source: no content key nor duration of a file that grows; the
+    outputs rewritten as words are committed; each word to ``settings.jsonl``."""
+
+    def __init__(self, runner: Runner, job, live: LiveSource, settings: FollowSettings):
+        super().__init__(runner.ledger, job, worker_name())
+        self.engines, self.live, self.settings = runner.engines, live, settings
+        self.open_words: list = []  # committed words of the segment still open
+        self.last_write = time.monotonic()
+        self.unwritten = False  # words committed since the outputs were last written
+
+    def run(self) -> None:
+        resume = self.resume_from(self.job.content_key, None)
+        if resume is not None:
+            engine = build_engine(self.engines, self.spec)
+            self.model = engine.model_name
+            clock = CheckpointClock(resume.position, self.settings.checkpoint_seconds)
+            with contextlib.closing(engine.steps(self.live, resume.state)) as steps:
+                for step in steps:
+                    self.add(step, clock.due(step.position))
+            self.duration = self._final_duration()
+            self.store.start(self.job.id, self.owner, self.job.content_key, self.duration, self.worker)
+            self.complete()
+        self.finish()
+
+    def _final_duration(self) -> float:
+        """The finished file's duration as a replay of it reads it (probe), else the audio's."""
+        if self.live.kind == "file":
+            with contextlib.suppress(AudioError):
+                return probe(self.path) or self.live.position
+        return self.live.position
+
+    def check_source(self) -> None:
+        """Nothing to check: a followed file changes by design, and its key is its first seconds
+        of audio (``LiveSource.key``), checked when it was enqueued."""
+
+    def add(self, step: Step, commit: bool) -> None:
+        super().add(step, commit)
+        self.open_words += step.words
+        del self.open_words[:sum(len(s.words) for s in step.segments)]  # closed now: in the segments
+        self._print(step.words)
+        if self.ledger.stop.requested:  # (watch's stop; follow's own ends the source itself)
+            self.live.end()
+        self.unwritten = self.unwritten or bool(step.words)
+        if self.unwritten and time.monotonic() - self.last_write >= self.settings.update_seconds:
+            self.update()
+
+    def update(self) -> None:
+        """The outputs rewritten with every word committed so far; the job's position saved."""
+        segments = self.committed + self.pending
+        if self.open_words:
+            words = tuple(self.open_words)
+            segments = segments + [Segment(words[0].start, words[-1].end, "".join(w.text for w in words), words)]
+        self.store.record_outputs(self.job.id, self._write(segments))
+        self.store.checkpoint(self.job.id, self.owner, [], None, self.position, self.language, self.model,
+                              self.ledger.lease_seconds, language_probability=self.probability)
+        self.last_write, self.unwritten = time.monotonic(), False
+
+    def _print(self, words) -> None:
+        out = self.settings.jsonl
+        if out is None or not words:
+            return
+        try:
+            for w in words:
+                out.write(json.dumps(w.to_dict(), ensure_ascii=False) + "\n")
+            out.flush()
+        except BrokenPipeError:  # the reader went away: the job goes on, its outputs too
+            self.settings = dataclasses.replace(self.settings, jsonl=None)
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+HELP = f"""Transcribe a recording as it is made, keeping its subtitles current on disk.
+SOURCE is a file still being written (read as it grows, until it has not grown for
+--idle-seconds), '-' (standard input, until EOF), or anything ffmpeg opens: a URL, or a capture
+device with --input-format. Files that can be followed: {FOLLOWABLE} (a plain MP4 keeps its
+index at its end and cannot). The outputs are rewritten as words are committed; once the source
+has ended they are those of `transcribe FILE --mode stream` on the finished file. A followed
+file is a job (`status` shows it as following); after a kill the same command resumes it.
+Ctrl-C ends the source where it is, with the outputs written.
+
+\b
+Examples:
+  transcribe follow meeting.wav -f srt,vtt
+  ffmpeg -i talk.flac -f wav - | transcribe follow - -o subs/ --name talk
+  transcribe follow http://radio.example/live.mp3 --jsonl - -l en
+  transcribe follow default --input-format pulse --name mic -o live/
+"""

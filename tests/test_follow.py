@@ -1,0 +1,256 @@
+"""``transcribe follow``: a recording transcribed as it is made (issue 20). Real ffmpeg, the real
+tiny.en model, real SQLite in tmp dirs; the recording is examples/jfk.flac (11 s)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.follow_latency import GrowingWriter, srt_words
+from jobs.cli import shown_status
+from jobs.store import JobStore
+from tests.conftest import JFK, ROOT
+from transcriber import FollowOptions, LiveSource
+from transcriber.audio import ffmpeg_binary, load_audio
+
+FFMPEG = ffmpeg_binary()
+
+
+def transcribe(*args, tmp: Path, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRANSCRIBER_DB": str(tmp / "jobs.db"), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "jobs", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def start(*args, tmp: Path, env: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "TRANSCRIBER_DB": str(tmp / "jobs.db"), **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "jobs", *map(str, args)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def words(json_path: Path) -> list[str]:
+    return [w["word"] for s in json.loads(json_path.read_text())["segments"] for w in s["words"]]
+
+
+def replay(source: Path, tmp: Path) -> Path:
+    """``transcribe FILE --mode stream`` on the finished file: its outputs' folder."""
+    out = tmp / "replay"
+    r = transcribe(source, "--mode", "stream", "-o", out, "-f", "srt,json", "-q", "--db", tmp / "replay.db", tmp=tmp)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+# -- the library: a live source gives the samples of the finished file ------------------------------
+
+@pytest.mark.parametrize("args", [["-c:a", "pcm_s16le", "x.wav"], ["-ar", "44100", "-ac", "2", "x.wav"],
+                                  ["x.flac"], ["-c:a", "libvorbis", "x.mkv"], ["-c:a", "libopus", "x.ogg"],
+                                  ["-c:a", "aac", "-f", "mpegts", "x.ts"],
+                                  ["-c:a", "aac", "-movflags", "+frag_keyframe+empty_moov", "x.mp4"]],
+                         ids=["wav", "wav44k", "flac", "mkv", "ogg", "mpegts", "fmp4"])
+def test_live_source_gives_the_samples_of_the_file(tmp_path, args):
+    path = tmp_path / args[-1]
+    subprocess.run([FFMPEG, "-v", "error", "-i", JFK, *args[:-1], path], check=True)
+    source = LiveSource(str(path), FollowOptions(idle_seconds=0.3))
+    got = np.concatenate([s for _, s in source.iter_audio(1.0)])
+    assert np.array_equal(got, load_audio(path))
+
+
+def test_a_stale_wav_header_is_read_to_the_end(tmp_path):
+    """A WAV whose header says 1 s (a writer patches it later): through a pipe ffmpeg would stop
+    there; the feeder hands it a size of 0, so all of the audio comes."""
+    full = tmp_path / "full.wav"
+    subprocess.run([FFMPEG, "-v", "error", "-i", JFK, full], check=True)
+    data = bytearray(full.read_bytes())
+    i = data.find(b"data")
+    data[i + 4:i + 8] = (32000).to_bytes(4, "little")
+    stale = tmp_path / "stale.wav"
+    stale.write_bytes(data)
+    got = np.concatenate([s for _, s in LiveSource(str(stale), FollowOptions(idle_seconds=0.3)).iter_audio(1.0)])
+    assert np.array_equal(got, load_audio(full))
+
+
+def test_resume_drops_the_samples_before_its_start(tmp_path):
+    source = LiveSource(str(JFK), FollowOptions(idle_seconds=0.3))
+    source.key()  # read ahead: served first all the same
+    chunks = list(source.iter_audio(1.0, start=3.0))
+    assert chunks[0][0] == 48000
+    assert np.array_equal(np.concatenate([s for _, s in chunks]), load_audio(JFK)[48000:])
+
+
+# -- the command -------------------------------------------------------------------------------------
+
+def following(db: Path) -> set[tuple[str, bool]]:
+    """(status as ``transcribe status`` shows it, progress > 0) of each job now."""
+    if not db.exists():
+        return set()
+    with JobStore(db) as store:
+        return {(shown_status(j, time.time()), j.progress > 0) for j in store.each_job()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["wav", "flac"])
+def test_follow_a_recording_being_made(tmp_path, fmt):
+    """Written in real time in 1 s pieces: words are on disk before the writer ends, status says
+    following, and after the idle timeout the outputs are those of the replay of the file.
+    (The recording twice over, 22 s: room for the model's load on a loaded machine.)"""
+    source, out = tmp_path / f"rec.{fmt}", tmp_path / "out"
+    writer = GrowingWriter(np.tile(load_audio(JFK), 2), source, piece_seconds=1.0)
+    writer.start()
+    while not source.exists():
+        time.sleep(0.01)
+    follow = start("follow", source, "-o", out, "-f", "srt,json", "-q", "--idle-seconds", 1.5,
+                   "--update-seconds", 0.5, tmp=tmp_path)
+    live_words, statuses = 0, set()
+    while writer.is_alive():
+        live_words = max(live_words, srt_words(out / "rec.srt"))
+        statuses |= following(tmp_path / "jobs.db")
+        time.sleep(0.2)
+    _, stderr = follow.communicate(timeout=120)
+    assert follow.returncode == 0, stderr
+    assert live_words > 0, "no word on disk before the writer finished"
+    assert ("following", True) in statuses
+    ref = replay(source, tmp_path)
+    for name in ("rec.srt", "rec.json"):
+        assert (out / name).read_bytes() == (ref / name).read_bytes()
+
+
+@pytest.mark.slow
+def test_follow_standard_input(tmp_path):
+    out = tmp_path / "out"
+    cmd = (f"{FFMPEG} -v error -i '{JFK}' -f wav - | {sys.executable} -m jobs follow - -o '{out}' --name rec "
+           f"-f json -q --jsonl -")
+    r = subprocess.run(cmd, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "TRANSCRIBER_DB": str(tmp_path / "jobs.db")})
+    assert r.returncode == 0, r.stderr
+    expected = words(replay(JFK, tmp_path) / "jfk.json")
+    assert words(out / "rec.json") == expected
+    assert [json.loads(line)["word"] for line in r.stdout.splitlines()] == expected  # --jsonl: as committed
+
+
+@pytest.mark.slow
+def test_kill_mid_follow_then_resume(tmp_path):
+    """kill -9 right after the second checkpoint while the file still grows; the same command
+    again resumes there and ends with the words of an uninterrupted follow (the replay's)."""
+    source, out = tmp_path / "rec.wav", tmp_path / "out"
+    writer = GrowingWriter(load_audio(JFK), source, piece_seconds=1.0, speed=2.0)
+    writer.start()
+    while not source.exists():
+        time.sleep(0.01)
+    args = ("follow", source, "-o", out, "-f", "srt,json", "-q", "--idle-seconds", 1.5, "--checkpoint-seconds", 3)
+    killed = transcribe(*args, tmp=tmp_path, env={"TRANSCRIBER_TEST_KILL_AT": "checkpoint:2"})
+    assert killed.returncode == -9, killed.stderr
+    resumed = transcribe(*args, tmp=tmp_path)
+    writer.join()
+    assert resumed.returncode == 0, resumed.stderr
+    ref = replay(source, tmp_path)
+    assert (out / "rec.json").read_bytes() == (ref / "rec.json").read_bytes()
+    assert (out / "rec.srt").read_bytes() == (ref / "rec.srt").read_bytes()
+
+
+def test_a_plain_mp4_being_written_is_refused(tmp_path):
+    """A plain MP4 cut where a recorder would be (the index not written yet): one line naming
+    the container, at once."""
+    whole = tmp_path / "whole.mp4"
+    subprocess.run([FFMPEG, "-v", "error", "-i", JFK, "-c:a", "aac", whole], check=True)
+    data = whole.read_bytes()
+    assert data.find(b"mdat") < data.find(b"moov")
+    growing = tmp_path / "rec.mp4"
+    growing.write_bytes(data[:len(data) // 2])
+    began = time.monotonic()
+    r = transcribe("follow", growing, "--idle-seconds", 1, tmp=tmp_path)
+    assert r.returncode == 1
+    assert len(r.stderr.strip().splitlines()) == 1 and "plain MP4" in r.stderr and "moov" in r.stderr
+    assert time.monotonic() - began < 30
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP port that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    yield f"http://127.0.0.1:{server.getsockname()[1]}/live.mp3"
+    server.close()
+
+
+def closed_port() -> str:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}/live.mp3"
+
+
+@pytest.mark.parametrize("kind", ["silent-url", "refused-url", "no-device", "never-written"])
+def test_a_source_that_never_starts_is_one_line(tmp_path, silent_server, kind):
+    empty = tmp_path / "empty.wav"
+    empty.touch()
+    args = {"silent-url": [silent_server], "refused-url": [closed_port()],
+            "no-device": ["/dev/no-such-camera", "--input-format", "v4l2", "--name", "cam"],
+            "never-written": [empty]}[kind]
+    began = time.monotonic()
+    r = transcribe("follow", *args, "--idle-seconds", 1, "-o", tmp_path, tmp=tmp_path)
+    assert r.returncode == 1
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: "), r.stderr
+    assert time.monotonic() - began < 30
+
+
+def test_follow_is_streaming_only(tmp_path):
+    r = transcribe("follow", JFK, "--mode", "oneshot", tmp=tmp_path)
+    assert r.returncode == 2 and "streaming" in r.stderr
+
+
+@pytest.mark.slow
+def test_watch_follows_a_file_still_growing(tmp_path):
+    """``watch --follow``: a file being written is followed before it settles; its outputs end
+    as the replay's, and it is not transcribed again once it is stable."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    watch = start("watch", folder, "--follow", "--mode", "stream", "-o", out, "-f", "json", "--stable-seconds", 1.5,
+                  "--interval", 0.2, tmp=tmp_path)
+    writer = GrowingWriter(load_audio(JFK), folder / "rec.wav", piece_seconds=1.0, speed=2.0)
+    writer.start()
+    seen_following = set()
+    deadline = time.monotonic() + 240
+    while not (out / "rec.json").exists() or ("following", True) not in seen_following or \
+            any(s == "following" for s, _ in following(tmp_path / "jobs.db")):
+        seen_following |= following(tmp_path / "jobs.db")
+        assert time.monotonic() < deadline and watch.poll() is None
+        time.sleep(0.2)
+    time.sleep(3)  # a scan or two after the file settled: nothing queued again
+    watch.send_signal(2)
+    _, stderr = watch.communicate(timeout=60)
+    assert "1 done, 0 failed" in stderr, stderr
+    assert ("following", True) in seen_following
+    assert words(out / "rec.json") == words(replay(folder / "rec.wav", tmp_path) / "rec.json")
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_the_stream_with_the_outputs_written(tmp_path):
+    """Ctrl-C mid-recording: the audio received is transcribed to its end, the outputs are
+    written and the job is done."""
+    source, out = tmp_path / "rec.wav", tmp_path / "out"
+    writer = GrowingWriter(np.tile(load_audio(JFK), 3), source, piece_seconds=1.0)
+    writer.start()
+    while not source.exists():
+        time.sleep(0.01)
+    follow = start("follow", source, "-o", out, "-f", "json", "-q", "--update-seconds", 0.5, tmp=tmp_path)
+    deadline = time.monotonic() + 120
+    while not (out / "rec.json").exists():
+        assert time.monotonic() < deadline and follow.poll() is None
+        time.sleep(0.2)
+    follow.send_signal(2)
+    _, stderr = follow.communicate(timeout=120)
+    assert follow.returncode == 130, stderr
+    with JobStore(tmp_path / "jobs.db") as store:
+        (job,) = store.jobs()
+    assert job.status == "done" and job.words_complete
+    assert words(out / "rec.json") and words(out / "rec.json")[:3] == [" And", " so", " my"]

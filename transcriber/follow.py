@@ -1,0 +1,467 @@
+"""Following a source as it is made: a growing file, standard input, or any ffmpeg input.
+
+    source = LiveSource("meeting.wav", FollowOptions(idle_seconds=10))
+    for offset, samples in source.iter_audio(chunk_seconds=1.0):   # as the audio is written
+        ...
+
+One ffmpeg process decodes the source to 16 kHz mono float32, read from its stdout in chunks of
+exactly ``chunk_seconds`` (fewer only at the end), as ``transcriber.audio.iter_audio`` reads a
+finished file: the audio is consumed by its position, never by when it arrived, so the
+streaming engine gives the words of a replay of the finished file.
+
+- A growing file is read the way ``tail -f`` reads it, by a thread that feeds the new bytes
+  to ffmpeg's stdin; the file has ended when it has not grown for ``idle_seconds`` (then ffmpeg's
+  stdin is closed and it decodes the rest), or when ffmpeg ends on its own (the container said
+  so). A WAV header's data size is 0, stale or 0xFFFFFFFF while it is written; through a pipe
+  ffmpeg stops at a stale size, so the feeder hands it 0 there (ffmpeg then reads to the end).
+  A plain MP4 keeps its index (moov) after the audio, written when the recording stops: it is
+  refused at once, naming the container (fragmented MP4 can be followed).
+- ``-``: standard input, until EOF.
+- anything else ffmpeg opens (a URL; a capture device with ``input_format``, such as
+  ``alsa``, ``pulse`` or ``lavfi``): ended by ffmpeg, or by ``idle_seconds`` without audio; one
+  that yields no audio within ``idle_seconds`` of its start is an ``AudioError``.
+
+``end()`` (Ctrl-C) ends the source where it is: what ffmpeg was given is decoded, then the
+iteration ends as at the end of the file. A live source is read once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import select
+import struct
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import numpy as np
+
+from . import audio as audio_io
+from .audio import _Stderr, _message, _reason, ffmpeg_binary
+from .constants import SAMPLE_RATE
+from .errors import AudioError
+
+# The containers whose audio can be decoded while the file is still being written.
+FOLLOWABLE = "WAV, FLAC, MKV/WebM, MP3, OGG/Opus, MPEG-TS and fragmented MP4"
+STDIN = "-"
+FOLLOW_MODES = ("stream",)  # the modes that decode a live source: streaming commits words as audio comes
+KEY_SECONDS = 4.0  # the audio that names a followed source (``LiveSource.key``)
+_READ_BYTES = 1 << 16
+
+
+@dataclass(frozen=True)
+class FollowOptions:
+    """How a live source is read."""
+
+    idle_seconds: float = 10.0  # a file that has not grown this long (an input silent this long) has ended
+    poll_seconds: float = 0.1  # how often a growing file is looked at
+    input_format: Optional[str] = None  # ffmpeg's -f for the input (a capture device: alsa, pulse, lavfi...)
+
+    def __post_init__(self):
+        if not self.idle_seconds > 0:
+            raise ValueError(f"idle_seconds must be > 0, got {self.idle_seconds!r}")
+        if not 0 < self.poll_seconds <= self.idle_seconds:
+            raise ValueError(f"poll_seconds must be in (0, idle_seconds], got {self.poll_seconds!r}")
+
+
+def kind_of(source: str, input_format: Optional[str] = None) -> str:
+    """``"stdin"``, ``"file"`` (a path, followed as it grows) or ``"ffmpeg"`` (a URL or a
+    device, opened by ffmpeg itself)."""
+    if source == STDIN:
+        return "stdin"
+    if input_format or "://" in source or (":" in source and not os.path.exists(source)):
+        return "ffmpeg"
+    return "file"
+
+
+class LiveSource:
+    """A source followed as it is made (see the module docstring)."""
+
+    def __init__(self, source: str, options: FollowOptions = FollowOptions()):
+        self.source, self.options = source, options
+        self.kind = kind_of(source, options.input_format)
+        self.name = "standard input" if self.kind == "stdin" else source
+        self._proc: Optional[subprocess.Popen] = None
+        self._feeder: Optional[_Feeder] = None
+        self._pcm: Optional[_Pcm] = None
+        self._head = np.zeros(0, dtype=np.float32)  # read ahead (key, language), served first
+        self._served = 0  # samples handed out or dropped so far
+        self._is_wav = False  # a WAV file: read in small packets (see _command)
+        self.warnings: tuple[str, ...] = ()
+
+    # -- setup -------------------------------------------------------------------------------------
+
+    def open(self) -> "LiveSource":
+        """Start ffmpeg (and the feeder of a growing file). AudioError: a file that is missing
+        or cannot be followed (plain MP4), ffmpeg that cannot run."""
+        if self._proc is not None:
+            return self
+        self._is_wav = self.kind == "file" and _check_followable(self.source, self.options) == "wav"
+        stdin = {"file": subprocess.PIPE, "stdin": None, "ffmpeg": subprocess.DEVNULL}[self.kind]
+        try:
+            # its own session: Ctrl-C is ours to handle (end the source), not ffmpeg's to die of
+            self._proc = subprocess.Popen(self._command(), stdin=stdin, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as e:
+            raise AudioError(_message(self.name, f"cannot run ffmpeg: {e}")) from e
+        self._stderr = _Stderr(self.name)
+        self._drain = threading.Thread(target=self._stderr.drain, args=(self._proc.stderr,), daemon=True)
+        self._drain.start()
+        if self.kind == "file":
+            self._feeder = _Feeder(self.source, self._proc.stdin, self.options)
+            self._feeder.start()
+        silence_limit = self.options.idle_seconds if self.kind == "ffmpeg" else None
+        self._pcm = _Pcm(self._proc.stdout, silence_limit)
+        return self
+
+    def _command(self) -> list[str]:
+        if self.kind == "ffmpeg":
+            fmt = ["-f", self.options.input_format] if self.options.input_format else []
+            source = [*fmt, "-i", self.source]
+        else:
+            # a WAV's packets are small, so that the end of what was written comes out now, not with
+            # the next write (the demuxer waits to fill 4 KiB packets: 1 s late with 1 s writes)
+            source = [*(["-f", "wav", "-max_size", "1024"] if self._is_wav else []), "-i", "pipe:0"]
+        # a small probe: the first samples come out as soon as the container says what it holds,
+        # not after the 5 s of audio ffmpeg analyses by default
+        return [ffmpeg_binary(), "-nostdin", "-hide_banner", "-v", "error", "-probesize", "32768",
+                "-analyzeduration", "0", *source, "-map", "0:a:0", "-f", "f32le", "-ac", "1",
+                "-ar", str(SAMPLE_RATE), "-flush_packets", "1", "pipe:1"]
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def key(self) -> str:
+        """A name of this recording: a hash of its first ``KEY_SECONDS`` of audio (less if it
+        is shorter), read ahead and kept for the chunks. The same file followed again (after a
+        kill) has the same key; another recording at the same path has another."""
+        head = self._read_ahead(round(KEY_SECONDS * SAMPLE_RATE))
+        if not head.size:
+            try:
+                self._finish()
+                raise AudioError(_message(self.name, "no audio"))
+            finally:
+                self.close()
+        return hashlib.sha256(head.tobytes()).hexdigest()[:16]
+
+    def load_audio(self, duration: float) -> np.ndarray:
+        """The first ``duration`` seconds (language detection), kept for the chunks."""
+        return self._read_ahead(round(duration * SAMPLE_RATE)).copy()
+
+    def _read_ahead(self, n: int) -> np.ndarray:
+        self.open()
+        if self._head.size < n:
+            more = self._pcm.read(n - self._head.size)
+            self._head = np.concatenate([self._head, more])
+        return self._head[:n]
+
+    def iter_audio(self, chunk_seconds: float, start: float = 0.0) -> "LiveStream":
+        """``(sample_offset, samples)`` chunks of ``round(chunk_seconds * 16000)`` samples (a
+        shorter last one) from ``start`` (seconds of the source): the samples before it are
+        decoded and dropped, so a resumed follow sees what the first one saw."""
+        if not chunk_seconds > 0:
+            raise ValueError(f"chunk_seconds must be > 0, got {chunk_seconds!r}")
+        return LiveStream(self, self._chunks(max(1, round(chunk_seconds * SAMPLE_RATE)), round(start * SAMPLE_RATE)))
+
+    def _chunks(self, size: int, first: int) -> Iterator[tuple[int, np.ndarray]]:
+        self.open()
+        try:
+            self._drop(first)
+            while True:
+                samples = self._take(size)
+                if samples.size:
+                    yield self._served - samples.size, samples
+                if samples.size < size:
+                    break
+            self._finish()
+        finally:
+            self.close()
+
+    def _take(self, n: int) -> np.ndarray:
+        """Up to ``n`` samples (fewer only at the end): the read-ahead first, then the pipe."""
+        head, self._head = self._head[:n], self._head[n:]
+        rest = self._pcm.read(n - head.size) if head.size < n else head[:0]
+        out = np.concatenate([head, rest]) if head.size else rest
+        self._served += out.size
+        return out
+
+    def _drop(self, n: int) -> None:
+        while self._served < n:
+            if not self._take(min(n - self._served, 30 * SAMPLE_RATE)).size:
+                return
+
+    @property
+    def position(self) -> float:
+        """Seconds of the source handed out so far."""
+        return self._served / SAMPLE_RATE
+
+    def _finish(self) -> None:
+        """The audio has ended: ffmpeg's status and messages decide whether it ended well."""
+        if self._pcm.timed_out:
+            self._proc.kill()  # a stalled input: what it gave is the stream
+        self._proc.wait()
+        self._drain.join(timeout=5)
+        self._raise_if_failed()
+        if self._stderr.count:
+            self.warnings = (self._stderr.warning(),)
+
+    def _raise_if_failed(self) -> None:
+        if self._feeder is not None and self._feeder.error:
+            raise AudioError(_message(self.name, self._feeder.error))
+        if self._pcm is not None and self._pcm.timed_out and not self._pcm.got:
+            raise AudioError(_message(self.name, f"no audio after {self.options.idle_seconds:g} s"))
+        code = self._proc.poll()
+        ended_by_us = self._ended or (self._pcm is not None and self._pcm.timed_out)
+        if code not in (None, 0) and not ended_by_us:
+            reason = _once(_reason("\n".join(self._stderr.tail), self.name))
+            raise AudioError(_message(self.name, reason or f"ffmpeg exited with status {code}"))
+
+    _ended = False
+
+    def end(self) -> None:
+        """End the source now (Ctrl-C): ffmpeg decodes what it was given, then the chunks end."""
+        self._ended = True
+        if self._feeder is not None:
+            self._feeder.stop()
+        elif self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()  # ffmpeg flushes what it decoded on SIGTERM
+
+    def close(self) -> None:
+        """Stop reading: ffmpeg and the feeder are stopped and reaped."""
+        if self._feeder is not None:
+            self._feeder.stop()
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+            self._proc.stdout.close()
+        if self._feeder is not None:
+            self._feeder.join(timeout=5)
+
+
+def _once(reason: str) -> str:
+    """ffmpeg's two last lines, without one that only repeats the other ("Connection to
+    tcp://host:9 failed: Connection refused; Connection refused")."""
+    parts = reason.split("; ")
+    def repeated(i: int) -> bool:
+        return any(j != i and parts[i] in q and (len(q) > len(parts[i]) or j < i) for j, q in enumerate(parts))
+
+    return "; ".join(p for i, p in enumerate(parts) if not repeated(i))
+
+
+class LiveStream:
+    """What ``LiveSource.iter_audio`` returns: an iterator of chunks, like ``AudioStream``."""
+
+    def __init__(self, source: LiveSource, chunks: Iterator[tuple[int, np.ndarray]]):
+        self._source, self._chunks = source, chunks
+
+    def __iter__(self) -> "LiveStream":
+        return self
+
+    def __next__(self) -> tuple[int, np.ndarray]:
+        return next(self._chunks)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self._source.warnings
+
+    def close(self) -> None:
+        self._chunks.close()
+        self._source.close()
+
+
+class _Pcm:
+    """ffmpeg's stdout as float32 samples. ``silence_limit``: seconds without a byte after
+    which the input is taken to have ended (``timed_out``); None: wait as long as it takes."""
+
+    def __init__(self, pipe, silence_limit: Optional[float]):
+        self.fd, self.silence_limit = pipe.fileno(), silence_limit
+        self.pending = b""  # bytes of a sample not complete yet
+        self.got = 0  # bytes read so far
+        self.timed_out = self.eof = False
+
+    def read(self, n: int) -> np.ndarray:
+        """``n`` samples, fewer only at the end of the stream; in [-1, 1]."""
+        buf = bytearray(self.pending)
+        want = 4 * n
+        while len(buf) < want and not self.eof:
+            if self.silence_limit is not None and not select.select([self.fd], [], [], self.silence_limit)[0]:
+                self.timed_out = self.eof = True
+                break
+            data = os.read(self.fd, want - len(buf))
+            self.eof = not data
+            buf += data
+            self.got += len(data)
+        whole = len(buf) // 4 * 4
+        self.pending = bytes(buf[whole:])
+        samples = np.frombuffer(bytes(buf[:whole]), dtype=np.float32).copy()
+        np.clip(samples, -1.0, 1.0, out=samples)  # lossy decoders overshoot a little
+        return samples
+
+
+class _Feeder(threading.Thread):
+    """Copies a growing file into ffmpeg's stdin as it grows, ``tail -f`` style, and closes
+    it once the file has not grown for ``idle_seconds`` (or on ``stop``). ``error``: why the
+    file could not be followed, if it could not."""
+
+    def __init__(self, path: str, pipe, options: FollowOptions):
+        super().__init__(name=f"follow-{os.path.basename(path)}", daemon=True)
+        self.path, self.pipe, self.options = path, pipe, options
+        self.error: Optional[str] = None
+        self._stopping = threading.Event()
+        self._wav = _WavPatch()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                self._copy(f)
+        except BrokenPipeError:
+            pass  # ffmpeg ended on its own: the container's end (or an error it reports)
+        except OSError as e:
+            self.error = e.strerror or str(e)
+        finally:
+            try:
+                self.pipe.close()
+            except OSError:
+                pass
+
+    def _copy(self, f) -> None:
+        fed, last_growth = 0, time.monotonic()
+        while not self._stopping.is_set():
+            data = f.read(_READ_BYTES)
+            if data:
+                self.pipe.write(self._wav.patch(fed, data))
+                self.pipe.flush()
+                fed += len(data)
+                last_growth = time.monotonic()
+                continue
+            size = os.fstat(f.fileno()).st_size
+            if size < fed:
+                self.error = f"the file shrank while being followed ({size} bytes, {fed} read)"
+                return
+            if time.monotonic() - last_growth >= self.options.idle_seconds:
+                if not fed:
+                    self.error = f"nothing was written to it in {self.options.idle_seconds:g} s"
+                return
+            self._stopping.wait(self.options.poll_seconds)
+
+
+class _WavPatch:
+    """Sets a WAV header's data size to 0 ("to the end of the file", as ffmpeg reads it) in the
+    bytes fed to ffmpeg: while the file is written that size is 0, 0xFFFFFFFF or stale, and
+    through a pipe ffmpeg would stop at a stale one. Bytes of any other file pass as they are."""
+
+    LOOK = 4096  # a header's chunks before "data" fit in this
+
+    def __init__(self):
+        self.head = b""
+        self.done = False
+
+    def patch(self, offset: int, data: bytes) -> bytes:
+        if self.done:
+            return data
+        self.head += data[: max(0, self.LOOK - offset)]
+        if len(self.head) < 12:
+            return data  # too short to tell yet
+        if self.head[:4] not in (b"RIFF", b"RIFX") or self.head[8:12] != b"WAVE":
+            self.done = True
+            return data
+        field = _data_size_field(self.head)
+        if field is None:
+            self.done = len(self.head) >= self.LOOK
+            return data
+        self.done = True
+        if not offset <= field < offset + len(data) - 3:
+            return data  # already fed (or split across reads: left as written)
+        i = field - offset
+        return data[:i] + struct.pack("<I", 0) + data[i + 4:]
+
+
+def _data_size_field(head: bytes) -> Optional[int]:
+    """The offset of the "data" chunk's size in a WAV header, None if not within ``head``."""
+    pos = 12
+    while pos + 8 <= len(head):
+        chunk, size = head[pos:pos + 4], struct.unpack("<I", head[pos + 4:pos + 8])[0]
+        if chunk == b"data":
+            return pos + 4
+        pos += 8 + size + (size & 1)
+    return None
+
+
+def _check_followable(path: str, options: FollowOptions) -> str:
+    """AudioError for a file that does not exist, is not a file, or cannot be decoded while it
+    is written (a plain MP4: its index comes after the audio); else "wav" for a WAV, "fine" for
+    any other file (or "wait": nothing written yet)."""
+    try:
+        if not os.path.isfile(path):
+            raise AudioError(_message(path, "not a file" if os.path.exists(path) else "no such file"))
+        deadline = time.monotonic() + options.idle_seconds
+        while True:
+            layout = _mp4_layout(path)
+            if layout != "wait" or time.monotonic() >= deadline:
+                break
+            time.sleep(options.poll_seconds)
+    except OSError as e:
+        raise AudioError(_message(path, e.strerror or str(e))) from e
+    if layout == "plain":
+        raise AudioError(_message(path, "a plain MP4 (ISO/QuickTime) file cannot be followed while it is written: "
+                                        "its index (the moov atom) comes after the audio, written when the "
+                                        f"recording stops; record one of {FOLLOWABLE} to follow it, or "
+                                        "transcribe the file once it is finished"))
+    return layout
+
+
+def _mp4_layout(path: str) -> str:
+    """"plain" for an MP4 whose audio (mdat) comes before its index, "wav" for a WAV, "fine"
+    for a fragmented (or fast-start) MP4 or any other container, "wait" when too little is
+    written to tell."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        first = f.read(12)
+        if len(first) < 12:
+            return "wait"
+        if first[:4] in (b"RIFF", b"RIFX") and first[8:12] == b"WAVE":
+            return "wav"
+        if first[4:8] != b"ftyp":
+            return "fine"
+        pos = 0
+        while pos + 8 <= size:
+            f.seek(pos)
+            box_size, box = struct.unpack(">I4s", f.read(8))
+            if box in (b"moov", b"moof"):
+                return "fine"
+            if box == b"mdat":
+                return "plain"
+            if box_size == 1:  # a 64-bit size follows
+                extended = f.read(8)
+                if len(extended) < 8:
+                    return "wait"
+                box_size = struct.unpack(">Q", extended)[0]
+            if box_size < 8:
+                return "plain"  # size 0: runs to the end of the file, so nothing after it yet
+            pos += box_size
+        return "wait"
+
+
+class _LiveReader:
+    """``transcriber.audio``'s two readers, for a ``LiveSource``."""
+
+    @staticmethod
+    def iter_audio(source: LiveSource, chunk_seconds: float, start: float = 0.0) -> LiveStream:
+        return source.iter_audio(chunk_seconds, start)
+
+    @staticmethod
+    def load_audio(source: LiveSource, duration: float) -> np.ndarray:
+        return source.load_audio(duration)
+
+
+def reader(source):
+    """What reads ``source``'s audio, ``iter_audio(source, chunk_seconds=, start=)`` and
+    ``load_audio(source, duration=)``: ``transcriber.audio`` for a media path, the source itself
+    for a ``LiveSource`` (read by position all the same)."""
+    return _LiveReader if isinstance(source, LiveSource) else audio_io
