@@ -18,32 +18,30 @@ import dataclasses
 import functools
 import json
 import os
-import re
 import signal
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import click
-from tqdm import tqdm
 
-from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FORMATS, MODES, CueOptions, ModelError, StreamingOptions,
-                         blas, check_model_options, doctor_report, list_models)
+from transcriber import DEFAULT_MODE, DEFAULT_MODEL, MODES, ModelError, OptionError, check_model_options, option_table
+from transcriber.modes import mode_default
 
-from .batch import Batch, NameClash, enqueue_files, summary
-from .discover import discover, has_audio
-from .engines import EngineCache
-from .progress import Reporter, printable
-from .ray_worker import DEFAULT_WORKER_TIMEOUT, ClusterError
-from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, STOP_GRACE_SECONDS,
-                     RunResult, Runner, StopFlag, owner_is_dead)
-from .spec import CUE_FIELDS, JobSpec
-from .store import DEFAULT_TIMEOUT as DEFAULT_DB_TIMEOUT
-from .store import DONE, FAILED, GONE, QUEUED, RUNNING, STALLED, STATUSES, Job, JobStore, StoreError, default_path
-from .watch import watch as watch_folder
+from .spec import CUE_DEFAULTS, CUE_FIELDS, JobSpec
+
+if TYPE_CHECKING:
+    from .batch import Batch
+    from .progress import Reporter
+    from .runner import StopFlag
+    from .store import Job, JobStore
+
+# This module is light to import: ``transcribe --version`` and ``--help`` load no numpy, MLX,
+# tokenizer nor SQLite (issue 18: <= 0.3 s). The modules that do are imported where a command
+# needs them; a default that lives in one of them is read when it is shown or used (_later).
 
 EXAMPLES = """
 \b
@@ -79,6 +77,9 @@ class DefaultGroup(click.Group):
     """
 
     def parse_args(self, ctx, args):
+        if not args:  # `transcribe` alone: the help, not "Missing argument"
+            click.echo(ctx.get_help())
+            ctx.exit(0)
         if args and args[0] in ("--help", "-h", "--version"):
             return super().parse_args(ctx, args)
         args = _optional_values(args)
@@ -98,6 +99,9 @@ class DefaultGroup(click.Group):
                 for opt in param.opts}
 
     def invoke(self, ctx):
+        from .ray_worker import ClusterError
+        from .store import StoreError
+
         try:
             return super().invoke(ctx)
         except (StoreError, ModelError, ClusterError) as e:  # the database, the model, Ray: one line
@@ -131,21 +135,54 @@ def main():
     pass
 
 
+def formats() -> dict:
+    from transcriber import FORMATS  # the writers
+
+    return FORMATS
+
+
 def parse_formats(ctx, param, value: str) -> tuple[str, ...]:
-    formats = tuple(dict.fromkeys(f.strip().lower() for f in value.split(",") if f.strip()))
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown or not formats:
-        raise click.BadParameter(f"unknown format {', '.join(unknown) or value!r}; choose from {', '.join(FORMATS)}")
-    return formats
+    chosen = tuple(dict.fromkeys(f.strip().lower() for f in value.split(",") if f.strip()))
+    unknown = [f for f in chosen if f not in formats()]
+    if unknown or not chosen:
+        raise click.BadParameter(f"unknown format {', '.join(unknown) or value!r}; choose from {', '.join(formats())}")
+    return chosen
+
+
+def _later(module: str, name: str):
+    """A Click default read from ``jobs.<module>`` when it is used or shown (see LazyHelp)."""
+    def default():
+        import importlib
+
+        return getattr(importlib.import_module(f"jobs.{module}"), name)
+    return default
+
+
+class LazyHelp(click.Option):
+    """An option whose help text (``help_text()``) and shown default (a ``_later``) are made
+    when they are shown: they read modules (the cue rules, the writers, the runner) that
+    ``transcribe --help`` need not load."""
+
+    def __init__(self, *args, help_text=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.help_text = help_text
+
+    def get_help_record(self, ctx):
+        if self.help_text:
+            self.help = self.help_text()
+        if callable(self.default):  # shown as the value it reads
+            self.default = self.default()
+        return super().get_help_record(ctx)
 
 
 def db_option(f):
-    f = click.option("--db-timeout", type=click.FloatRange(min=0), default=DEFAULT_DB_TIMEOUT,
-                     envvar="TRANSCRIBER_DB_TIMEOUT", show_envvar=True, show_default=True,
+    f = click.option("--db-timeout", type=click.FloatRange(min=0), default=_later("store", "DEFAULT_TIMEOUT"),
+                     envvar="TRANSCRIBER_DB_TIMEOUT", show_envvar=True, show_default=True, cls=LazyHelp,
                      help="Seconds to wait for a job database locked by another process, then "
                           "give up with an error.")(f)
     return click.option("--db", type=click.Path(dir_okay=False, path_type=Path), envvar="TRANSCRIBER_DB",
-                        show_envvar=True, help=f"Job database (default: {default_path()}).")(f)
+                        show_envvar=True, cls=LazyHelp,
+                        help_text=lambda: f"Job database (default: {_later('store', 'default_path')()()}).")(f)
 
 
 def quiet_option(f):
@@ -160,6 +197,7 @@ class RunnerSettings:
     checkpoint_seconds: float
     lease_seconds: float
     batch_files: int  # files decoded side by side (one-shot mode)
+    threads: Optional[int] = None  # BLAS threads of this process (None: the measured choice)
 
 
 def runner_options(f):
@@ -167,21 +205,25 @@ def runner_options(f):
     ``runner`` (RunnerSettings), and the database and quiet flags."""
 
     @functools.wraps(f)
-    def command(max_attempts, checkpoint_seconds, lease_seconds, batch_files, **kwargs):
-        return f(runner=RunnerSettings(max_attempts, checkpoint_seconds, lease_seconds, batch_files), **kwargs)
+    def command(max_attempts, checkpoint_seconds, lease_seconds, batch_files, threads, **kwargs):
+        settings = RunnerSettings(max_attempts, checkpoint_seconds, lease_seconds, batch_files, threads)
+        return f(runner=settings, **kwargs)
 
     for decorator in reversed([
-        click.option("--max-attempts", type=click.IntRange(min=1), default=DEFAULT_MAX_ATTEMPTS,
-                     show_default=True, help="Give a file up after this many failed attempts."),
-        click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=DEFAULT_CHECKPOINT_SECONDS,
-                     show_default=True, help="Save progress every this many seconds of audio (one-shot: "
+        click.option("--max-attempts", type=click.IntRange(min=1), default=_later("runner", "DEFAULT_MAX_ATTEMPTS"),
+                     show_default=True, cls=LazyHelp, help="Give a file up after this many failed attempts."),
+        click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=_later("runner", "DEFAULT_CHECKPOINT_SECONDS"),
+                     show_default=True, cls=LazyHelp, help="Save progress every this many seconds of audio (one-shot: "
                                              "every 30 s window)."),
-        click.option("--lease-seconds", type=click.FloatRange(min=1), default=DEFAULT_LEASE_SECONDS,
+        click.option("--lease-seconds", type=click.FloatRange(min=1), default=_later("runner", "DEFAULT_LEASE_SECONDS"),
                      hidden=True, help="How long a silent runner keeps its job."),
         click.option("--batch-files", type=click.IntRange(min=1), default=1, show_default=True,
                      help="One-shot mode: decode up to N files side by side, their windows sharing each "
                           "decoder step (the same words; on 2 CPU cores four long recordings took 0.85x "
                           "the time of one after another). Streaming and --ray take one file at a time."),
+        click.option("--threads", type=click.IntRange(min=1), default=None,
+                     help="BLAS threads MLX's matrix products run with in this process (as "
+                          "$TRANSCRIBER_BLAS_THREADS). [default: the count measured fastest here]"),
         db_option, quiet_option]):
         command = decorator(command)
     return command
@@ -229,8 +271,8 @@ def ray_options(f):
         click.option("--worker-threads", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Ray: BLAS threads of each worker (the CPUs it reserves). One thread per worker "
                           "does more audio per hour than one worker with all the threads."),
-        click.option("--worker-timeout", type=click.FloatRange(min=1), default=DEFAULT_WORKER_TIMEOUT,
-                     show_default=True,
+        click.option("--worker-timeout", type=click.FloatRange(min=1), default=_later("ray_worker", "DEFAULT_WORKER_TIMEOUT"),
+                     show_default=True, cls=LazyHelp,
                      help="Ray: seconds without progress after which a worker is taken for dead (killed, "
                           "its file resumed on another)."),
     ]):
@@ -238,8 +280,57 @@ def ray_options(f):
     return command
 
 
-_DEFAULTS = JobSpec()
-_STREAMING = StreamingOptions()
+def _cue_rule(name: str) -> str:
+    from transcriber import CueOptions
+
+    return CueOptions.language_defaults(name)
+
+
+def _shown(value) -> str:
+    return ",".join(f"{v:g}" for v in value) if isinstance(value, tuple) else f"{value:g}" \
+        if isinstance(value, float) else str(value)
+
+
+def _option_help(option, modes: tuple[str, ...]) -> str:
+    """An engine option's help: its own text, the modes that take it (when not all), and each
+    mode's default (when it has one to show)."""
+    text = option.help
+    if len(modes) < len(MODES):
+        text += f" Only with --mode {' or '.join(modes)}."
+    defaults = [mode_default(mode, option.name) for mode in modes]
+    if "[default:" in text or any(v is None or isinstance(v, bool) for v in defaults):
+        return text  # the text says it (greedy, detect...)
+    shown = dict(zip(modes, map(_shown, defaults)))
+    same = len(set(shown.values())) == 1
+    return text + "  [default: " + (shown[modes[0]] if same else "; ".join(f"{m} {v}" for m, v in shown.items())) + "]"
+
+
+def _from_text(option):
+    def parse(ctx, param, value):
+        if value is None or not isinstance(value, str):
+            return value
+        try:
+            return option.from_text(value)
+        except OptionError as e:
+            raise click.UsageError(e.named(flag_of)) from None
+    return parse
+
+
+def engine_flags() -> list:
+    """One Click option per engine option of any mode (``transcriber.option_table``: the options
+    classes own their name, help, bounds and flag). None: not given, the mode's default."""
+    flags = []
+    for name, (option, modes) in option_table().items():
+        names = [*([option.short] if option.short else []), option.flag]
+        common = dict(default=None, help=_option_help(option, modes))
+        if option.type is bool:
+            flags.append(click.option(f"{option.flag}/--no-{option.flag[2:]}", name, **common))
+        elif option.choices:
+            flags.append(click.option(*names, name, type=click.Choice(option.choices), **common))
+        else:  # parsed and checked by the option itself, so the message is the library's
+            flags.append(click.option(*names, name, metavar=option.metavar or option.type.__name__.upper(),
+                                      callback=_from_text(option), **common))
+    return flags
 
 
 def spec_options(f):
@@ -248,9 +339,10 @@ def spec_options(f):
 
     @functools.wraps(f)
     def command(**kwargs):
-        fields = {name: kwargs.pop(name) for name in SPEC_FLAGS}
-        spec = make_spec(**fields)
-        check_contradictions(spec, fields, kwargs)
+        options = {name: kwargs.pop(name) for name in option_table()}
+        fields = {name: kwargs.pop(name) for name in SPEC_FIELDS}
+        spec = make_spec(options, fields)
+        check_contradictions(spec, kwargs)
         try:  # an unknown model or language, an English-only model asked for German: before any job is queued
             check_model_options(spec.model, language=spec.language, task=spec.task)
         except ValueError as e:
@@ -259,54 +351,36 @@ def spec_options(f):
 
     for decorator in reversed([
         click.option("-f", "--format", "formats", default="srt", show_default=True, callback=parse_formats,
-                     help=f"Comma-separated output formats: {', '.join(FORMATS)}."),
+                     cls=LazyHelp, help_text=lambda: f"Comma-separated output formats: {', '.join(formats())}."),
         click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path),
                      help="Write outputs here (mirroring subfolders) instead of next to each input."),
         click.option("-m", "--model", default=DEFAULT_MODEL, show_default=True,
                      help="Model name (see `transcribe models`) or a model folder: CTranslate2, "
                           "Hugging Face transformers or MLX layout."),
-        click.option("-l", "--language", default=None,
-                     help="Spoken language code (default: detect; 'en' for .en models)."),
-        click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe",
-                     show_default=True,
-                     help="translate: English text of speech in any language (multilingual models "
-                          "such as base; English-only models refuse it)."),
-        # ranges: checked by the library's options (DecodingOptions, StreamingOptions, CueOptions),
-        # which bound every flag's cost; make_spec turns their ValueError into a usage error
-        click.option("--beam-size", type=click.IntRange(min=1), default=None,
-                     help="Beam search width, 1-16 (default: greedy): wider costs time and memory "
-                          "in proportion, for no gain past 5-10."),
         click.option("--mode", type=click.Choice(list(MODES)), default=DEFAULT_MODE, show_default=True,
                      help="stream: AlignAtt over the audio replayed chunk by chunk; "
                           "oneshot: 30 s windows with timestamp rules."),
-        # streaming defaults live in StreamingOptions: None here means "its default"
-        click.option("--chunk-seconds", type=float, default=None,
-                     help="Streaming: seconds of audio fed to the decoder per step.  "
-                          f"[default: {_STREAMING.chunk_seconds:g}]"),
-        click.option("--frame-threshold", type=int, default=None,
-                     help="Streaming: stop a step when attention comes this many 20 ms frames "
-                          f"near the end of the audio.  [default: {_STREAMING.frame_threshold}]"),
-        click.option("--audio-max-len", type=float, default=None,
-                     help="Streaming: seconds of audio the decoder sees at most.  "
-                          f"[default: {_STREAMING.audio_max_len:g}]"),
+        # decoding: the options classes' own flags; their values are checked by the library
+        # (which bounds every flag's cost), and make_spec names the flag in its error
+        *engine_flags(),
         click.option("--live", is_flag=True,
                      help="Rewrite the outputs at every checkpoint, so a growing SRT can be followed."),
         # Cue layout and output details: they change the files, never the words, so changing
         # them rewrites a done file's outputs from its stored words, without the model.
         # Values are checked by CueOptions (one clear usage error), not by Click types.
         # None: the rule of each file's language (16 characters a line for Chinese...)
-        click.option("--max-line-chars", type=int, default=None,
-                     help="Subtitles: characters per line.  [default by language: "
-                          f"{CueOptions.language_defaults('max_line_chars')}]"),
-        click.option("--max-lines", type=int, default=_DEFAULTS.max_lines, show_default=True,
+        click.option("--max-line-chars", type=int, default=None, cls=LazyHelp,
+                     help_text=lambda: "Subtitles: characters per line.  [default by language: "
+                                       f"{_cue_rule('max_line_chars')}]"),
+        click.option("--max-lines", type=int, default=CUE_DEFAULTS["max_lines"], show_default=True,
                      help="Subtitles: lines per cue."),
-        click.option("--max-cps", type=float, default=None,
-                     help="Subtitles: reading speed, characters per second.  [default by language: "
-                          f"{CueOptions.language_defaults('max_cps')}]"),
-        click.option("--min-duration", type=float, default=_DEFAULTS.min_duration,
+        click.option("--max-cps", type=float, default=None, cls=LazyHelp,
+                     help_text=lambda: "Subtitles: reading speed, characters per second.  [default by language: "
+                                       f"{_cue_rule('max_cps')}]"),
+        click.option("--min-duration", type=float, default=CUE_DEFAULTS["min_duration"],
                      help="Subtitles: seconds a cue stays up at least, where the next cue leaves "
                           "room.  [default: 5/6]"),
-        click.option("--max-duration", type=float, default=_DEFAULTS.max_duration, show_default=True,
+        click.option("--max-duration", type=float, default=CUE_DEFAULTS["max_duration"], show_default=True,
                      help="Subtitles: seconds a cue stays up at most."),
         click.option("--vtt-karaoke", is_flag=True,
                      help="WebVTT: an inline <hh:mm:ss.ttt> timestamp before every word."),
@@ -321,49 +395,49 @@ def spec_options(f):
     return command
 
 
-# the flags spec_options takes from the command line: JobSpec fields of the same name
-SPEC_FLAGS = ("formats", "model", "language", "task", "beam_size", "mode", "chunk_seconds",
-              "frame_threshold", "audio_max_len", "live", *CUE_FIELDS, "vtt_karaoke", "json_cues",
-              "tag_language")
-_FLAG_NAMES = re.compile(rf"\b(?:CueOptions\.)?({'|'.join(CUE_FIELDS + ('chunk_seconds', 'frame_threshold', 'audio_max_len', 'beam_size'))})\b")
+# the JobSpec fields spec_options takes from flags of the same name (the engine options come
+# from option_table)
+SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(JobSpec) if f.name != "options")
 
 
-# decoding flags each mode may or may not take: one that changes nothing in the mode's options
-# (a streaming flag with --mode oneshot) is a contradiction, not silently ignored
-ENGINE_FLAGS = ("beam_size", "chunk_seconds", "frame_threshold", "audio_max_len")
+def flag_of(name: str) -> str:
+    """The flag of an option or JobSpec field: --beam-size for beam_size."""
+    table = option_table()
+    return table[name][0].flag if name in table else "--" + name.replace("_", "-")
 
 
-def check_contradictions(spec: JobSpec, fields: dict, others: dict) -> None:
-    """A usage error for flags that contradict each other or cannot act."""
-    for name in ENGINE_FLAGS:
-        if fields[name] is not None and not _acts(spec, name, fields[name]):
-            raise click.UsageError(f"--{name.replace('_', '-')} has no effect with --mode {spec.mode}")
+def check_contradictions(spec: JobSpec, others: dict) -> None:
+    """A usage error for flags that contradict each other (a decoding flag the mode does not
+    take was refused by the library already)."""
     for flag, fmt in (("vtt_karaoke", "vtt"), ("json_cues", "json")):
-        if fields[flag] and fmt not in spec.formats:
-            raise click.UsageError(f"--{flag.replace('_', '-')} needs the {fmt} format (-f {fmt})")
+        if getattr(spec, flag) and fmt not in spec.formats:
+            raise click.UsageError(f"{flag_of(flag)} needs the {fmt} format (-f {fmt})")
     if others.get("ray_address") is not None and others.get("batch_files", 1) > 1:
         raise click.UsageError("--batch-files and --ray contradict: Ray workers take one file at a time")
+    if others.get("ray_address") is not None and others.get("threads") is not None:
+        raise click.UsageError("--threads and --ray contradict: Ray workers take --worker-threads")
 
 
-def _acts(spec: JobSpec, name: str, value) -> bool:
-    """Whether the decoding flag ``name`` changes the mode's options at all."""
-    try:
-        other = dataclasses.replace(spec, **{name: value * 2 + 1}).engine_options()
-    except ValueError:
-        return True  # out of range for the mode: it reads the flag
-    return other != spec.engine_options()
-
-
-def make_spec(**fields) -> JobSpec:
+def make_spec(options: dict, fields: dict) -> JobSpec:
     """The JobSpec for these flags; a bad value is a usage error naming the flag."""
     try:
-        return JobSpec(**{**fields, "model": str(fields["model"])})
-    except ValueError as e:
-        message = _FLAG_NAMES.sub(lambda m: "--" + m.group(1).replace("_", "-"), str(e))
+        return JobSpec(**{**fields, "model": str(fields["model"])}, options=options)
+    except OptionError as e:  # an engine option: the library names it, we give its flag
+        raise click.UsageError(e.named(flag_of)) from e
+    except ValueError as e:  # CueOptions' message names its fields as CueOptions.max_cps
+        message = str(e)
+        for name in CUE_FIELDS:
+            message = message.replace(f"CueOptions.{name}", flag_of(name))
         raise click.UsageError(message) from e
 
 
-def open_store(db: Optional[Path], timeout: float = DEFAULT_DB_TIMEOUT) -> JobStore:
+def open_store(db: Optional[Path], timeout: Optional[float] = None) -> JobStore:
+    from tqdm import tqdm
+
+    from .store import DEFAULT_TIMEOUT, JobStore, StoreError, default_path
+
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+
     def waiting(message: str) -> None:
         tqdm.write(message, file=sys.stderr)  # between progress bars, if any
 
@@ -381,9 +455,16 @@ def runners(store: JobStore, reporter: Reporter, ray: Optional[RaySettings], fil
     joined (or started) here, before the caller installs its StopFlag (``ray.init`` sets its own
     SIGTERM handler), and its workers (and a local instance) are stopped on the way out.
     ``files``: how many files the batch has (None: watch mode), at most one worker each."""
+    from .engines import EngineCache
+    from .runner import Runner
+
     common = dict(reporter=reporter, max_attempts=settings.max_attempts,
                   checkpoint_seconds=settings.checkpoint_seconds, lease_seconds=settings.lease_seconds)
     if ray is None:
+        if settings.threads:
+            from transcriber import blas
+
+            blas.set_threads(settings.threads)
         yield lambda stop: Runner(store, engines=EngineCache(), stop=stop, batch_files=settings.batch_files, **common)
         return
     from . import ray_runner  # imports Ray: only here, with --ray
@@ -433,12 +514,20 @@ def closing_on_interrupt(reporter, message: str, stop: Optional[StopFlag] = None
 def stop_flag(reporter, ray: Optional[RaySettings]) -> StopFlag:
     """The run's StopFlag. In this process a stop acts within STOP_GRACE_SECONDS (the step in
     flight dropped); Ray workers checkpoint on their own, so a Ray run waits for them."""
+    from .runner import STOP_GRACE_SECONDS, StopFlag
+
     return StopFlag(stop_message([reporter]), grace=None if ray else STOP_GRACE_SECONDS)
 
 
 def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettings,
               ray: Optional[RaySettings] = None) -> None:
     """Run a batch's jobs (in this process, or on Ray), print the summary, exit with its status."""
+    from transcriber import blas
+
+    from .batch import summary
+    from .progress import Reporter, printable
+    from .runner import RunResult
+
     result = RunResult()
     if batch.to_run:
         if not quiet and sys.platform.startswith("linux") and not blas.loaded_path:
@@ -464,6 +553,11 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettin
 @runner_options
 @ray_options
 def run(paths, spec, output_dir, force, runner, db, db_timeout, quiet, ray):
+    from .batch import Batch, NameClash, enqueue_files
+    from .discover import discover, has_audio
+    from .progress import printable
+    from .store import FAILED
+
     store = open_store(db, db_timeout)
 
     def is_media(path: Path) -> bool:
@@ -497,13 +591,28 @@ def _clock(seconds: Optional[float]) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-SHOWN_STATUSES = (*STATUSES, STALLED, GONE)
+def shown_statuses() -> tuple[str, ...]:
+    """The statuses ``status`` shows: the store's, then stalled and gone."""
+    from .store import GONE, STALLED, STATUSES
+
+    return (*STATUSES, STALLED, GONE)
+
+
+def _statuses(ctx, param, values: tuple[str, ...]) -> tuple[str, ...]:
+    # checked here, not by a click.Choice, which would load the store (SQLite) for --help
+    unknown = [v for v in values if v not in shown_statuses()]
+    if unknown:
+        raise click.BadParameter(f"{unknown[0]!r} is not one of {', '.join(shown_statuses())}")
+    return values
 
 
 def shown_status(job: Job, now: float) -> str:
     """The one status ``status`` shows, in its table, count line and JSON alike: ``stalled`` for
     a running job whose runner is gone (dead, or its lease expired), ``gone`` for a job not done
     whose input no longer exists, else the stored one."""
+    from .runner import owner_is_dead
+    from .store import FAILED, GONE, QUEUED, RUNNING, STALLED
+
     status = job.status
     if status == RUNNING and (job.stalled(now) or (job.lease_owner and owner_is_dead(job.lease_owner))):
         status = STALLED
@@ -514,6 +623,8 @@ def shown_status(job: Job, now: float) -> str:
 
 def _note(job: Job) -> str:
     """The error of a failed (or retrying) job; the warnings of a done one."""
+    from .store import FAILED
+
     if job.status == FAILED or (job.last_error and job.status != "done"):
         prefix = "" if job.status == FAILED else f"error {job.errors}x, retrying: "
         return prefix + (job.last_error or "")
@@ -531,6 +642,8 @@ def _language(job: Job) -> str:
 
 def status_table(jobs: list[tuple[Job, str]]) -> str:
     """The table of (job, its shown status) pairs."""
+    from .progress import printable
+
     header = ("ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "WORKER", "UPDATED", "FILE", "NOTE")
     rows = [(str(j.id), shown, f"{_clock(j.progress)}/{_clock(j.duration)}", str(j.runs),
              _language(j), j.worker or "-", _when(j.updated_at), printable(j.path), printable(_note(j)))
@@ -549,8 +662,8 @@ Examples:
   transcribe status --json | jq '.[] | select(.status == "failed") | .path'
 """)
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of jobs.")
-@click.option("-s", "--status", "statuses", multiple=True, type=click.Choice(SHOWN_STATUSES),
-              help="Only jobs with this status (repeatable).")
+@click.option("-s", "--status", "statuses", multiple=True, callback=_statuses, metavar="STATUS",
+              cls=LazyHelp, help_text=lambda: f"Only jobs with this status (repeatable): {', '.join(shown_statuses())}.")
 @db_option
 def status(as_json, statuses, db, db_timeout):
     store = open_store(db, db_timeout)
@@ -566,7 +679,7 @@ def status(as_json, statuses, db, db_timeout):
         return
     click.echo(status_table(jobs))
     counts = Counter(s for _, s in jobs)
-    click.echo(", ".join(f"{counts[s]} {s}" for s in SHOWN_STATUSES if counts[s]))
+    click.echo(", ".join(f"{counts[s]} {s}" for s in shown_statuses() if counts[s]))
 
 
 def write_json_array(items) -> None:
@@ -592,6 +705,10 @@ Examples:
 @click.option("--failed", "all_failed", is_flag=True, help="Every failed job.")
 @runner_options
 def retry(jobs, all_failed, runner, db, db_timeout, quiet):
+    from .batch import Batch
+    from .runner import owner_is_dead
+    from .store import FAILED
+
     if not jobs and not all_failed:
         raise click.UsageError("name a JOB (id or path) or pass --failed")
     store = open_store(db, db_timeout)
@@ -634,6 +751,10 @@ Examples:
 @runner_options
 @ray_options
 def watch(folder, spec, output_dir, stable_seconds, interval, runner, db, db_timeout, quiet, ray):
+    from .progress import Reporter
+    from .store import DONE, FAILED
+    from .watch import watch as watch_folder
+
     store = open_store(db, db_timeout)
     reporter = Reporter(quiet=quiet)
     stop = stop_flag(reporter, ray)
@@ -654,6 +775,8 @@ def watch(folder, spec, output_dir, stable_seconds, interval, runner, db, db_tim
 serves MLX's matmuls (and how fast it measures now), the cache folder and the models found.""")
 @click.option("--probe", is_flag=True, help="Measure the BLAS candidates again (refreshes the cached choice).")
 def doctor(probe):
+    from transcriber import doctor_report
+
     click.echo(doctor_report(probe=probe))
 
 
@@ -701,5 +824,7 @@ Examples:
 """)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: the cache folder and the models.")
 def models(as_json):
+    from transcriber import list_models
+
     catalog = list_models()
     click.echo(json.dumps(catalog.to_dict(), indent=2) if as_json else models_table(catalog))

@@ -46,7 +46,8 @@ class StreamingEngine:
         if session.finished:
             return
         start = session.audio_offset / SAMPLE_RATE
-        audio = audio_io.iter_audio(source, chunk_seconds=self.options.chunk_seconds, start=start)
+        audio = audio_io.iter_audio(source, chunk_seconds=self.options.chunk_seconds, start=start,
+                                    track=self.options.audio_track)
         for _, samples in audio:
             session.insert_audio(samples)
             words = session.process()
