@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Optional
 
 import click
 
-from transcriber import DEFAULT_MODE, DEFAULT_MODEL, MODES, ModelError, OptionError, check_model_options, option_table
-from transcriber.modes import mode_default
+from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, MODES, ModelError, OptionError, check_model_options,
+                         mode_default, option_table)
 
 from .spec import CUE_DEFAULTS, CUE_FIELDS, JobSpec
 

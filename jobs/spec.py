@@ -25,9 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from transcriber import DEFAULT_MODE, DEFAULT_MODEL, engine_options, option_table
-from transcriber.modes import mode_default
-from transcriber.options import fingerprint_data
+from transcriber import DEFAULT_MODE, DEFAULT_MODEL, engine_options, fingerprint_data, mode_default, option_table
 
 # Bump when the meaning of stored words or engine states changes for the same options (a
 # decoding fix that should redo finished files): every fingerprint changes with it.

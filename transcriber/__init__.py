@@ -14,8 +14,8 @@ import os
 from .constants import DEFAULT_MODEL
 from .decoding.options import DecodingOptions, TranscribeOptions
 from .errors import AudioError, ModelError, OutputError, TranscriberError
-from .modes import DEFAULT_MODE, MODES, engine_options, make_engine, option_table
-from .options import Option, OptionError
+from .modes import DEFAULT_MODE, MODES, engine_options, make_engine, mode_default, option_table
+from .options import Option, OptionError, fingerprint_data
 from .streaming.options import StreamingOptions
 from .types import Segment, Transcript, Word
 
@@ -120,7 +120,8 @@ def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None
 
 __all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT_MODEL", "list_models", "ModelStatus", "probe",
            "Transcript", "Segment", "Word", "Step", "Engine", "assemble", "words_to_transcript",
-           "MODES", "DEFAULT_MODE", "engine_options", "make_engine", "option_table", "Option", "OptionError",
+           "MODES", "DEFAULT_MODE", "engine_options", "make_engine", "option_table", "mode_default", "Option", "OptionError",
+           "fingerprint_data",
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",
            "StreamingEngine", "StreamingOptions", "StreamingSession",
            "CueOptions", "OutputOptions", "FORMATS", "write_outputs", "blas", "doctor_report",
