@@ -32,8 +32,13 @@ def flag_args(option) -> list[str]:
     return [option.flag, option.example]
 
 
+def timed_words(path) -> list[dict]:
+    """The words of a JSON output: {"word", "start", "end", "probability"}."""
+    return [w for s in json.loads(path.read_text())["segments"] for w in s["words"]]
+
+
 def words(path) -> str:
-    return " ".join(w["text"].strip() for w in json.loads(path.read_text())["words"])
+    return " ".join(w["word"].strip() for w in timed_words(path))
 
 
 @pytest.fixture
@@ -233,12 +238,12 @@ def test_clip_timestamps_temperature_and_no_condition(tmp_path, media):
     --no-condition-on-previous-text run the same file."""
     db = ("--db", str(tmp_path / "j.db"), str(media), "-f", "json", "-q")
     assert invoke(*db).exit_code == 0
-    whole = json.loads(media.with_suffix(".json").read_text())["words"]
+    whole = timed_words(media.with_suffix(".json"))
     assert invoke(*db, "--clip-timestamps", "0,3.2").exit_code == 0
-    clipped = json.loads(media.with_suffix(".json").read_text())["words"]
+    clipped = timed_words(media.with_suffix(".json"))
     assert clipped and len(clipped) < len(whole) and all(w["end"] <= 3.3 for w in clipped)
     assert invoke(*db, "--clip-timestamps", "6.2").exit_code == 0  # from 6.2 s to the end
-    tail = json.loads(media.with_suffix(".json").read_text())["words"]
+    tail = timed_words(media.with_suffix(".json"))
     assert tail and all(w["start"] >= 6.1 for w in tail) and "country" in words(media.with_suffix(".json"))
     assert invoke(*db, "--temperature", "0", "--no-condition-on-previous-text").exit_code == 0
     assert "Americans" in words(media.with_suffix(".json"))

@@ -87,7 +87,10 @@ def _select(name: str, info: _MediaInfo, track: Union[int, str, None]) -> _Media
         listed = ", ".join(f"{i} ({t.language or 'no language tag'})" for i, t in enumerate(info.tracks, 1))
         wanted = f"audio track {track}" if isinstance(track, int) else f"audio track tagged {track!r}"
         raise AudioError(_message(name, f"no {wanted}: its audio tracks are {listed}"))
-    return replace(info, track=index, seeks_exactly=info.tracks[index].exact)
+    # The duration read is the container's (its longest stream): another track may be shorter
+    # without being cut, so the truncation rule cannot apply to it (as for an estimated one).
+    return replace(info, track=index, seeks_exactly=info.tracks[index].exact,
+                   duration_estimated=info.duration_estimated or len(info.tracks) > 1)
 
 
 # Audio whose seek is sample-exact: every sample is coded on its own (PCM) or in frames that
