@@ -247,3 +247,20 @@ def test_clip_timestamps_temperature_and_no_condition(tmp_path, media):
     assert tail and all(w["start"] >= 6.1 for w in tail) and "country" in words(media.with_suffix(".json"))
     assert invoke(*db, "--temperature", "0", "--no-condition-on-previous-text").exit_code == 0
     assert "Americans" in words(media.with_suffix(".json"))
+
+
+def test_audio_tracks_are_read_with_their_language_tags(tmp_path):
+    """From `ffmpeg -i` (no ffprobe here) and from ffprobe's JSON alike."""
+    from transcriber import audio
+
+    info = audio._probe_ffmpeg(str(two_track_mkv(tmp_path)))
+    assert [t.language for t in info.tracks] == ["eng", "ger"] and info.track == 0
+    assert audio._select("two.mkv", info, "GER").track == 1 and audio._select("two.mkv", info, 2).track == 1
+    probed = audio._parse_ffprobe_json("x.mkv", json.dumps({"format": {"duration": "11.0"}, "streams": [
+        {"codec_type": "audio", "codec_name": "opus", "sample_rate": "48000", "tags": {"language": "eng"}},
+        {"codec_type": "audio", "codec_name": "flac", "sample_rate": "16000", "tags": {"language": "ger"}}]}))
+    chosen = audio._select("x.mkv", probed, "ger")
+    assert (chosen.track, chosen.seeks_exactly, chosen.duration_estimated) == (1, True, True)
+    with pytest.raises(transcriber.AudioError, match="no audio track tagged 'fre': its audio tracks are 1 "
+                                                     r"\(eng\), 2 \(ger\)"):
+        audio._select("x.mkv", probed, "fre")
