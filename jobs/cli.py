@@ -349,7 +349,14 @@ def spec_options(f):
             raise click.UsageError(str(e)) from e
         return f(spec=spec, **kwargs)
 
-    for decorator in reversed([
+    for decorator in reversed(_spec_flags()):
+        command = decorator(command)
+    return command
+
+
+def _spec_flags() -> list:
+    """The Click options of spec_options, in the order --help shows them."""
+    return [
         click.option("-f", "--format", "formats", default="srt", show_default=True, callback=parse_formats,
                      cls=LazyHelp, help_text=lambda: f"Comma-separated output formats: {', '.join(formats())}."),
         click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -390,9 +397,7 @@ def spec_options(f):
                      help="Name the outputs with their language code before the extension: talk.en.srt, "
                           "talk.de.vtt (what Jellyfin, Plex, Kodi and VLC read as the subtitle's language; "
                           "'und' when no language was found)."),
-    ]):
-        command = decorator(command)
-    return command
+    ]
 
 
 # the JobSpec fields spec_options takes from flags of the same name (the engine options come
