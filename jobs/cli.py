@@ -7,45 +7,40 @@
 
 A Click group whose default command takes the paths, so ``transcribe PATH...`` works and
 subcommands (``status``, ``retry``, ``watch``) live beside it. Commands stay thin: flags become a
-``JobSpec`` (jobs/spec.py, the one place they map onto library options), files become jobs in
-the store (jobs/store.py, all the SQL), and the runner (jobs/runner.py) does the work.
+``JobSpec`` and settings (jobs/flags.py: the decoding flags come from the library's options
+classes), files become jobs in the store (jobs/store.py, all the SQL), and the runner
+(jobs/runner.py) does the work.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import os
-import re
 import signal
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import click
-from tqdm import tqdm
 
-from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FOLLOW_MODES, FORMATS, MODES, CueOptions, ModelError,
-                         StreamingOptions, blas, check_model_options, doctor_report, list_models)
+from transcriber import FOLLOW_MODES, ModelError
 
-from .batch import Batch, NameClash, enqueue_files, summary
-from .discover import discover, has_audio
-from .engines import EngineCache
-from .follow import FOLLOW_KEY, FOLLOWING, FollowSettings, follow_command, follow_options
-from .follow import HELP as FOLLOW_HELP
-from .progress import Reporter, printable
-from .ray_worker import DEFAULT_WORKER_TIMEOUT, ClusterError
-from .runner import (DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_ATTEMPTS, STOP_GRACE_SECONDS,
-                     RunResult, Runner, StopFlag, owner_is_dead)
-from .spec import CUE_FIELDS, JobSpec
-from .store import DEFAULT_TIMEOUT as DEFAULT_DB_TIMEOUT
-from .store import DONE, FAILED, GONE, QUEUED, RUNNING, STALLED, STATUSES, Job, JobStore, StoreError, default_path
-from .watch import watch as watch_folder
+from .flags import (FOLLOW_HELP, LazyHelp, RaySettings, RunnerSettings, db_option, follow_options, quiet_option,
+                    ray_options, runner_options, spec_options)
+
+if TYPE_CHECKING:
+    from .batch import Batch
+    from .progress import Reporter
+    from .runner import StopFlag
+    from .store import Job, JobStore
+
+# This module is light to import: ``transcribe --version`` and ``--help`` load no numpy, MLX,
+# tokenizer nor SQLite (issue 18: <= 0.3 s). The modules that do are imported where a command
+# needs them; a default that lives in one of them is read when it is shown or used (_later).
 
 EXAMPLES = """
 \b
@@ -82,6 +77,9 @@ class DefaultGroup(click.Group):
     """
 
     def parse_args(self, ctx, args):
+        if not args:  # `transcribe` alone: the help, not "Missing argument"
+            click.echo(ctx.get_help())
+            ctx.exit(0)
         if args and args[0] in ("--help", "-h", "--version"):
             return super().parse_args(ctx, args)
         args = _optional_values(args)
@@ -101,6 +99,9 @@ class DefaultGroup(click.Group):
                 for opt in param.opts}
 
     def invoke(self, ctx):
+        from .ray_worker import ClusterError
+        from .store import StoreError
+
         try:
             return super().invoke(ctx)
         except (StoreError, ModelError, ClusterError) as e:  # the database, the model, Ray: one line
@@ -134,240 +135,13 @@ def main():
     pass
 
 
-def parse_formats(ctx, param, value: str) -> tuple[str, ...]:
-    formats = tuple(dict.fromkeys(f.strip().lower() for f in value.split(",") if f.strip()))
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown or not formats:
-        raise click.BadParameter(f"unknown format {', '.join(unknown) or value!r}; choose from {', '.join(FORMATS)}")
-    return formats
+def open_store(db: Optional[Path], timeout: Optional[float] = None) -> JobStore:
+    from tqdm import tqdm
 
+    from .store import DEFAULT_TIMEOUT, JobStore, StoreError, default_path
 
-def db_option(f):
-    f = click.option("--db-timeout", type=click.FloatRange(min=0), default=DEFAULT_DB_TIMEOUT,
-                     envvar="TRANSCRIBER_DB_TIMEOUT", show_envvar=True, show_default=True,
-                     help="Seconds to wait for a job database locked by another process, then "
-                          "give up with an error.")(f)
-    return click.option("--db", type=click.Path(dir_okay=False, path_type=Path), envvar="TRANSCRIBER_DB",
-                        show_envvar=True, help=f"Job database (default: {default_path()}).")(f)
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
 
-
-def quiet_option(f):
-    return click.option("-q", "--quiet", is_flag=True, help="No progress bars nor per-file lines.")(f)
-
-
-@dataclass(frozen=True)
-class RunnerSettings:
-    """The flags of ``runner_options``: how jobs are run (jobs/runner.py)."""
-
-    max_attempts: int
-    checkpoint_seconds: float
-    lease_seconds: float
-    batch_files: int  # files decoded side by side (one-shot mode)
-
-
-def runner_options(f):
-    """Flags for whatever runs jobs (run, retry, watch), handed to the command as one
-    ``runner`` (RunnerSettings), and the database and quiet flags."""
-
-    @functools.wraps(f)
-    def command(max_attempts, checkpoint_seconds, lease_seconds, batch_files, **kwargs):
-        return f(runner=RunnerSettings(max_attempts, checkpoint_seconds, lease_seconds, batch_files), **kwargs)
-
-    for decorator in reversed([
-        click.option("--max-attempts", type=click.IntRange(min=1), default=DEFAULT_MAX_ATTEMPTS,
-                     show_default=True, help="Give a file up after this many failed attempts."),
-        click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=DEFAULT_CHECKPOINT_SECONDS,
-                     show_default=True, help="Save progress every this many seconds of audio (one-shot: "
-                                             "every 30 s window)."),
-        click.option("--lease-seconds", type=click.FloatRange(min=1), default=DEFAULT_LEASE_SECONDS,
-                     hidden=True, help="How long a silent runner keeps its job."),
-        click.option("--batch-files", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="One-shot mode: decode up to N files side by side, their windows sharing each "
-                          "decoder step (the same words; on 2 CPU cores four long recordings took 0.85x "
-                          "the time of one after another). Streaming and --ray take one file at a time."),
-        db_option, quiet_option]):
-        command = decorator(command)
-    return command
-
-
-RAY_INSTALL = "pip install 'transcriber[ray]'"
-
-
-@dataclass(frozen=True)
-class RaySettings:
-    """``--ray`` and the flags that go with it (jobs/ray_runner.py)."""
-
-    address: str  # "local": start a local instance; "auto" or HOST:PORT: join a cluster
-    workers: Optional[int]  # None: one per ``threads`` CPUs of the cluster
-    threads: int  # BLAS threads of each worker, and the CPUs it reserves
-    timeout: float  # seconds of silence after which a worker is taken for dead
-
-
-def _needs_ray(ctx, param, value):
-    if value is not None:
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise click.BadParameter(f"Ray is not installed: {RAY_INSTALL}") from None
-    return value
-
-
-def ray_options(f):
-    """--ray and its flags, handed to the command as one ``ray`` (RaySettings or None)."""
-
-    @functools.wraps(f)
-    def command(ray_address, workers, worker_threads, worker_timeout, **kwargs):
-        ray = None if ray_address is None else RaySettings(ray_address, workers, worker_threads, worker_timeout)
-        return f(ray=ray, **kwargs)
-
-    for decorator in reversed([
-        click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
-                     callback=_needs_ray,
-                     help="Run the files on Ray workers. Alone: a local Ray instance on this machine; "
-                          "'auto': the cluster this node joined (`ray start`, or $RAY_ADDRESS); HOST:PORT: "
-                          f"that cluster's head. Workers read the media by path. Needs {RAY_INSTALL}."),
-        click.option("--workers", type=click.IntRange(min=1), default=None,
-                     help="Ray: model workers. [default: the cluster's CPUs / --worker-threads, at most "
-                          "one per file]"),
-        click.option("--worker-threads", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Ray: BLAS threads of each worker (the CPUs it reserves). One thread per worker "
-                          "does more audio per hour than one worker with all the threads."),
-        click.option("--worker-timeout", type=click.FloatRange(min=1), default=DEFAULT_WORKER_TIMEOUT,
-                     show_default=True,
-                     help="Ray: seconds without progress after which a worker is taken for dead (killed, "
-                          "its file resumed on another)."),
-    ]):
-        command = decorator(command)
-    return command
-
-
-_DEFAULTS = JobSpec()
-_STREAMING = StreamingOptions()
-
-
-def spec_options(f):
-    """Flags that say what to do with each file (run, watch), handed to the command as one
-    ``spec`` (a JobSpec): the command never sees them one by one."""
-
-    @functools.wraps(f)
-    def command(**kwargs):
-        fields = {name: kwargs.pop(name) for name in SPEC_FLAGS}
-        spec = make_spec(**fields)
-        check_contradictions(spec, fields, kwargs)
-        try:  # an unknown model or language, an English-only model asked for German: before any job is queued
-            check_model_options(spec.model, language=spec.language, task=spec.task)
-        except ValueError as e:
-            raise click.UsageError(str(e)) from e
-        return f(spec=spec, **kwargs)
-
-    for decorator in reversed([
-        click.option("-f", "--format", "formats", default="srt", show_default=True, callback=parse_formats,
-                     help=f"Comma-separated output formats: {', '.join(FORMATS)}."),
-        click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path),
-                     help="Write outputs here (mirroring subfolders) instead of next to each input."),
-        click.option("-m", "--model", default=DEFAULT_MODEL, show_default=True,
-                     help="Model name (see `transcribe models`) or a model folder: CTranslate2, "
-                          "Hugging Face transformers or MLX layout."),
-        click.option("-l", "--language", default=None,
-                     help="Spoken language code (default: detect; 'en' for .en models)."),
-        click.option("--task", type=click.Choice(["transcribe", "translate"]), default="transcribe",
-                     show_default=True,
-                     help="translate: English text of speech in any language (multilingual models "
-                          "such as base; English-only models refuse it)."),
-        # ranges: checked by the library's options (DecodingOptions, StreamingOptions, CueOptions),
-        # which bound every flag's cost; make_spec turns their ValueError into a usage error
-        click.option("--beam-size", type=click.IntRange(min=1), default=None,
-                     help="Beam search width, 1-16 (default: greedy): wider costs time and memory "
-                          "in proportion, for no gain past 5-10."),
-        click.option("--mode", type=click.Choice(list(MODES)), default=DEFAULT_MODE, show_default=True,
-                     help="stream: AlignAtt over the audio replayed chunk by chunk; "
-                          "oneshot: 30 s windows with timestamp rules."),
-        # streaming defaults live in StreamingOptions: None here means "its default"
-        click.option("--chunk-seconds", type=float, default=None,
-                     help="Streaming: seconds of audio fed to the decoder per step.  "
-                          f"[default: {_STREAMING.chunk_seconds:g}]"),
-        click.option("--frame-threshold", type=int, default=None,
-                     help="Streaming: stop a step when attention comes this many 20 ms frames "
-                          f"near the end of the audio.  [default: {_STREAMING.frame_threshold}]"),
-        click.option("--audio-max-len", type=float, default=None,
-                     help="Streaming: seconds of audio the decoder sees at most.  "
-                          f"[default: {_STREAMING.audio_max_len:g}]"),
-        click.option("--live", is_flag=True,
-                     help="Rewrite the outputs at every checkpoint, so a growing SRT can be followed."),
-        # Cue layout and output details: they change the files, never the words, so changing
-        # them rewrites a done file's outputs from its stored words, without the model.
-        # Values are checked by CueOptions (one clear usage error), not by Click types.
-        # None: the rule of each file's language (16 characters a line for Chinese...)
-        click.option("--max-line-chars", type=int, default=None,
-                     help="Subtitles: characters per line.  [default by language: "
-                          f"{CueOptions.language_defaults('max_line_chars')}]"),
-        click.option("--max-lines", type=int, default=_DEFAULTS.max_lines, show_default=True,
-                     help="Subtitles: lines per cue."),
-        click.option("--max-cps", type=float, default=None,
-                     help="Subtitles: reading speed, characters per second.  [default by language: "
-                          f"{CueOptions.language_defaults('max_cps')}]"),
-        click.option("--min-duration", type=float, default=_DEFAULTS.min_duration,
-                     help="Subtitles: seconds a cue stays up at least, where the next cue leaves "
-                          "room.  [default: 5/6]"),
-        click.option("--max-duration", type=float, default=_DEFAULTS.max_duration, show_default=True,
-                     help="Subtitles: seconds a cue stays up at most."),
-        click.option("--vtt-karaoke", is_flag=True,
-                     help="WebVTT: an inline <hh:mm:ss.ttt> timestamp before every word."),
-        click.option("--highlight-words", is_flag=True, help="SRT: the word being spoken underlined; ASS: karaoke."),
-        click.option("--json-cues", is_flag=True,
-                     help="JSON: the subtitle cues too, next to the word timeline."),
-        click.option("--tag-language", is_flag=True,
-                     help="Name the outputs with their language code before the extension: talk.en.srt, "
-                          "talk.de.vtt (what Jellyfin, Plex, Kodi and VLC read as the subtitle's language; "
-                          "'und' when no language was found)."),
-    ]):
-        command = decorator(command)
-    return command
-
-
-# the flags spec_options takes from the command line: JobSpec fields of the same name
-SPEC_FLAGS = ("formats", "model", "language", "task", "beam_size", "mode", "chunk_seconds",
-              "frame_threshold", "audio_max_len", "live", *CUE_FIELDS, "vtt_karaoke", "json_cues",
-              "tag_language", "highlight_words")
-_FLAG_NAMES = re.compile(rf"\b(?:CueOptions\.)?({'|'.join(CUE_FIELDS + ('chunk_seconds', 'frame_threshold', 'audio_max_len', 'beam_size'))})\b")
-
-
-# decoding flags each mode may or may not take: one that changes nothing in the mode's options
-# (a streaming flag with --mode oneshot) is a contradiction, not silently ignored
-ENGINE_FLAGS = ("beam_size", "chunk_seconds", "frame_threshold", "audio_max_len")
-
-
-def check_contradictions(spec: JobSpec, fields: dict, others: dict) -> None:
-    """A usage error for flags that contradict each other or cannot act."""
-    for name in ENGINE_FLAGS:
-        if fields[name] is not None and not _acts(spec, name, fields[name]):
-            raise click.UsageError(f"--{name.replace('_', '-')} has no effect with --mode {spec.mode}")
-    for flag, fmts in (("vtt_karaoke", ("vtt",)), ("json_cues", ("json",)), ("highlight_words", ("srt", "ass"))):
-        if fields[flag] and not set(fmts) & set(spec.formats):
-            raise click.UsageError(f"--{flag.replace('_', '-')} needs the {' or '.join(fmts)} format (-f {fmts[0]})")
-    if others.get("ray_address") is not None and others.get("batch_files", 1) > 1:
-        raise click.UsageError("--batch-files and --ray contradict: Ray workers take one file at a time")
-
-
-def _acts(spec: JobSpec, name: str, value) -> bool:
-    """Whether the decoding flag ``name`` changes the mode's options at all."""
-    try:
-        other = dataclasses.replace(spec, **{name: value * 2 + 1}).engine_options()
-    except ValueError:
-        return True  # out of range for the mode: it reads the flag
-    return other != spec.engine_options()
-
-
-def make_spec(**fields) -> JobSpec:
-    """The JobSpec for these flags; a bad value is a usage error naming the flag."""
-    try:
-        return JobSpec(**{**fields, "model": str(fields["model"])})
-    except ValueError as e:
-        message = _FLAG_NAMES.sub(lambda m: "--" + m.group(1).replace("_", "-"), str(e))
-        raise click.UsageError(message) from e
-
-
-def open_store(db: Optional[Path], timeout: float = DEFAULT_DB_TIMEOUT) -> JobStore:
     def waiting(message: str) -> None:
         tqdm.write(message, file=sys.stderr)  # between progress bars, if any
 
@@ -385,9 +159,18 @@ def runners(store: JobStore, reporter: Reporter, ray: Optional[RaySettings], fil
     joined (or started) here, before the caller installs its StopFlag (``ray.init`` sets its own
     SIGTERM handler), and its workers (and a local instance) are stopped on the way out.
     ``files``: how many files the batch has (None: watch mode), at most one worker each."""
+    from .engines import EngineCache
+    from .runner import Runner
+
     common = dict(reporter=reporter, max_attempts=settings.max_attempts,
                   checkpoint_seconds=settings.checkpoint_seconds, lease_seconds=settings.lease_seconds)
     if ray is None:
+        if settings.threads:
+            from transcriber import blas
+
+            blas.set_threads(settings.threads)
+            if blas.threads() != settings.threads:  # MLX's own BLAS, or one that cannot be told
+                reporter.info(f"note: --threads {settings.threads} has no effect: {blas.describe()}")
         yield lambda stop: Runner(store, engines=EngineCache(), stop=stop, batch_files=settings.batch_files, **common)
         return
     from . import ray_runner  # imports Ray: only here, with --ray
@@ -437,12 +220,20 @@ def closing_on_interrupt(reporter, message: str, stop: Optional[StopFlag] = None
 def stop_flag(reporter, ray: Optional[RaySettings]) -> StopFlag:
     """The run's StopFlag. In this process a stop acts within STOP_GRACE_SECONDS (the step in
     flight dropped); Ray workers checkpoint on their own, so a Ray run waits for them."""
+    from .runner import STOP_GRACE_SECONDS, StopFlag
+
     return StopFlag(stop_message([reporter]), grace=None if ray else STOP_GRACE_SECONDS)
 
 
 def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettings,
               ray: Optional[RaySettings] = None) -> None:
     """Run a batch's jobs (in this process, or on Ray), print the summary, exit with its status."""
+    from transcriber import blas
+
+    from .batch import summary
+    from .progress import Reporter, printable
+    from .runner import RunResult
+
     result = RunResult()
     if batch.to_run:
         if not quiet and sys.platform.startswith("linux") and not blas.loaded_path:
@@ -468,6 +259,11 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettin
 @runner_options
 @ray_options
 def run(paths, spec, output_dir, force, runner, db, db_timeout, quiet, ray):
+    from .batch import Batch, NameClash, enqueue_files
+    from .discover import discover, has_audio
+    from .progress import printable
+    from .store import FAILED
+
     store = open_store(db, db_timeout)
 
     def is_media(path: Path) -> bool:
@@ -501,13 +297,28 @@ def _clock(seconds: Optional[float]) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
-SHOWN_STATUSES = (*STATUSES, FOLLOWING, STALLED, GONE)
+def shown_statuses() -> tuple[str, ...]:
+    """The statuses ``status`` shows: the store's, then following, stalled and gone."""
+    from .store import FOLLOWING, GONE, STALLED, STATUSES
+
+    return (*STATUSES, FOLLOWING, STALLED, GONE)
+
+
+def _statuses(ctx, param, values: tuple[str, ...]) -> tuple[str, ...]:
+    # checked here, not by a click.Choice, which would load the store (SQLite) for --help
+    unknown = [v for v in values if v not in shown_statuses()]
+    if unknown:
+        raise click.BadParameter(f"{unknown[0]!r} is not one of {', '.join(shown_statuses())}")
+    return values
 
 
 def shown_status(job: Job, now: float) -> str:
     """The one status ``status`` shows, in its table, count line and JSON alike: ``stalled`` for
     a running job whose runner is gone (dead, or its lease expired), ``gone`` for a job not done
-    whose input no longer exists, else the stored one."""
+    whose input no longer exists, ``following`` for a running followed source, else the stored one."""
+    from .runner import owner_is_dead
+    from .store import FAILED, FOLLOW_KEY, FOLLOWING, GONE, QUEUED, RUNNING, STALLED
+
     status = job.status
     if status == RUNNING and (job.stalled(now) or (job.lease_owner and owner_is_dead(job.lease_owner))):
         status = STALLED
@@ -520,6 +331,8 @@ def shown_status(job: Job, now: float) -> str:
 
 def _note(job: Job) -> str:
     """The error of a failed (or retrying) job; the warnings of a done one."""
+    from .store import FAILED
+
     if job.status == FAILED or (job.last_error and job.status != "done"):
         prefix = "" if job.status == FAILED else f"error {job.errors}x, retrying: "
         return prefix + (job.last_error or "")
@@ -537,21 +350,13 @@ def _language(job: Job) -> str:
 
 def status_table(jobs: list[tuple[Job, str]]) -> str:
     """The table of (job, its shown status) pairs."""
+    from .progress import printable
+
     header = ("ID", "STATUS", "PROGRESS", "RUNS", "LANGUAGE", "WORKER", "UPDATED", "FILE", "NOTE")
     rows = [(str(j.id), shown, f"{_clock(j.progress)}/{_clock(j.duration)}", str(j.runs),
              _language(j), j.worker or "-", _when(j.updated_at), printable(j.path), printable(_note(j)))
             for j, shown in jobs]
     return "\n".join(_table(header, rows))
-
-
-@main.command(help=FOLLOW_HELP, context_settings={"default_map": {"mode": FOLLOW_MODES[0]}})
-@click.argument("source")
-@spec_options
-@follow_options
-@db_option
-@quiet_option
-def follow(source, spec, output_dir, settings, db, db_timeout, quiet):
-    sys.exit(follow_command(open_store(db, db_timeout), source, spec, output_dir, settings, quiet))
 
 
 @main.command(help="""Show the jobs in the database: a table, or JSON with --json. WORKER is the
@@ -565,8 +370,8 @@ Examples:
   transcribe status --json | jq '.[] | select(.status == "failed") | .path'
 """)
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of jobs.")
-@click.option("-s", "--status", "statuses", multiple=True, type=click.Choice(SHOWN_STATUSES),
-              help="Only jobs with this status (repeatable).")
+@click.option("-s", "--status", "statuses", multiple=True, callback=_statuses, metavar="STATUS",
+              cls=LazyHelp, help_text=lambda: f"Only jobs with this status (repeatable): {', '.join(shown_statuses())}.")
 @db_option
 def status(as_json, statuses, db, db_timeout):
     store = open_store(db, db_timeout)
@@ -582,7 +387,7 @@ def status(as_json, statuses, db, db_timeout):
         return
     click.echo(status_table(jobs))
     counts = Counter(s for _, s in jobs)
-    click.echo(", ".join(f"{counts[s]} {s}" for s in SHOWN_STATUSES if counts[s]))
+    click.echo(", ".join(f"{counts[s]} {s}" for s in shown_statuses() if counts[s]))
 
 
 def write_json_array(items) -> None:
@@ -608,6 +413,10 @@ Examples:
 @click.option("--failed", "all_failed", is_flag=True, help="Every failed job.")
 @runner_options
 def retry(jobs, all_failed, runner, db, db_timeout, quiet):
+    from .batch import Batch
+    from .runner import owner_is_dead
+    from .store import FAILED
+
     if not jobs and not all_failed:
         raise click.UsageError("name a JOB (id or path) or pass --failed")
     store = open_store(db, db_timeout)
@@ -652,6 +461,11 @@ Examples:
 @runner_options
 @ray_options
 def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db, db_timeout, quiet, ray):
+    from .flags import FollowSettings
+    from .progress import Reporter
+    from .store import DONE, FAILED
+    from .watch import watch as watch_folder
+
     if follow and (ray or spec.mode not in FOLLOW_MODES):
         raise click.UsageError(f"--follow follows files in this process with --mode {FOLLOW_MODES[0]} (not with --ray)")
     store = open_store(db, db_timeout)
@@ -671,10 +485,24 @@ def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db
     click.echo(f"watch stopped: {done} done, {sum(1 for j in ended if j.status == FAILED)} failed", err=True)
 
 
+@main.command(help=FOLLOW_HELP, context_settings={"default_map": {"mode": FOLLOW_MODES[0]}})
+@click.argument("source")
+@spec_options
+@follow_options
+@db_option
+@quiet_option
+def follow(source, spec, output_dir, settings, db, db_timeout, quiet):
+    from .follow import follow_command
+
+    sys.exit(follow_command(open_store(db, db_timeout), source, spec, output_dir, settings, quiet))
+
+
 @main.command(help="""Show what this installation runs on: versions, the ffmpeg in use, which BLAS
 serves MLX's matmuls (and how fast it measures now), the cache folder and the models found.""")
 @click.option("--probe", is_flag=True, help="Measure the BLAS candidates again (refreshes the cached choice).")
 def doctor(probe):
+    from transcriber import doctor_report
+
     click.echo(doctor_report(probe=probe))
 
 
@@ -722,5 +550,7 @@ Examples:
 """)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: the cache folder and the models.")
 def models(as_json):
+    from transcriber import list_models
+
     catalog = list_models()
     click.echo(json.dumps(catalog.to_dict(), indent=2) if as_json else models_table(catalog))

@@ -24,81 +24,28 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Optional
+from typing import Optional
 
 import click
 
-from transcriber import FOLLOW_MODES, FOLLOWABLE, AudioError, FollowOptions, LiveSource, Segment, Step, probe
+from transcriber import FOLLOW_MODES, AudioError, LiveSource, Segment, Step, probe
 
+from .attempt import Attempt, RunResult, build_engine
 from .batch import refusals
 from .discover import output_stem, resolved
 from .engines import EngineCache
-from .progress import Reporter, printable
-from .attempt import Attempt, RunResult, build_engine
-from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, CheckpointClock, Heartbeat, owner_is_dead, worker_name
+from .flags import FollowSettings
+from .lease import CheckpointClock, Heartbeat, owner_is_dead, worker_name
+from .progress import Reporter
 from .runner import Runner
 from .signals import StopFlag
 from .spec import JobSpec
-from .store import BUSY, FAILED_BEFORE, REFUSED, SKIP, JobStore, Request
-
-FOLLOWING = "following"  # the status ``transcribe status`` shows for a running followed job
-FOLLOW_KEY = "follow:"  # the content keys of followed jobs start with it
-
-
-@dataclass(frozen=True)
-class FollowSettings:
-    """The flags of ``follow_options``."""
-
-    idle_seconds: float = 10.0
-    update_seconds: float = 2.0
-    input_format: Optional[str] = None
-    name: Optional[str] = None  # the outputs' name (stdin, a URL); default: the file's
-    force: bool = False
-    checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS
-    jsonl: Optional[IO[str]] = None  # where each committed word goes, one JSON line each
-
-    def live_options(self) -> FollowOptions:
-        return FollowOptions(idle_seconds=self.idle_seconds, input_format=self.input_format)
-
-
-def follow_options(f):
-    """follow's own flags, handed to the command as one ``settings`` (FollowSettings)."""
-
-    @functools.wraps(f)
-    def command(idle_seconds, update_seconds, input_format, name, force, checkpoint_seconds, jsonl, **kwargs):
-        return f(settings=FollowSettings(idle_seconds, update_seconds, input_format, name, force,
-                                         checkpoint_seconds, jsonl), **kwargs)
-
-    for decorator in reversed([
-        click.option("--idle-seconds", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-                     help="A file has ended when it has not grown for this long (a URL or device: no "
-                          "audio for this long; one that gives none this long after its start fails)."),
-        click.option("--update-seconds", type=click.FloatRange(min=0), default=2.0, show_default=True,
-                     help="Rewrite the outputs at most this often while words are committed."),
-        click.option("--input-format", default=None,
-                     help="ffmpeg's input format (-f) for SOURCE: a capture device (alsa, pulse, v4l2, "
-                          "lavfi...) or a stream ffmpeg cannot guess."),
-        click.option("--name", default=None,
-                     help="The outputs' name, without extension (needed for '-'; default: the file's "
-                          "or the URL's)."),
-        click.option("--force", is_flag=True,
-                     help="Follow again from the start, replacing the outputs (a done job, outputs not "
-                          "written by transcribe)."),
-        click.option("--checkpoint-seconds", type=click.FloatRange(min=0), default=DEFAULT_CHECKPOINT_SECONDS,
-                     show_default=True, help="Save the session every this many seconds of audio."),
-        click.option("--jsonl", type=click.File("w", lazy=False), default=None, metavar="FILE",
-                     help="Write each committed word as one JSON line to FILE ('-': standard output)."),
-    ]):
-        command = decorator(command)
-    return command
-
+from .store import BUSY, FAILED_BEFORE, FOLLOW_KEY, REFUSED, SKIP, JobStore, Request
 
 def outputs_stem(source: str, kind: str, output_dir: Optional[Path], name: Optional[str]) -> Path:
     """Where the outputs go, without extension: ``--name`` (in --output-dir, else here), else
@@ -281,21 +228,3 @@ class FollowAttempt(Attempt):
             self.settings = dataclasses.replace(self.settings, jsonl=None)
             with contextlib.suppress(OSError):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-HELP = f"""Transcribe a recording as it is made, keeping its subtitles current on disk.
-SOURCE is a file still being written (read as it grows, until it has not grown for
---idle-seconds), '-' (standard input, until EOF), or anything ffmpeg opens: a URL, or a capture
-device with --input-format. Files that can be followed: {FOLLOWABLE} (a plain MP4 keeps its
-index at its end and cannot). The outputs are rewritten as words are committed; once the source
-has ended they are those of `transcribe FILE --mode stream` on the finished file. A followed
-file is a job (`status` shows it as following); after a kill the same command resumes it.
-Ctrl-C ends the source where it is, with the outputs written.
-
-\b
-Examples:
-  transcribe follow meeting.wav -f srt,vtt
-  ffmpeg -i talk.flac -f wav - | transcribe follow - -o subs/ --name talk
-  transcribe follow http://radio.example/live.mp3 --jsonl - -l en
-  transcribe follow default --input-format pulse --name mic -o live/
-"""

@@ -48,6 +48,8 @@ STATUSES = (QUEUED, RUNNING, DONE, FAILED)
 # What ``transcribe status`` shows besides: a running job whose runner is gone, a job not done
 # whose input file is gone (deleted or renamed)
 STALLED, GONE = "stalled", "gone"
+FOLLOWING = "following"  # a running job whose source is followed as it is made (jobs/follow.py)
+FOLLOW_KEY = "follow:"  # the content keys of followed jobs start with it
 
 # What ``enqueue``/``retry`` did with a path or job.
 NEW = "new"  # first time seen: queued

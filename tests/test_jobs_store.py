@@ -224,12 +224,12 @@ def test_checkpoints_append_words_and_resume_exactly(store):
 def test_spec_fingerprint_covers_words_not_outputs():
     base = JobSpec()
     assert base.fingerprint() == JobSpec(formats=("vtt", "json"), live=True).fingerprint()
-    assert base.fingerprint() != JobSpec(beam_size=2).fingerprint()
+    assert base.fingerprint() != JobSpec(options={"beam_size": 2}).fingerprint()
     assert base.fingerprint() != JobSpec(model="base").fingerprint()
-    assert JobSpec.from_dict(json.loads(json.dumps(JobSpec(beam_size=3, formats=("srt", "txt")).to_dict()))) == \
-        JobSpec(beam_size=3, formats=("srt", "txt"))
+    assert JobSpec.from_dict(json.loads(json.dumps(JobSpec(options={"beam_size": 3}, formats=("srt", "txt")).to_dict()))) == \
+        JobSpec(options={"beam_size": 3}, formats=("srt", "txt"))
     with pytest.raises(ValueError):
-        JobSpec(beam_size=0)
+        JobSpec(options={"beam_size": 0})
 
 
 def test_content_key_sees_same_size_same_mtime_replacements(tmp_path):

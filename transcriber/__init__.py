@@ -8,29 +8,40 @@
         print(word.start, word.text, word.emitted_at)
 """
 
+import importlib
 import os
 
-import mlx.core as _mx  # noqa: F401  (loads libmlx.so, whose sgemm slot blas.apply rewrites)
+from .constants import DEFAULT_MODEL
+from .decoding.options import DecodingOptions, TranscribeOptions
+from .errors import AudioError, ModelError, OutputError, TranscriberError
+from .modes import DEFAULT_MODE, FOLLOW_MODES, FOLLOWABLE, MODES, engine_options, make_engine, mode_default, option_table
+from .options import Option, OptionError, fingerprint_data
+from .streaming.options import StreamingOptions
+from .types import Segment, Transcript, Word
 
-from . import blas
+# The names above are light (no numpy, no MLX: ``transcribe --help`` imports them). The rest
+# are imported on first use, by name -> module. Any of them but ``probe`` imports the model
+# package first, whose import binds MLX's sgemm to the fast BLAS (see transcriber/model/__init__.py).
+_LAZY = {"probe": ".audio", "CueOptions": ".cues", "doctor_report": ".doctor:report",
+         "Engine": ".engine", "Step": ".engine", "assemble": ".engine", "words_to_transcript": ".engine",
+         "ModelStatus": ".model.catalog", "list_models": ".model.catalog", "OneShotEngine": ".oneshot",
+         "StreamingEngine": ".streaming", "StreamingSession": ".streaming", "FORMATS": ".writers",
+         "OutputOptions": ".writers", "write_outputs": ".writers", "blas": ".blas:",
+         "LiveSource": ".follow", "FollowOptions": ".follow"}
+_NO_MLX = {"probe"}
 
-blas.apply()  # after mlx.core is loaded, before any matmul: see blas.py
 
-from .audio import probe  # noqa: E402
-from .cues import CueOptions  # noqa: E402
-from .decoding.options import DecodingOptions  # noqa: E402
-from .doctor import report as doctor_report  # noqa: E402
-from .engine import Engine, Step, assemble, words_to_transcript  # noqa: E402
-from .follow import FOLLOW_MODES, FOLLOWABLE, FollowOptions, LiveSource  # noqa: E402
-from .errors import AudioError, ModelError, OutputError, TranscriberError  # noqa: E402
-from .model.catalog import ModelStatus, list_models  # noqa: E402
-from .context import check_language as _check_language  # noqa: E402
-from .model.loader import DEFAULT_MODEL, load_model as _load_model, multilingual as _multilingual  # noqa: E402
-from .modes import DEFAULT_MODE, MODES, engine_options, make_engine  # noqa: E402
-from .oneshot import OneShotEngine, TranscribeOptions  # noqa: E402
-from .streaming import StreamingEngine, StreamingOptions, StreamingSession  # noqa: E402
-from .types import Segment, Transcript, Word  # noqa: E402
-from .writers import FORMATS, OutputOptions, write_outputs  # noqa: E402
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _NO_MLX:
+        importlib.import_module(".model", __name__)
+    module, _, attribute = _LAZY[name].partition(":")
+    loaded = importlib.import_module(module, __name__)
+    value = loaded if _LAZY[name].endswith(":") else getattr(loaded, attribute or name)
+    globals()[name] = value
+    return value
+
 
 _models: dict = {}
 
@@ -39,7 +50,9 @@ def load_model(name=DEFAULT_MODEL):
     """Load (and cache in this process) a model by name or folder."""
     key = str(name)
     if key not in _models:
-        _models[key] = _load_model(name)
+        from .model.loader import load_model as load
+
+        _models[key] = load(name)
     return _models[key]
 
 
@@ -62,9 +75,12 @@ def check_model_options(model=DEFAULT_MODEL, *, language=None, task="transcribe"
                          f"{', '.join(LANGUAGES)}")
     if language in (None, "en") and task == "transcribe":
         return
-    name, multilingual = _multilingual(model)
+    from .context import check_language
+    from .model.loader import multilingual as model_languages
+
+    name, multilingual = model_languages(model)
     if multilingual is not None:
-        _check_language(name, multilingual, language, task)
+        check_language(name, multilingual, language, task)
 
 
 def _loaded(model):
@@ -77,6 +93,9 @@ def transcribe(path, model=DEFAULT_MODEL, *, language=None, task="transcribe", b
     """Transcribe one media file in one-shot mode. ``model`` is a name, a folder or a loaded
     model; ``on_progress(seconds)`` is called after every 30 s window."""
     model = _loaded(model)
+    from .engine import assemble
+    from .oneshot import OneShotEngine
+
     if options is None:
         options = TranscribeOptions(
             decoding=DecodingOptions(task=task, language=language, beam_size=beam_size),
@@ -87,20 +106,23 @@ def transcribe(path, model=DEFAULT_MODEL, *, language=None, task="transcribe", b
         language, probability = step.language, step.language_probability
         if on_progress:
             on_progress(step.position)
-    return assemble(segments, language, probe(path), model.name, probability, options.decoding.task)
+    return assemble(segments, language, __getattr__("probe")(path), model.name, probability, options.decoding.task)
 
 
 def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None, state: dict | None = None):
     """Replay one media file through the AlignAtt streaming decoder; yields each ``Word`` as it
     is committed (with ``emitted_at``). ``state``: a ``Step.state`` of ``StreamingEngine.steps``
     to resume from (the words committed before it are not yielded again)."""
+    from .streaming.engine import StreamingEngine
+
     for step in StreamingEngine(_loaded(model), options or StreamingOptions()).steps(path, state):
         yield from step.words
 
 
 __all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT_MODEL", "list_models", "ModelStatus", "probe",
            "Transcript", "Segment", "Word", "Step", "Engine", "assemble", "words_to_transcript",
-           "MODES", "DEFAULT_MODE", "engine_options", "make_engine",
+           "MODES", "DEFAULT_MODE", "engine_options", "make_engine", "option_table", "mode_default", "Option", "OptionError",
+           "fingerprint_data",
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",
            "StreamingEngine", "StreamingOptions", "StreamingSession", "LiveSource", "FollowOptions", "FOLLOWABLE", "FOLLOW_MODES",
            "CueOptions", "OutputOptions", "FORMATS", "write_outputs", "blas", "doctor_report",

@@ -42,8 +42,8 @@ import re
 import shutil
 import subprocess
 import threading
-from dataclasses import dataclass
-from typing import Iterator
+from dataclasses import dataclass, replace
+from typing import Iterator, Union
 
 import ffmpeg
 import numpy as np
@@ -66,6 +66,31 @@ class _MediaInfo:
     duration_estimated: bool  # guessed from the bitrate, not read from a header
     has_video: bool  # a real video stream (cover art does not count)
     seeks_exactly: bool = False  # seeking gives the samples of a decode from the start (see _exact)
+    tracks: tuple["_Track", ...] = ()  # the audio streams, in order
+    track: int = 0  # the audio stream decoded (index into tracks; ffmpeg's a:N)
+
+
+@dataclass(frozen=True)
+class _Track:
+    language: str  # the stream's language tag ("eng", "ger"...), "" when it has none
+    exact: bool  # seeks exactly (see _exact)
+
+
+def _select(name: str, info: _MediaInfo, track: Union[int, str, None]) -> _MediaInfo:
+    """``info`` for the audio track asked for: its number (1 = the first) or the first with that
+    language tag; AudioError naming the file's tracks when it has no such one."""
+    if track is None:
+        return info
+    tags = [t.language.lower() for t in info.tracks]
+    index = track - 1 if isinstance(track, int) else tags.index(track.lower()) if track.lower() in tags else -1
+    if not 0 <= index < len(info.tracks):
+        listed = ", ".join(f"{i} ({t.language or 'no language tag'})" for i, t in enumerate(info.tracks, 1))
+        wanted = f"audio track {track}" if isinstance(track, int) else f"audio track tagged {track!r}"
+        raise AudioError(_message(name, f"no {wanted}: its audio tracks are {listed}"))
+    # The duration read is the container's (its longest stream): another track may be shorter
+    # without being cut, so the truncation rule cannot apply to it (as for an estimated one).
+    return replace(info, track=index, seeks_exactly=info.tracks[index].exact,
+                   duration_estimated=info.duration_estimated or len(info.tracks) > 1)
 
 
 # Audio whose seek is sample-exact: every sample is coded on its own (PCM) or in frames that
@@ -127,7 +152,7 @@ def _probe_info(path) -> _MediaInfo:
 def _probe_ffprobe(name: str) -> _MediaInfo:
     cmd = [_ffprobe_binary(), "-v", "error", "-show_entries",
            "format=duration:stream=codec_type,codec_name,sample_rate,duration"
-           ":stream_disposition=attached_pic",
+           ":stream_disposition=attached_pic:stream_tags=language",
            "-of", "json", _ffmpeg_path(name)]
     proc = _run(cmd, name)
     if proc.returncode != 0:
@@ -146,6 +171,9 @@ def _parse_ffprobe_json(name: str, text: str) -> _MediaInfo:
                     and not s.get("disposition", {}).get("attached_pic") for s in streams)
     rate = audio[0].get("sample_rate", "")
     exact = _exact(str(audio[0].get("codec_name", "")), int(rate) if str(rate).isdigit() else 0)
+    tracks = tuple(_Track(str(a.get("tags", {}).get("language", "")), _exact(
+        str(a.get("codec_name", "")), int(a["sample_rate"]) if str(a.get("sample_rate", "")).isdigit() else 0))
+        for a in audio)
     # Matroska stores no per-stream duration: fall back to the container's.
     for value in (audio[0].get("duration"), info.get("format", {}).get("duration")):
         try:
@@ -153,12 +181,13 @@ def _parse_ffprobe_json(name: str, text: str) -> _MediaInfo:
         except (TypeError, ValueError):
             continue
         if math.isfinite(duration):
-            return _MediaInfo(duration, False, has_video, exact)
-    return _MediaInfo(0.0, False, has_video, exact)
+            return _MediaInfo(duration, False, has_video, exact, tracks)
+    return _MediaInfo(0.0, False, has_video, exact, tracks)
 
 
 _DURATION_RE = re.compile(r"^\s*Duration: (?:(\d+):(\d+):(\d+(?:\.\d+)?)|N/A)", re.M)
-_STREAM_RE = re.compile(r"^\s*Stream #\d+:\d+.*?: (Audio|Video): (.*)$", re.M)
+# "  Stream #0:1(ger): Audio: flac, ..." (the language tag, when there is one, in parentheses)
+_STREAM_RE = re.compile(r"^\s*Stream #\d+:\d+(?:\[\w+\])?(?:\((\w+)\))?.*?: (Audio|Video): (.*)$", re.M)
 _CODEC_RE = re.compile(r"^(\w+)(?:.*?, (\d+) Hz)?")  # "flac, 16000 Hz, mono, s16" / "pcm_s16le (...)"
 
 
@@ -170,29 +199,34 @@ def _probe_ffmpeg(name: str) -> _MediaInfo:
     if "Input #0" not in text or not duration:
         cause = _reason(text, name) or "not a media file ffmpeg can read"
         raise AudioError(_message(name, cause))
-    kinds = [(m.group(1), m.group(2)) for m in _STREAM_RE.finditer(text)]
-    audio = [rest for kind, rest in kinds if kind == "Audio"]
+    streams = [(m.group(2), m.group(3), m.group(1) or "") for m in _STREAM_RE.finditer(text)]
+    audio = [(rest, language) for kind, rest, language in streams if kind == "Audio"]
     if not audio:
         raise AudioError(_message(name, "no audio stream"))
-    has_video = any(kind == "Video" and "(attached pic)" not in rest for kind, rest in kinds)
-    codec = _CODEC_RE.match(audio[0])
-    exact = bool(codec) and _exact(codec.group(1), int(codec.group(2) or 0))
+    has_video = any(kind == "Video" and "(attached pic)" not in rest for kind, rest, _ in streams)
+    tracks = tuple(_Track("" if language == "und" else language, _codec_exact(rest)) for rest, language in audio)
     seconds = 0.0
     if duration.group(1) is not None:
         h, m, s = duration.groups()
         seconds = int(h) * 3600 + int(m) * 60 + float(s)
     estimated = "Estimating duration from bitrate" in text
-    return _MediaInfo(seconds, estimated, has_video, exact)
+    return _MediaInfo(seconds, estimated, has_video, tracks[0].exact, tracks)
+
+
+def _codec_exact(description: str) -> bool:
+    codec = _CODEC_RE.match(description)
+    return bool(codec) and _exact(codec.group(1), int(codec.group(2) or 0))
 
 
 def iter_audio(path, chunk_seconds: float = 30.0, start: float = 0.0,
-               duration: float | None = None) -> "AudioStream":
+               duration: float | None = None, track: Union[int, str, None] = None) -> "AudioStream":
     """Decode ``path`` to 16 kHz mono float32 and yield it chunk by chunk.
 
     Yields ``(sample_offset, samples)``: ``samples`` has shape ``(n,)``, float32 in [-1, 1],
     ``n == round(chunk_seconds * SAMPLE_RATE)`` except for a shorter last chunk; the offset
     counts samples of the source file from 0, so ``start=12.5`` first yields offset 200000.
-    ``duration`` (seconds) stops decoding early. Closing the iterator kills ffmpeg.
+    ``duration`` (seconds) stops decoding early. ``track``: the audio stream, by number (1 = the
+    first) or language tag (the first stream tagged so); None: the first. Closing the iterator kills ffmpeg.
     Every sample is the one a decode from the start gives at its offset, whatever ``start`` is
     (a resumed job relies on it): only PCM and FLAC at 16 kHz are seeked into; any other file
     is decoded from its start and the samples before ``start`` are dropped.
@@ -208,7 +242,7 @@ def iter_audio(path, chunk_seconds: float = 30.0, start: float = 0.0,
     if duration is not None and not duration >= 0:
         raise ValueError(f"duration must be >= 0, got {duration!r}")
     name = os.fspath(path)
-    info = _probe_info(name)
+    info = _select(name, _probe_info(name), track)
     return AudioStream(name, info, max(1, round(chunk_seconds * SAMPLE_RATE)), start, duration)
 
 
@@ -251,9 +285,10 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
     out_args = {"format": "f32le", "ac": 1, "ar": SAMPLE_RATE}
     if duration is not None:
         out_args["t"] = duration + (start - seek)
-    # Map the first audio stream explicitly: ffmpeg's default pick is the "best" one.
-    # `-v error` keeps stderr to real problems, which the truncation rule relies on.
-    node = source["a:0"].output("pipe:", **out_args).global_args(
+    # Map the audio stream explicitly (the first unless another was asked for): ffmpeg's
+    # default pick is the "best" one. `-v error` keeps stderr to real problems, which the
+    # truncation rule relies on.
+    node = source[f"a:{info.track}"].output("pipe:", **out_args).global_args(
         "-nostdin", "-hide_banner", "-v", "error")
     try:
         # Its own session: a terminal's Ctrl-C goes to the job runner, which stops at its next
@@ -317,12 +352,14 @@ def _check_length(name: str, info: _MediaInfo, start: float, duration: float | N
         _log.info("%r decoded in full, but ffmpeg reported: %s", name, reason)
 
 
-def load_audio(path, start: float = 0.0, duration: float | None = None) -> np.ndarray:
-    """The whole file (or ``duration`` seconds from ``start``) as one float32 array ``(n,)``.
+def load_audio(path, start: float = 0.0, duration: float | None = None,
+               track: Union[int, str, None] = None) -> np.ndarray:
+    """The whole file (or ``duration`` seconds from ``start``) as one float32 array ``(n,)``;
+    ``track`` as for ``iter_audio``.
 
     For short files and tests; long files go through ``iter_audio``.
     """
-    chunks = [samples for _, samples in iter_audio(path, start=start, duration=duration)]
+    chunks = [samples for _, samples in iter_audio(path, start=start, duration=duration, track=track)]
     return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
 
 

@@ -17,3 +17,5 @@ INPUT_STRIDE = 2  # mel frames per encoder position
 TOKENS_PER_SECOND = FRAMES_PER_SECOND // INPUT_STRIDE  # 50 encoder positions per second
 TIME_PRECISION = INPUT_STRIDE * HOP_LENGTH / SAMPLE_RATE  # 0.02 s: one position, one timestamp step
 MEDIAN_FILTER_WIDTH = 7  # positions: smooths cross-attention before DTW and AlignAtt's argmax
+
+DEFAULT_MODEL = "tiny.en"  # --model's default (here: the CLI reads it without loading a model)

@@ -44,10 +44,9 @@ from .audio import _Stderr, _message, _reason, ffmpeg_binary
 from .constants import SAMPLE_RATE
 from .errors import AudioError
 
-# The containers whose audio can be decoded while the file is still being written.
-FOLLOWABLE = "WAV, FLAC, MKV/WebM, MP3, OGG/Opus, MPEG-TS and fragmented MP4"
+from .modes import FOLLOW_MODES, FOLLOWABLE  # noqa: F401  (the library's names for them)
+
 STDIN = "-"
-FOLLOW_MODES = ("stream",)  # the modes that decode a live source: streaming commits words as audio comes
 KEY_SECONDS = 4.0  # the audio that names a followed source (``LiveSource.key``)
 _READ_BYTES = 1 << 16
 
@@ -452,12 +451,22 @@ class _LiveReader:
     """``transcriber.audio``'s two readers, for a ``LiveSource``."""
 
     @staticmethod
-    def iter_audio(source: LiveSource, chunk_seconds: float, start: float = 0.0) -> LiveStream:
+    def iter_audio(source: LiveSource, chunk_seconds: float, start: float = 0.0, track=None) -> LiveStream:
+        _first_track_only(source, track)
         return source.iter_audio(chunk_seconds, start)
 
     @staticmethod
-    def load_audio(source: LiveSource, duration: float) -> np.ndarray:
+    def load_audio(source: LiveSource, duration: float, track=None) -> np.ndarray:
+        _first_track_only(source, track)
         return source.load_audio(duration)
+
+
+def _first_track_only(source: LiveSource, track) -> None:
+    """A live source is read as one stream of its first audio track (the CLI refuses
+    ``--audio-track`` with ``follow``; this is the library's own guard)."""
+    if track is not None:
+        raise AudioError(f"{source.name}: a followed source is read from its first audio track; "
+                         f"audio track {track} cannot be chosen")
 
 
 def reader(source):

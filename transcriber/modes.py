@@ -1,21 +1,28 @@
 """The decoding modes by name: the one place that knows there are two.
 
-    options = engine_options("stream", language=None, chunk_seconds=1.0)   # flags -> options
-    engine = make_engine("stream", model, options)                        # -> an Engine
+    options = engine_options("stream", {"language": None, "chunk_seconds": 1.0})   # data -> options
+    engine = make_engine("stream", model, options)                                 # -> an Engine
 
-The CLI's ``--mode`` choices are ``MODES``; everything after this point (the job runner, the
-package API) sees only the ``Engine`` protocol of ``transcriber.engine``.
+Each mode's options class owns its options (transcriber/options.py): ``engine_options`` builds
+it from plain data and refuses an option the mode does not take, naming the option and the
+mode. The CLI's ``--mode`` choices are ``MODES`` and its decoding flags ``option_table()``.
+Light (no numpy, no MLX): the engines are imported when one is made.
 """
 
 from __future__ import annotations
 
-from .oneshot import OneShotEngine, TranscribeOptions
-from .streaming import StreamingEngine, StreamingOptions
+import functools
+import importlib
+from typing import Mapping
 
-# mode -> (engine class, options class)
+from .decoding.options import TranscribeOptions
+from .options import Option, OptionError, build, options_of
+from .streaming.options import StreamingOptions
+
+# mode -> (options class, "module:engine class")
 _REGISTRY = {
-    "oneshot": (OneShotEngine, TranscribeOptions),
-    "stream": (StreamingEngine, StreamingOptions),
+    "oneshot": (TranscribeOptions, "transcriber.oneshot:OneShotEngine"),
+    "stream": (StreamingOptions, "transcriber.streaming.engine:StreamingEngine"),
 }
 MODES = tuple(_REGISTRY)
 # One-shot is the default for complete files: on the podcast (bench/podcast.py) and the dev set
@@ -23,25 +30,60 @@ MODES = tuple(_REGISTRY)
 # sentence ends of long readings), at about a third of streaming's time. Streaming stays for
 # --mode stream and live input (StreamingSession). The figures are in the README.
 DEFAULT_MODE = "oneshot"
+FOLLOW_MODES = ("stream",)  # the modes that decode a live source: streaming commits words as audio comes
+# The containers whose audio can be decoded while the file is still being written (transcriber/follow.py).
+FOLLOWABLE = "WAV, FLAC, MKV/WebM, MP3, OGG/Opus, MPEG-TS and fragmented MP4"
 
 
 def _entry(mode: str):
     if mode not in _REGISTRY:
-        raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+        raise OptionError("unknown {mode} {value!r}; choose from {modes}", {"mode": "mode"}, value=mode,
+                          modes=", ".join(MODES))
     return _REGISTRY[mode]
 
 
-def engine_options(mode: str, **flags):
-    """The options of ``mode`` for the command-line flags (ValueError on bad values). Flags of
-    the other modes are checked too, so a bad value is an error whatever the mode (the other
-    mode's flags are not used)."""
-    for name in MODES:
-        if name != mode:
-            _entry(name)[1].from_flags(**flags)
-    return _entry(mode)[1].from_flags(**flags)
+def options_class(mode: str) -> type:
+    return _entry(mode)[0]
+
+
+def option_table() -> dict[str, tuple[Option, tuple[str, ...]]]:
+    """Every option of any mode: name -> (Option, the modes that take it), in declaration order."""
+    table: dict[str, tuple[Option, tuple[str, ...]]] = {}
+    for mode, (cls, _) in _REGISTRY.items():
+        for name, (option, _path) in options_of(cls).items():
+            known, modes = table.get(name, (option, ()))
+            table[name] = (known, (*modes, mode))
+    return table
+
+
+@functools.lru_cache(maxsize=None)
+def mode_default(mode: str, name: str):
+    """The value option ``name`` has in ``mode``'s default options (KeyError: not one of its)."""
+    value = options_class(mode)()
+    for attribute in options_of(options_class(mode))[name][1]:
+        value = getattr(value, attribute)
+    return value
+
+
+def engine_options(mode: str, given: Mapping | None = None, **more):
+    """The options of ``mode`` for the options given by name (``given`` and keywords; None
+    values: the mode's default). OptionError for a bad value, or an option the mode does not
+    take (named with the modes that take it)."""
+    given = {k: v for k, v in {**(given or {}), **more}.items() if v is not None}
+    cls = options_class(mode)
+    own = options_of(cls)
+    for name in given:
+        if name not in own:
+            takes = option_table().get(name, (None, ()))[1]
+            raise OptionError("{name} does not apply to {mode} {value} (only to {other})",
+                              {"name": name, "mode": "mode"}, value=mode,
+                              other=", ".join(takes) if takes else "no mode")
+    return build(cls, given)
 
 
 def make_engine(mode: str, model, options=None):
     """An engine of ``mode`` for a loaded model (default options when None)."""
-    engine_class, options_class = _entry(mode)
-    return engine_class(model, options if options is not None else options_class())
+    options_cls, where = _entry(mode)
+    module, name = where.split(":")
+    engine_class = getattr(importlib.import_module(module), name)
+    return engine_class(model, options if options is not None else options_cls())

@@ -20,7 +20,7 @@ from . import audio as audio_io
 from .constants import FRAMES_PER_SECOND, HOP_LENGTH, INPUT_STRIDE, N_SAMPLES, SAMPLE_RATE, TIME_PRECISION
 from .context import WhisperContext
 from .decoding.batch import GreedyBatch, batchable
-from .decoding.options import MAX_BEST_OF, DecodingOptions
+from .decoding.options import TranscribeOptions
 from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
 from .model.whisper import DecoderState, Whisper
@@ -42,37 +42,6 @@ TOKEN_SLACK = 6
 # fallback: on that 0.92 s clip every temperature looped too, and sampling them (5 candidates
 # each) took 10 s on a loaded machine.
 FALLBACK_MIN_SECONDS = 2.0
-
-
-@dataclass(frozen=True)
-class TranscribeOptions:
-    """The long-form loop around ``DecodingOptions`` (openai/whisper's defaults)."""
-
-    decoding: DecodingOptions = field(default_factory=DecodingOptions)
-    temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-    best_of: int = 5  # samples per window when falling back to temperature > 0
-    compression_ratio_threshold: Optional[float] = 2.4
-    logprob_threshold: Optional[float] = -1.0
-    no_speech_threshold: Optional[float] = 0.6
-    # Above this no-speech probability a window is skipped even when its text looks confident:
-    # on silence and room noise tiny.en writes a confident " you" (no-speech 0.92-0.98, while
-    # every speech window of the test recordings stays below 0.25).
-    no_speech_certain: Optional[float] = 0.9
-    condition_on_previous_text: bool = True
-    initial_prompt: Optional[str] = None
-    word_timestamps: bool = True
-
-    def __post_init__(self):
-        if not self.temperatures or any(t < 0 for t in self.temperatures):
-            raise ValueError("temperatures must be a non-empty list of values >= 0")
-        if not 1 <= self.best_of <= MAX_BEST_OF:  # bounded like beam_size: see decoding/options.py
-            raise ValueError(f"best_of must be in 1..{MAX_BEST_OF}, not {self.best_of}")
-
-    @classmethod
-    def from_flags(cls, *, language: Optional[str] = None, task: str = "transcribe",
-                   beam_size: Optional[int] = None, **_other_modes) -> "TranscribeOptions":
-        """The options for the command-line flags (flags of the other mode are ignored)."""
-        return cls(decoding=DecodingOptions(task=task, language=language, beam_size=beam_size))
 
 
 @dataclass
@@ -104,17 +73,21 @@ class AudioBuffer:
         self.eof = False
 
     def window(self, start: int, length: int) -> np.ndarray:
-        """Samples [start, start + length) of the file (shorter at its end)."""
-        if start > self.offset:
-            self.samples = self.samples[start - self.offset:]
-            self.offset = start
-        while not self.eof and len(self.samples) < length:
+        """Samples [start, start + length) of the file (shorter at its end). ``start`` may jump
+        past the audio read so far (--clip-timestamps): what lies before it is dropped as read."""
+        while not self.eof and self.offset + len(self.samples) < start + length:
+            self._drop_before(start)
             try:
                 _, chunk = next(self.chunks)
                 self.samples = np.concatenate([self.samples, chunk])
             except StopIteration:
                 self.eof = True
+        self._drop_before(start)
         return self.samples[:length]
+
+    def _drop_before(self, start: int) -> None:
+        cut = min(max(start - self.offset, 0), len(self.samples))
+        self.samples, self.offset = self.samples[cut:], self.offset + cut
 
 
 class OneShotEngine:
@@ -194,11 +167,15 @@ class OneShotEngine:
         (``send``): decoded alone (``steps``) or with other files' windows (``WindowBatch``)."""
         seek = SeekState.from_dict(state) if state else SeekState(prompt_tokens=self._initial_prompt(),
                                                                   language=self.context.language)
-        start = seek.seek * HOP_LENGTH
-        audio = audio_io.iter_audio(source, chunk_seconds=READ_SECONDS, start=start / SAMPLE_RATE)
+        span = self._span(seek.seek)
+        start = (span[0] if span else seek.seek) * HOP_LENGTH
+        audio = audio_io.iter_audio(source, chunk_seconds=READ_SECONDS, start=start / SAMPLE_RATE,
+                                    track=self.options.audio_track)
         buffer = AudioBuffer(audio, start)
-        while True:
-            samples = buffer.window(seek.seek * HOP_LENGTH, N_SAMPLES)
+        while (span := self._span(seek.seek)) is not None:
+            if span[0] != seek.seek:  # the start of the next --clip-timestamps span
+                seek = replace(seek, seek=span[0])
+            samples = buffer.window(seek.seek * HOP_LENGTH, span[1])
             if len(samples) < HOP_LENGTH:
                 break
             if GATE.is_silent(samples):  # silence or near-silence: nothing to decode
@@ -214,6 +191,16 @@ class OneShotEngine:
                        audio.warnings)
             if buffer.eof and seek.seek * HOP_LENGTH >= buffer.offset + len(buffer.samples):
                 break
+
+    def _span(self, seek: int) -> Optional[tuple[int, int]]:
+        """Where the next window starts (mel frames, ``seek`` or later) and the samples it may
+        take, within the spans of ``clip_timestamps`` (the whole file without); None past them."""
+        for start, end in self.options.clips():
+            last = None if end is None else round(end * FRAMES_PER_SECOND)
+            if last is None or seek < last:
+                seek = max(seek, round(start * FRAMES_PER_SECOND))
+                return seek, N_SAMPLES if last is None else min(N_SAMPLES, (last - seek) * HOP_LENGTH)
+        return None
 
     def _decode_window(self, base: DecoderState, n_frames: int, state: SeekState, tokenizer: Tokenizer):
         """One encoded window -> its segments (with words) and the state after it. A generator

@@ -36,7 +36,7 @@ from ..tokenizer import LANGUAGES, load_tokenizer
 from . import ct2, hf
 from .whisper import ModelDimensions, ModelInfo, Whisper
 
-DEFAULT_MODEL = "tiny.en"
+from ..constants import DEFAULT_MODEL  # noqa: E402  (defined with the units: light to import)
 
 # name -> (pip distribution names, importable packages, data folder inside the first package)
 KNOWN_MODELS = {

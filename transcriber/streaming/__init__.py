@@ -12,10 +12,22 @@ bytes of it): ``StreamingSession.restore`` continues it exactly, in this process
 ``StreamingEngine`` replays media files through sessions, one resumable ``Step`` per chunk.
 """
 
-from .engine import StreamingEngine, pack_state, unpack_state
 from .options import StreamingOptions
-from .policy import Decision, decide, most_attended_frame, token_scores
-from .session import StreamingSession
+
+# The rest imports numpy and MLX: loaded on first use, so that the options (and the CLI's
+# --help, which reads them) stay light.
+_LAZY = {"StreamingEngine": ".engine", "pack_state": ".engine", "unpack_state": ".engine",
+         "Decision": ".policy", "decide": ".policy", "most_attended_frame": ".policy",
+         "token_scores": ".policy", "StreamingSession": ".session"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["StreamingOptions", "StreamingSession", "StreamingEngine", "pack_state", "unpack_state",
            "Decision", "decide", "most_attended_frame", "token_scores"]

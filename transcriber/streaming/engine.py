@@ -51,7 +51,8 @@ class StreamingEngine:
         if session.finished:
             return
         start = session.audio_offset / SAMPLE_RATE
-        audio = reader(source).iter_audio(source, chunk_seconds=self.options.chunk_seconds, start=start)
+        audio = reader(source).iter_audio(source, chunk_seconds=self.options.chunk_seconds, start=start,
+                                          track=self.options.audio_track)
         for _, samples in audio:
             session.insert_audio(samples)
             words = session.process()
@@ -65,7 +66,7 @@ class StreamingEngine:
         from the first 30 s, as one-shot mode does from its first window."""
         if self.context.language is not None:
             return self.context.language, None
-        samples = reader(source).load_audio(source, duration=N_SAMPLES / SAMPLE_RATE)
+        samples = reader(source).load_audio(source, duration=N_SAMPLES / SAMPLE_RATE, track=self.options.audio_track)
         if len(samples) == 0:
             return None, None
         language, probability, _ = self.context.detect_language(self.context.encode_window(samples)[0])

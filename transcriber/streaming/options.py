@@ -1,4 +1,7 @@
-"""Streaming options: frozen, checked once (ValueError with a clear message)."""
+"""Streaming options: frozen, checked once (ValueError with a clear message). The fields that
+are options carry their ``Option`` (transcriber/options.py): the ones both modes take, declared
+there, and streaming's own below. Light (no numpy, no MLX).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,8 @@ from dataclasses import asdict, dataclass
 from typing import Optional, Union
 
 from ..constants import CHUNK_LENGTH, TIME_PRECISION
-from ..decoding.options import MAX_BEAM_SIZE, TASKS
+from ..options import (AUDIO_TRACK, BEAM_SIZE, INITIAL_PROMPT, LANGUAGE, LOGPROB_THRESHOLD, NO_SPEECH_CERTAIN,
+                       NO_SPEECH_THRESHOLD, TASK, Option, OptionError, check_fields)
 
 MAX_WINDOW_SECONDS = float(CHUNK_LENGTH)  # the encoder's 1500 positions
 # Below these, cost grows without bound for nothing: every chunk is one more decoder pass (0.01 s
@@ -19,6 +23,13 @@ AUTO = "auto"
 # measured in the comments of StreamingOptions.audio_trim_len.
 AUTO_WINDOW = {False: (8.0, 5.0), True: (15.0, None)}
 
+CHUNK_SECONDS = Option("chunk_seconds", "Seconds of audio fed to the decoder per step.", float,
+                       low=MIN_CHUNK_SECONDS, high=MAX_WINDOW_SECONDS, example="2")
+FRAME_THRESHOLD = Option("frame_threshold", "Stop a step when attention comes this many 20 ms frames near the "
+                                            "end of the audio.", int, low=0, example="20")
+AUDIO_MAX_LEN = Option("audio_max_len", "Seconds of audio the decoder sees at most.", float,
+                       low=MIN_WINDOW_SECONDS, high=MAX_WINDOW_SECONDS, example="20")
+
 
 @dataclass(frozen=True)
 class StreamingOptions:
@@ -27,13 +38,13 @@ class StreamingOptions:
     Frames are encoder positions (20 ms). Defaults follow SimulStreaming where it has one.
     """
 
-    chunk_seconds: float = 1.0  # audio handed to the session per step when replaying a file
-    frame_threshold: int = 25  # stop a token attending within this many frames of the audio end
+    chunk_seconds: float = CHUNK_SECONDS.field(1.0)  # audio handed to the session per step when replaying a file
+    frame_threshold: int = FRAME_THRESHOLD.field(25)  # stop a token attending within this many frames of the audio end
     # Attention jumping back further than this discards the pass. SimulStreaming uses 200 (4 s);
     # on short windows tiny.en re-reads committed audio (a loop) with jumps of 1-2 s, while the
     # normal backward jitter measured on short_en/long_en stays under ~0.35 s.
     rewind_threshold: int = 50
-    audio_max_len: float = 30.0  # the audio buffer never grows past this (seconds)
+    audio_max_len: float = AUDIO_MAX_LEN.field(30.0)  # the audio buffer never grows past this (seconds)
     # Past audio_trim_len seconds (if under audio_max_len) the buffer drops the audio of committed
     # text, preferably whole sentences, down to at least audio_keep_len seconds (None: half the
     # trim length); the text goes into the prompt. None: keep audio to audio_max_len. "auto":
@@ -45,11 +56,11 @@ class StreamingOptions:
     audio_trim_len: Union[float, str, None] = AUTO
     audio_keep_len: Optional[float] = None
     max_context_tokens: int = 96  # committed text kept as prompt (<|startofprev|> ...)
-    init_prompt: Optional[str] = None  # prompt text at the start; scrolls out as text comes
+    init_prompt: Optional[str] = INITIAL_PROMPT.field(None)  # prompt text at the start; scrolls out as text comes
     static_init_prompt: Optional[str] = None  # prompt text always kept (names, terms)
-    beam_size: int = 1  # 1: greedy
-    language: Optional[str] = None  # None: English for .en models, detected for multilingual
-    task: str = "transcribe"
+    beam_size: int = BEAM_SIZE.field(1)  # 1: greedy
+    language: Optional[str] = LANGUAGE.field(None)  # None: English for .en models, detected for multilingual
+    task: str = TASK.field("transcribe")
     max_tokens_per_second: float = 12.0  # token budget per second of undecoded audio (loops)
     # A pass is no speech (commits nothing; before any committed word the buffer keeps only its
     # end) when <|nospeech|> is above no_speech_threshold and its text is unlikely (mean token
@@ -57,27 +68,25 @@ class StreamingOptions:
     # (then it is not even decoded): openai/whisper's rule, as one-shot mode has it. The
     # no-speech probability alone is not enough: on the first seconds of the German reading the
     # multilingual base model gives 0.8-0.95 to clear speech.
-    no_speech_threshold: Optional[float] = 0.6
-    logprob_threshold: Optional[float] = -1.0
-    no_speech_certain: Optional[float] = 0.9
+    no_speech_threshold: Optional[float] = NO_SPEECH_THRESHOLD.field(0.6)
+    logprob_threshold: Optional[float] = LOGPROB_THRESHOLD.field(-1.0)
+    no_speech_certain: Optional[float] = NO_SPEECH_CERTAIN.field(0.9)
     language_detect_seconds: float = 2.0  # audio needed before detecting the language
+    audio_track: Union[int, str, None] = AUDIO_TRACK.field(None)  # None: the first audio stream
 
     def __post_init__(self):
         def check(ok: bool, message: str):
             if not ok:
                 raise ValueError(message)
 
-        check(self.chunk_seconds >= MIN_CHUNK_SECONDS,
-              f"chunk_seconds must be >= {MIN_CHUNK_SECONDS:g}, not {self.chunk_seconds}")
-        check(self.frame_threshold >= 0, f"frame_threshold must be >= 0, not {self.frame_threshold}")
+        check_fields(self)
         check(self.rewind_threshold >= 0, f"rewind_threshold must be >= 0, not {self.rewind_threshold}")
-        check(MIN_WINDOW_SECONDS <= self.audio_max_len <= MAX_WINDOW_SECONDS,
-              f"audio_max_len must be in [{MIN_WINDOW_SECONDS:g}, {MAX_WINDOW_SECONDS:g}] seconds, "
-              f"not {self.audio_max_len}")
-        check(self.chunk_seconds <= self.audio_max_len,
-              f"chunk_seconds ({self.chunk_seconds}) must not exceed audio_max_len ({self.audio_max_len})")
-        check(self.frame_threshold * TIME_PRECISION < self.audio_max_len,
-              f"frame_threshold ({self.frame_threshold} frames) must be shorter than audio_max_len")
+        if self.chunk_seconds > self.audio_max_len:
+            raise OptionError("{a} ({x:g}) must not exceed {b} ({y:g})", {"a": CHUNK_SECONDS.name,
+                              "b": AUDIO_MAX_LEN.name}, x=self.chunk_seconds, y=self.audio_max_len)
+        if self.frame_threshold * TIME_PRECISION >= self.audio_max_len:
+            raise OptionError("{a} ({x} frames) must be shorter than {b}", {"a": FRAME_THRESHOLD.name,
+                              "b": AUDIO_MAX_LEN.name}, x=self.frame_threshold)
         trim = self.audio_trim_len
         check(trim is None or trim == AUTO or (isinstance(trim, (int, float)) and trim > 0),
               f"audio_trim_len must be None, {AUTO!r} or > 0, not {trim!r}")
@@ -85,26 +94,10 @@ class StreamingOptions:
               f"audio_keep_len must be None or between 0 and audio_trim_len ({self.audio_trim_len}), "
               f"not {self.audio_keep_len}")
         check(self.max_context_tokens >= 0, f"max_context_tokens must be >= 0, not {self.max_context_tokens}")
-        check(1 <= self.beam_size <= MAX_BEAM_SIZE, f"beam_size must be in 1..{MAX_BEAM_SIZE}, not {self.beam_size}")
-        check(self.task in TASKS, f"task must be one of {TASKS}, not {self.task!r}")
         check(self.max_tokens_per_second > 0,
               f"max_tokens_per_second must be > 0, not {self.max_tokens_per_second}")
-        for name in ("no_speech_threshold", "no_speech_certain"):
-            value = getattr(self, name)
-            check(value is None or 0 <= value <= 1, f"{name} must be None or in [0, 1], not {value}")
         check(self.language_detect_seconds >= 0,
               f"language_detect_seconds must be >= 0, not {self.language_detect_seconds}")
-
-    @classmethod
-    def from_flags(cls, *, language: Optional[str] = None, task: str = "transcribe",
-                   beam_size: Optional[int] = None, chunk_seconds: Optional[float] = None,
-                   frame_threshold: Optional[int] = None, audio_max_len: Optional[float] = None,
-                   **_other_modes) -> "StreamingOptions":
-        """The options for the command-line flags; None keeps the default above (flags of
-        the other mode are ignored)."""
-        given = {"chunk_seconds": chunk_seconds, "frame_threshold": frame_threshold,
-                 "audio_max_len": audio_max_len, "beam_size": beam_size}
-        return cls(language=language, task=task, **{k: v for k, v in given.items() if v is not None})
 
     def window(self, multilingual: bool) -> tuple[Optional[float], Optional[float]]:
         """(audio_trim_len, audio_keep_len) in seconds for a model: "auto" resolved."""
