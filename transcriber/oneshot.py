@@ -24,8 +24,9 @@ from .decoding.options import MAX_BEST_OF, DecodingOptions
 from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
 from .model.whisper import DecoderState, Whisper
-from .nonspeech import GATE, ISOLATION
-from .timing import SENTENCE_ENDS, WordTiming, clamp_long_words, find_alignment, merge_punctuations
+from .nonspeech import GATE, ISOLATION, NoSpeechRule
+from .cues import ends_sentence
+from .timing import WordTiming, clamp_long_words, find_alignment, merge_punctuations
 from .tokenizer import Tokenizer
 from .types import Segment, Word
 
@@ -67,6 +68,11 @@ class TranscribeOptions:
             raise ValueError("temperatures must be a non-empty list of values >= 0")
         if not 1 <= self.best_of <= MAX_BEST_OF:  # bounded like beam_size: see decoding/options.py
             raise ValueError(f"best_of must be in 1..{MAX_BEST_OF}, not {self.best_of}")
+
+    @property
+    def no_speech(self) -> NoSpeechRule:
+        """The no-speech rule of these options (``nonspeech.NoSpeechRule``)."""
+        return NoSpeechRule(self.no_speech_threshold, self.logprob_threshold, self.no_speech_certain)
 
     @classmethod
     def from_flags(cls, *, language: Optional[str] = None, task: str = "transcribe",
@@ -125,6 +131,7 @@ class OneShotEngine:
         self.model, self.options = model, options
         self.model_name = model.name
         self.context = WhisperContext(model, options.decoding.task, options.decoding.language)
+        self._no_speech = options.no_speech
 
     def _task(self, temperature: float, prompt: list[int], tokenizer: Tokenizer, n_frames: int) -> DecodingTask:
         opts = self.options
@@ -161,7 +168,7 @@ class OneShotEngine:
                               and result.compression_ratio > opts.compression_ratio_threshold)
             too_repetitive = too_repetitive or GATE.repeats(result.text, len(result.text.split()))
             too_unlikely = opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
-            silent = opts.no_speech_threshold is not None and result.no_speech_prob > opts.no_speech_threshold
+            silent = self._no_speech.threshold is not None and result.no_speech_prob > self._no_speech.threshold
             looping = self._looping(result, n_frames)
             if silent or not (too_repetitive or too_unlikely or looping):
                 break
@@ -223,7 +230,7 @@ class OneShotEngine:
         task = self._task(opts.temperatures[0], state.prompt_tokens, tokenizer, n_frames)
         first = yield _Decode(task, base)
         result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer, n_frames, first)
-        if self._no_speech(result) or self._looping(result, n_frames):  # looping at every temperature
+        if self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob) or self._looping(result, n_frames):  # looping at every temperature
             return [], replace(state, seek=state.seek + n_frames)
         pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
         if opts.word_timestamps and pieces:
@@ -243,15 +250,6 @@ class OneShotEngine:
         max_prompt = self.model.dims.n_text_ctx // 2 - 1
         return segments, replace(state, seek=max(next_seek, state.seek + 1), prompt_tokens=prompt[-max_prompt:],
                                  last_speech=last_speech)
-
-    def _no_speech(self, result: DecodingResult) -> bool:
-        """openai/whisper's rule (likely silence, and the text is unlikely too), or near-certain silence."""
-        opts = self.options
-        if opts.no_speech_threshold is None or result.no_speech_prob <= opts.no_speech_threshold:
-            return False
-        if opts.no_speech_certain is not None and result.no_speech_prob > opts.no_speech_certain:
-            return True
-        return opts.logprob_threshold is None or result.avg_logprob <= opts.logprob_threshold
 
     def _initial_prompt(self) -> list[int]:
         if not self.options.initial_prompt:
@@ -377,9 +375,9 @@ def _clamp_edge_words(seg: dict, words: list[WordTiming], max_duration: float) -
     for i, w in enumerate(words):
         if w.end - w.start <= EDGE_STRETCH * max_duration:
             continue
-        if i == len(words) - 1 or w.word.rstrip().endswith(tuple(SENTENCE_ENDS)):
+        if i == len(words) - 1 or ends_sentence(w.word):
             w.end = w.start + max_duration
-        elif i == 0 or words[i - 1].word.rstrip().endswith(tuple(SENTENCE_ENDS)):
+        elif i == 0 or ends_sentence(words[i - 1].word):
             w.start = w.end - max_duration
     seg["start"] = max(seg["start"], words[0].start)
     seg["end"] = min(seg["end"], words[-1].end)

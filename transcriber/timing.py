@@ -14,12 +14,12 @@ import mlx.core as mx
 import numpy as np
 
 from .constants import MEDIAN_FILTER_WIDTH, TOKENS_PER_SECOND
+from .cues import SENTENCE_MARKS
 from .model.whisper import DecoderState, Whisper
 from .tokenizer import Tokenizer
 
 PREPEND_PUNCTUATIONS = "\"'“¿([{-"
 APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
-SENTENCE_ENDS = ".。!！?？"
 
 
 @dataclass
@@ -168,8 +168,8 @@ def clamp_long_words(alignment: list[WordTiming]) -> tuple[float, float]:
     if len(durations):
         for prev, w in zip(alignment, alignment[1:]):
             if w.end - w.start > max_duration:
-                if w.word in SENTENCE_ENDS:
+                if w.word in SENTENCE_MARKS:
                     w.end = w.start + max_duration
-                elif prev.word in SENTENCE_ENDS:
+                elif prev.word in SENTENCE_MARKS:
                     w.start = w.end - max_duration
     return median, max_duration

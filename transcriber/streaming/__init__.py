@@ -14,8 +14,8 @@ bytes of it): ``StreamingSession.restore`` continues it exactly, in this process
 
 from .engine import StreamingEngine, pack_state, unpack_state
 from .options import StreamingOptions
-from .policy import Decision, decide, most_attended_frame, token_scores
+from .policy import decide, most_attended_frame, token_scores
 from .session import StreamingSession
 
 __all__ = ["StreamingOptions", "StreamingSession", "StreamingEngine", "pack_state", "unpack_state",
-           "Decision", "decide", "most_attended_frame", "token_scores"]
+           "decide", "most_attended_frame", "token_scores"]

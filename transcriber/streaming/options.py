@@ -7,6 +7,7 @@ from typing import Optional, Union
 
 from ..constants import CHUNK_LENGTH, TIME_PRECISION
 from ..decoding.options import MAX_BEAM_SIZE, TASKS
+from ..nonspeech import NoSpeechRule
 
 MAX_WINDOW_SECONDS = float(CHUNK_LENGTH)  # the encoder's 1500 positions
 # Below these, cost grows without bound for nothing: every chunk is one more decoder pass (0.01 s
@@ -115,9 +116,9 @@ class StreamingOptions:
         return self.audio_trim_len, self.audio_keep_len
 
     @property
-    def no_speech_skip(self) -> Optional[float]:
-        """Above this no-speech probability audio is taken for silence without decoding it."""
-        return self.no_speech_threshold if self.logprob_threshold is None else self.no_speech_certain
+    def no_speech(self) -> NoSpeechRule:
+        """The no-speech rule of these options (``nonspeech.NoSpeechRule``)."""
+        return NoSpeechRule(self.no_speech_threshold, self.logprob_threshold, self.no_speech_certain)
 
     def to_dict(self) -> dict:
         return asdict(self)
