@@ -383,6 +383,12 @@ def break_lines(tokens: Sequence[str], options: CueOptions,
                 cost -= PUNCT_LINE_BONUS
         return cost
 
+    return tuple(join_line(tokens[a:b], seps[a:b]) for a, b in _best_breaks(m, n_lines, line_cost))
+
+
+def _best_breaks(m: int, n_lines: int, line_cost) -> list[tuple[int, int]]:
+    """The (start, end) token ranges of the cheapest layout of ``m`` tokens on ``n_lines``
+    lines, first line first; ``line_cost(a, b, last)``: the cost of tokens[a:b] as one line."""
     # cost[l][k]: best layout of tokens[:k] on l lines
     cost = [[math.inf] * (m + 1) for _ in range(n_lines + 1)]
     back = [[0] * (m + 1) for _ in range(n_lines + 1)]
@@ -396,12 +402,12 @@ def break_lines(tokens: Sequence[str], options: CueOptions,
                 c = cost[line - 1][a] + line_cost(a, b, last)
                 if c < cost[line][b]:
                     cost[line][b], back[line][b] = c, a
-    lines, b = [], m
+    ranges, b = [], m
     for line in range(n_lines, 0, -1):
         a = back[line][b]
-        lines.append(join_line(tokens[a:b], seps[a:b]))
+        ranges.append((a, b))
         b = a
-    return tuple(reversed(lines))
+    return ranges[::-1]
 
 
 def line_layout(cue: Cue) -> list[list[tuple[str, Word]]]:

@@ -25,8 +25,8 @@ from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
 from .model.whisper import DecoderState, Whisper
 from .nonspeech import GATE, ISOLATION, NoSpeechRule
-from .cues import ends_sentence
-from .timing import WordTiming, clamp_long_words, find_alignment, merge_punctuations
+from .timing import (WordTiming, clamp_edge_words, clamp_long_words, find_alignment, fix_segment_edges,
+                     merge_punctuations)
 from .tokenizer import Tokenizer
 from .types import Segment, Word
 
@@ -313,8 +313,8 @@ class OneShotEngine:
                 saved += len(timing.tokens)
                 index += 1
             if words:
-                self._fix_edges(seg, words, median, max_duration, last_speech)
-                _clamp_edge_words(seg, words, max_duration)
+                edges = fix_segment_edges(words, seg["start"], seg["end"], median, max_duration, last_speech)
+                seg["start"], seg["end"] = clamp_edge_words(words, *edges, max_duration)
                 last_speech = seg["end"]
             out.append(_segment(seg, words))
         tokens = np.array(result.tokens)
@@ -324,35 +324,6 @@ class OneShotEngine:
             if ends and ends[-1] > time_offset:
                 next_seek = round(ends[-1] * FRAMES_PER_SECOND)
         return out, next_seek
-
-    @staticmethod
-    def _fix_edges(seg: dict, words: list[WordTiming], median: float, max_duration: float, last_speech: float):
-        """openai/whisper's heuristics for the first and last word of a segment, which DTW
-        tends to stretch over the silence around it."""
-        first = words[0]
-        if first.end - last_speech > median * 4 and (
-                first.end - first.start > max_duration
-                or (len(words) > 1 and words[1].end - first.start > max_duration * 2)):
-            if len(words) > 1 and words[1].end - words[1].start > max_duration:
-                boundary = max(words[1].end / 2, words[1].end - max_duration)
-                first.end = words[1].start = boundary
-            first.start = max(0.0, first.end - max_duration)
-        if seg["start"] < first.end and seg["start"] - 0.5 > first.start:
-            first.start = max(0.0, min(first.end - median, seg["start"]))
-        else:
-            seg["start"] = first.start
-        last = words[-1]
-        if seg["end"] > last.start and seg["end"] + 0.5 < last.end:
-            last.end = max(last.start + median, seg["end"])
-        else:
-            seg["end"] = last.end
-
-
-# A word longer than this many times the window's longest plausible word (``clamp_long_words``)
-# at a segment's edge or a sentence's was stretched by DTW over the music or silence beside it:
-# on the podcast (bench/podcast.py) " He" ran 18.6 s back into the music before it, " Roman."
-# 4.2 s and " quickly." 5.2 s into the music or silence after them.
-EDGE_STRETCH = 2.0
 
 
 def _speech_segments(segments: list[Segment], last_speech: float) -> list[Segment]:
@@ -365,22 +336,6 @@ def _speech_segments(segments: list[Segment], last_speech: float) -> list[Segmen
             kept.append(seg)
             last_speech = seg.end
     return kept
-
-
-def _clamp_edge_words(seg: dict, words: list[WordTiming], max_duration: float) -> None:
-    """Cut a stretched word that starts a segment or a sentence from its start, one that ends a
-    segment or a sentence from its end, to ``max_duration``; the segment follows its words."""
-    if max_duration <= 0:
-        return
-    for i, w in enumerate(words):
-        if w.end - w.start <= EDGE_STRETCH * max_duration:
-            continue
-        if i == len(words) - 1 or ends_sentence(w.word):
-            w.end = w.start + max_duration
-        elif i == 0 or ends_sentence(words[i - 1].word):
-            w.start = w.end - max_duration
-    seg["start"] = max(seg["start"], words[0].start)
-    seg["end"] = min(seg["end"], words[-1].end)
 
 
 @dataclass(frozen=True)
