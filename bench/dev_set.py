@@ -2,10 +2,13 @@
 
     .venv/bin/python bench/dev_set.py --out before.json          # run, print a table, save words
     .venv/bin/python bench/dev_set.py --compare before.json after.json
+    .venv/bin/python bench/dev_set.py --beam 5 --out beam5.json   # beam search in both modes
+    .venv/bin/python bench/dev_set.py --modes oneshot --batch-files 2 --out b2.json
 
 The dev set is the ``short_en`` + ``long_en`` recordings with an exact or exact-ish reference
 (``$TRANSCRIBER_TEST_DATA``, else ``../shared/data``). Uses only the package's public API
-(``transcriber.transcribe``, ``transcriber.stream``), so the same script measures any two
+(``transcriber.transcribe``, ``transcriber.stream``, ``OneShotEngine.batch`` for
+``--batch-files``: files side by side as ``transcribe --batch-files`` runs them), so the same script measures any two
 revisions of the code; ``--compare`` says how far their words and word times moved.
 """
 
@@ -28,7 +31,34 @@ def rows(subsets=("short_en", "long_en")) -> list[dict]:
     return [e for e in entries if e["subset"] in subsets and e["reference_quality"] in ("exact", "exact-ish")]
 
 
-def run(modes: list[str]) -> dict:
+def side_by_side(engine, paths: list[Path], width: int) -> list[list]:
+    """Every file's words from ``engine.batch(width)``: ``width`` files decoded side by side."""
+    batch, waiting, words = engine.batch(width), list(enumerate(paths)), [[] for _ in paths]
+    while waiting and len(batch) < width:
+        batch.add(*waiting.pop(0))
+    for key, event in batch.events():
+        if isinstance(event, Exception):
+            raise event
+        if event is not None:
+            words[key] += event.words
+        elif waiting:
+            batch.add(*waiting.pop(0))
+    return words
+
+
+def decode_all(mode: str, model, paths: list[Path], beam: int | None, width: int) -> list[list]:
+    import transcriber
+
+    if mode == "oneshot" and width > 1:
+        options = transcriber.TranscribeOptions(decoding=transcriber.DecodingOptions(beam_size=beam))
+        return side_by_side(transcriber.OneShotEngine(model, options), paths, width)
+    if mode == "oneshot":
+        return [transcriber.transcribe(p, model, beam_size=beam).words for p in paths]
+    options = transcriber.StreamingOptions(**({"beam_size": beam} if beam else {}))
+    return [list(transcriber.stream(p, model, options=options)) for p in paths]
+
+
+def run(modes: list[str], beam: int | None = None, width: int = 1) -> dict:
     import transcriber
     from transcriber.evaluation import wer, word_start_errors
 
@@ -36,17 +66,13 @@ def run(modes: list[str]) -> dict:
     entries = rows()
     audio = sum(e["duration_s"] for e in entries)
     transcriber.transcribe(DATA / entries[0]["file"], model)  # warm up
-    out = {"files": [e["file"] for e in entries], "modes": {}}
+    out = {"files": [e["file"] for e in entries], "modes": {}, "beam": beam, "batch_files": width}
     for mode in modes:
-        words, seconds = {}, 0.0
-        for e in entries:
-            t0 = time.perf_counter()
-            if mode == "oneshot":
-                got = transcriber.transcribe(DATA / e["file"], model).words
-            else:
-                got = list(transcriber.stream(DATA / e["file"], model))
-            seconds += time.perf_counter() - t0
-            words[e["file"]] = [[w.text, round(w.start, 3), round(w.end, 3)] for w in got]
+        t0 = time.perf_counter()
+        got = decode_all(mode, model, [DATA / e["file"] for e in entries], beam, width)
+        seconds = time.perf_counter() - t0
+        words = {e["file"]: [[w.text, round(w.start, 3), round(w.end, 3)] for w in ws]
+                 for e, ws in zip(entries, got)}
         hyps = ["".join(w[0] for w in words[e["file"]]) for e in entries]
         errors = []
         for e in entries:
@@ -92,6 +118,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", default="oneshot,stream")
     ap.add_argument("--out", type=Path, help="save the results (with every word) here")
+    ap.add_argument("--beam", type=int, help="beam size in both modes (default: greedy)")
+    ap.add_argument("--batch-files", type=int, default=1, help="one-shot: this many files side by side")
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
     args = ap.parse_args(argv)
     if args.compare:
@@ -103,7 +131,7 @@ def main(argv=None):
         return
     if not (DATA / "manifest.jsonl").is_file():
         sys.exit(f"no recordings at {DATA}: set TRANSCRIBER_TEST_DATA")
-    result = run(args.modes.split(","))
+    result = run(args.modes.split(","), args.beam, args.batch_files)
     print(table(result))
     if args.out:
         args.out.write_text(json.dumps(result))

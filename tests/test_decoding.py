@@ -161,3 +161,21 @@ def test_compression_ratio_flags_repetition():
 def test_decoding_options_are_checked(kwargs, message):
     with pytest.raises(ValueError, match=message):
         DecodingOptions(**kwargs)
+
+
+def test_the_loop_step_ends_a_window_by_its_budget_text_context_or_end_of_text():
+    from transcriber.decoding.ending import Ending
+    from transcriber.decoding.loop import Decode
+
+    eot, vocab = 5, 8
+    logits = lambda best: np.where(np.arange(vocab) == best, 5.0, 0.0)[None].astype(np.float32)  # noqa: E731
+    decode = Decode([1, 2], GreedyDecoder(0.0, eot), [SuppressTokens([3])], 1, max_new=2, n_ctx=10)
+    assert decode.choose(logits(3)) is None  # suppressed: the next best is taken
+    assert decode.tokens.tolist() == [[1, 2, 0]]
+    assert decode.choose(logits(4)) is None
+    ended = decode.choose(logits(4))
+    assert ended.reason is Ending.BUDGET and ended.candidates[0].tokens == (1, 2, 0, 4, eot)
+    done = Decode([1], GreedyDecoder(0.0, eot), [], 1, max_new=9, n_ctx=10).choose(logits(eot))
+    assert done.reason is Ending.EOT and done.candidates[0].tokens[:2] == (1, eot)
+    full = Decode([1, 2], GreedyDecoder(0.0, eot), [], 1, max_new=9, n_ctx=3).choose(logits(4))
+    assert full.reason is Ending.LENGTH

@@ -75,3 +75,20 @@ def test_silence_gate_threshold():
     assert not GATE.is_silent(rng.standard_normal(16000) * 10 ** (-40 / 20))  # room noise level
     tail = np.concatenate([np.full(3200, 0.1), np.zeros(16000)])
     assert GATE.last_loud(tail) == 3200 and GATE.last_loud(np.zeros(1000)) is None
+
+
+def test_the_no_speech_rule_is_one_object_both_modes_build_from_their_options():
+    from transcriber.nonspeech import NoSpeechRule
+    from transcriber.oneshot import TranscribeOptions
+    from transcriber.streaming.options import StreamingOptions
+
+    rule = NoSpeechRule(threshold=0.6, logprob_threshold=-1.0, certain=0.9)
+    assert TranscribeOptions().no_speech == rule == StreamingOptions().no_speech
+    assert not rule.is_silence(0.5, -5.0)  # speech is likely: the text is kept, however unlikely
+    assert rule.is_silence(0.7, -1.5) and not rule.is_silence(0.7, -0.5)  # likely silence: the text decides
+    assert rule.is_silence(0.95, -0.1)  # near-certain silence, whatever the text
+    assert not rule.is_silence(0.7, None)  # no text to judge yet
+    assert rule.undecoded_above == 0.9  # only near-certain silence is not decoded
+    alone = NoSpeechRule(threshold=0.6, logprob_threshold=None)
+    assert alone.is_silence(0.7, -0.1) and alone.undecoded_above == 0.6
+    assert not NoSpeechRule(threshold=None).is_silence(1.0, -9.0)

@@ -3,11 +3,12 @@
 import numpy as np
 import pytest
 
+from transcriber.decoding.ending import Ending
 from transcriber.mel import log_mel_spectrogram
 from transcriber.streaming.melbuffer import MelBuffer, normalize, raw_log_mel
 from transcriber.streaming.options import StreamingOptions
 from transcriber.streaming.policy import (
-    LAST_CHUNK_THRESHOLD, AttentionTracker, Decision, decide, most_attended_frame, token_scores)
+    LAST_CHUNK_THRESHOLD, AttentionTracker, decide, most_attended_frame, token_scores)
 from transcriber.streaming.words import MAX_TAIL, SHIFT, CommittedWord, cut_frame, word_frames
 
 
@@ -86,27 +87,27 @@ def test_tracker_select_reorders_beams():
     assert near(tracker.frame(0), 80)
 
 
-@pytest.mark.parametrize("frame,expected", [(60, Decision.ACCEPT), (74, Decision.ACCEPT),
-                                            (75, Decision.STOP), (99, Decision.STOP)])
+@pytest.mark.parametrize("frame,expected", [(60, Ending.CONTINUE), (74, Ending.CONTINUE),
+                                            (75, Ending.STOP), (99, Ending.STOP)])
 def test_threshold(frame, expected):
     # 100 frames of audio, threshold 25: a token looking at frame >= 75 may be cut off
     assert decide(frame, 100, 50, frame_threshold=25, rewind_threshold=200) is expected
 
 
 def test_last_chunk_uses_the_small_threshold():
-    assert decide(90, 100, 50, frame_threshold=25, rewind_threshold=200) is Decision.STOP
-    assert decide(90, 100, 50, frame_threshold=25, rewind_threshold=200, is_last=True) is Decision.ACCEPT
+    assert decide(90, 100, 50, frame_threshold=25, rewind_threshold=200) is Ending.STOP
+    assert decide(90, 100, 50, frame_threshold=25, rewind_threshold=200, is_last=True) is Ending.CONTINUE
     edge = 100 - LAST_CHUNK_THRESHOLD
-    assert decide(edge, 100, 50, frame_threshold=25, rewind_threshold=200, is_last=True) is Decision.STOP
+    assert decide(edge, 100, 50, frame_threshold=25, rewind_threshold=200, is_last=True) is Ending.STOP
 
 
 def test_rewind_on_a_jump_back():
     kw = dict(frame_threshold=25, rewind_threshold=30)
-    assert decide(60, 200, 100, **kw) is Decision.REWIND  # 40 frames back
-    assert decide(75, 200, 100, **kw) is Decision.ACCEPT  # 25 back: within tolerance
-    assert decide(60, 200, None, **kw) is Decision.ACCEPT  # nothing kept yet
-    assert decide(60, 200, 100, after_special=True, **kw) is Decision.ACCEPT
-    assert decide(60, 200, 100, is_last=True, **kw) is Decision.ACCEPT
+    assert decide(60, 200, 100, **kw) is Ending.REWIND  # 40 frames back
+    assert decide(75, 200, 100, **kw) is Ending.CONTINUE  # 25 back: within tolerance
+    assert decide(60, 200, None, **kw) is Ending.CONTINUE  # nothing kept yet
+    assert decide(60, 200, 100, after_special=True, **kw) is Ending.CONTINUE
+    assert decide(60, 200, 100, is_last=True, **kw) is Ending.CONTINUE
 
 
 def test_synthetic_pass_stops_before_the_token_at_the_end():
@@ -120,7 +121,7 @@ def test_synthetic_pass_stops_before_the_token_at_the_end():
         frame = tracker.frame(0)
         assert near(frame, expected)
         d = decide(frame, n_frames, last, frame_threshold=25, rewind_threshold=200)
-        if d is not Decision.ACCEPT:
+        if d is not Ending.CONTINUE:
             break
         kept.append(frame)
         last = frame
@@ -237,5 +238,5 @@ def test_options_are_checked():
         StreamingOptions(no_speech_certain=1.5)
     # openai/whisper's no-speech rule: decode unless near-certain silence, then judge the text;
     # without a log-probability threshold the no-speech probability alone decides
-    assert StreamingOptions().no_speech_skip == 0.9
-    assert StreamingOptions(logprob_threshold=None).no_speech_skip == 0.6
+    assert StreamingOptions().no_speech.undecoded_above == 0.9
+    assert StreamingOptions(logprob_threshold=None).no_speech.undecoded_above == 0.6

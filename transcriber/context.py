@@ -24,11 +24,6 @@ from .tokenizer import Tokenizer, load_tokenizer
 SHORT_WINDOW_PAD = 10 * SAMPLE_RATE
 
 
-def no_speech_prob(tokenizer: Tokenizer, sot_logits: np.ndarray) -> float:
-    """Probability of <|nospeech|> from the logits (V,) at <|startoftranscript|>."""
-    return float(np.exp(_log_probs(sot_logits)[tokenizer.no_speech]))
-
-
 def _log_probs(logits) -> np.ndarray:
     """(V,) logits -> float64 log probabilities."""
     return log_softmax(np.asarray(logits, dtype=np.float64)[None])[0]

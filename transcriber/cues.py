@@ -37,7 +37,6 @@ import re
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from transcriber.engine import is_attached_mark
 from transcriber.tokenizer import NO_SPACE_LANGUAGES
 from transcriber.types import Segment, Transcript, Word
 
@@ -142,12 +141,30 @@ class Cue:
                 "words": [w.to_dict() for w in self.words]}
 
 
+# Marks written against the word before them, never after a space: Whisper sometimes gives one
+# its own word (streaming commits " ." a pass after the word it ends), which cue and text layout
+# would then set apart ("longer ."). French puts a space before ; : ! ?, so there only . and ,
+# (and the CJK marks) are attached.
+ATTACHED = ".,;:!?\u2026\u3002\uff0c\uff01\uff1f\u3001"
+FRENCH_SPACED = ";:!?"
+
+
+def is_attached_mark(text: str, language: Optional[str] = None) -> bool:
+    """" ." or "," : a word made only of marks that belong to the word before it."""
+    marks = text.strip()
+    allowed = ATTACHED if language != "fr" else "".join(c for c in ATTACHED if c not in FRENCH_SPACED)
+    return bool(marks) and all(c in allowed for c in marks)
+
+
 # --- word classes -------------------------------------------------------------------------
 
 _CLOSERS = "\"')]}»”’」』）"
-# sentence ends and clause marks of more scripts: full-width (Chinese, Japanese), Arabic
-# (؟ ، ؛), Urdu (۔), Devanagari (।)
-_SENTENCE_END = re.compile(rf"(?<!\.\.)[.?!。！？؟۔।][{re.escape(_CLOSERS)}]*$")
+# The one sentence-end rule (cue layout, segments, word edges, the streaming buffer's cuts):
+# a sentence mark, maybe closing quotes or brackets after it, not an ellipsis. Marks of more
+# scripts: full-width (Chinese, Japanese), Arabic (؟), Urdu (۔), Devanagari (।).
+SENTENCE_MARKS = ".?!。！？؟۔।"
+_SENTENCE_END = re.compile(rf"(?<!\.\.)[{re.escape(SENTENCE_MARKS)}][{re.escape(_CLOSERS)}]*$")
+# clause marks of more scripts too: full-width, Arabic (، ؛)
 _CLAUSE_END = re.compile(rf"([,;:–—…，、；：،؛]|\.\.\.)[{re.escape(_CLOSERS)}]*$")
 # a period after these is not a sentence end
 _ABBREVIATIONS = {"mr.", "mrs.", "ms.", "dr.", "st.", "jr.", "sr.", "prof.", "vs.", "etc.",
@@ -171,8 +188,14 @@ def _token(word: Word) -> str:
     return " ".join(word.text.split())
 
 
+def ends_sentence(text: str) -> bool:
+    """The word or text ends a sentence (``SENTENCE_MARKS``; trailing whitespace ignored)."""
+    return bool(_SENTENCE_END.search(text.rstrip()))
+
+
 def _is_sentence_end(token: str) -> bool:
-    return bool(_SENTENCE_END.search(token)) and token.lower() not in _ABBREVIATIONS \
+    """In cue layout also: not after an abbreviation or an initial."""
+    return ends_sentence(token) and token.lower() not in _ABBREVIATIONS \
         and not re.fullmatch(r"[A-Z]\.", token)  # an initial, as in "J. R. R."
 
 
@@ -360,6 +383,12 @@ def break_lines(tokens: Sequence[str], options: CueOptions,
                 cost -= PUNCT_LINE_BONUS
         return cost
 
+    return tuple(join_line(tokens[a:b], seps[a:b]) for a, b in _best_breaks(m, n_lines, line_cost))
+
+
+def _best_breaks(m: int, n_lines: int, line_cost) -> list[tuple[int, int]]:
+    """The (start, end) token ranges of the cheapest layout of ``m`` tokens on ``n_lines``
+    lines, first line first; ``line_cost(a, b, last)``: the cost of tokens[a:b] as one line."""
     # cost[l][k]: best layout of tokens[:k] on l lines
     cost = [[math.inf] * (m + 1) for _ in range(n_lines + 1)]
     back = [[0] * (m + 1) for _ in range(n_lines + 1)]
@@ -373,12 +402,12 @@ def break_lines(tokens: Sequence[str], options: CueOptions,
                 c = cost[line - 1][a] + line_cost(a, b, last)
                 if c < cost[line][b]:
                     cost[line][b], back[line][b] = c, a
-    lines, b = [], m
+    ranges, b = [], m
     for line in range(n_lines, 0, -1):
         a = back[line][b]
-        lines.append(join_line(tokens[a:b], seps[a:b]))
+        ranges.append((a, b))
         b = a
-    return tuple(reversed(lines))
+    return ranges[::-1]
 
 
 def line_layout(cue: Cue) -> list[list[tuple[str, Word]]]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Iterator, Optional, Protocol, Union
 
-from .timing import SENTENCE_ENDS
+from .cues import ends_sentence, is_attached_mark  # noqa: F401  (is_attached_mark: part of this module's API)
 from .types import Segment, Transcript, Word
 
 SEGMENT_PAUSE = 1.0  # seconds of silence between streamed words that start a new segment
@@ -94,21 +94,6 @@ def tidy(segments: list[Segment], duration: float) -> list[Segment]:
     return out
 
 
-# Marks written against the word before them, never after a space: Whisper sometimes gives one
-# its own word (streaming commits " ." a pass after the word it ends), which cue and text layout
-# would then set apart ("longer ."). French puts a space before ; : ! ?, so there only . and ,
-# (and the CJK marks) are attached.
-ATTACHED = ".,;:!?\u2026\u3002\uff0c\uff01\uff1f\u3001"
-FRENCH_SPACED = ";:!?"
-
-
-def is_attached_mark(text: str, language: Optional[str] = None) -> bool:
-    """" ." or "," : a word made only of marks that belong to the word before it."""
-    marks = text.strip()
-    allowed = ATTACHED if language != "fr" else "".join(c for c in ATTACHED if c not in FRENCH_SPACED)
-    return bool(marks) and all(c in allowed for c in marks)
-
-
 def attach_punctuation(segments: list[Segment], language: Optional[str] = None) -> list[Segment]:
     """Each punctuation-only word joined to the word before it (in its segment, else the last
     word of the segment before), keeping that word's times; segments left without words go."""
@@ -162,7 +147,7 @@ class SegmentGrouper:
                               or w.end - self.open[0].start > self.max_seconds):
                 closed.append(self._close())
             self.open.append(w)
-            if w.text.rstrip().endswith(tuple(SENTENCE_ENDS)):
+            if ends_sentence(w.text):
                 closed.append(self._close())
         return closed
 

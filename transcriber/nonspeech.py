@@ -171,3 +171,34 @@ class NonSpeechGate:
 
 
 GATE = NonSpeechGate()
+
+
+@dataclass(frozen=True)
+class NoSpeechRule:
+    """openai/whisper's no-speech rule, for both modes: a window (or pass) is silence when its
+    no-speech probability (at <|startoftranscript|>) is over ``threshold`` and its text is
+    unlikely too (mean token log probability at most ``logprob_threshold``; None: the
+    probability alone decides), or when that probability is over ``certain`` whatever the text.
+    Built from the mode's options (``TranscribeOptions.no_speech``, ``StreamingOptions.no_speech``)."""
+
+    threshold: Optional[float] = 0.6
+    logprob_threshold: Optional[float] = -1.0
+    certain: Optional[float] = None
+
+    @property
+    def undecoded_above(self) -> Optional[float]:
+        """Over this probability the text cannot save the audio, so it need not be decoded
+        (``decode_loop`` then ends at once with ``Ending.NO_SPEECH``); None: always decode."""
+        return self.threshold if self.logprob_threshold is None else self.certain
+
+    def is_silence(self, no_speech_prob: float, avg_logprob: Optional[float]) -> bool:
+        """The verdict on decoded audio. ``avg_logprob`` None: no text to judge (a streaming
+        pass that stopped before its first token waits for more audio), so not silence unless
+        the probability alone decides."""
+        if self.threshold is None or no_speech_prob <= self.threshold:
+            return False
+        if self.certain is not None and no_speech_prob > self.certain:
+            return True
+        if self.logprob_threshold is None:
+            return True
+        return avg_logprob is not None and avg_logprob <= self.logprob_threshold

@@ -24,8 +24,9 @@ from .decoding.options import TranscribeOptions
 from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
 from .model.whisper import DecoderState, Whisper
-from .nonspeech import GATE, ISOLATION
-from .timing import SENTENCE_ENDS, WordTiming, clamp_long_words, find_alignment, merge_punctuations
+from .nonspeech import GATE, ISOLATION, NoSpeechRule
+from .timing import (WordTiming, clamp_edge_words, clamp_long_words, find_alignment, fix_segment_edges,
+                     merge_punctuations)
 from .tokenizer import Tokenizer
 from .types import Segment, Word
 
@@ -98,6 +99,7 @@ class OneShotEngine:
         self.model, self.options = model, options
         self.model_name = model.name
         self.context = WhisperContext(model, options.decoding.task, options.decoding.language)
+        self._no_speech = options.no_speech
 
     def _task(self, temperature: float, prompt: list[int], tokenizer: Tokenizer, n_frames: int) -> DecodingTask:
         opts = self.options
@@ -134,7 +136,7 @@ class OneShotEngine:
                               and result.compression_ratio > opts.compression_ratio_threshold)
             too_repetitive = too_repetitive or GATE.repeats(result.text, len(result.text.split()))
             too_unlikely = opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
-            silent = opts.no_speech_threshold is not None and result.no_speech_prob > opts.no_speech_threshold
+            silent = self._no_speech.threshold is not None and result.no_speech_prob > self._no_speech.threshold
             looping = self._looping(result, n_frames)
             if silent or not (too_repetitive or too_unlikely or looping):
                 break
@@ -210,7 +212,7 @@ class OneShotEngine:
         task = self._task(opts.temperatures[0], state.prompt_tokens, tokenizer, n_frames)
         first = yield _Decode(task, base)
         result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer, n_frames, first)
-        if self._no_speech(result) or self._looping(result, n_frames):  # looping at every temperature
+        if self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob) or self._looping(result, n_frames):  # looping at every temperature
             return [], replace(state, seek=state.seek + n_frames)
         pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
         if opts.word_timestamps and pieces:
@@ -230,15 +232,6 @@ class OneShotEngine:
         max_prompt = self.model.dims.n_text_ctx // 2 - 1
         return segments, replace(state, seek=max(next_seek, state.seek + 1), prompt_tokens=prompt[-max_prompt:],
                                  last_speech=last_speech)
-
-    def _no_speech(self, result: DecodingResult) -> bool:
-        """openai/whisper's rule (likely silence, and the text is unlikely too), or near-certain silence."""
-        opts = self.options
-        if opts.no_speech_threshold is None or result.no_speech_prob <= opts.no_speech_threshold:
-            return False
-        if opts.no_speech_certain is not None and result.no_speech_prob > opts.no_speech_certain:
-            return True
-        return opts.logprob_threshold is None or result.avg_logprob <= opts.logprob_threshold
 
     def _initial_prompt(self) -> list[int]:
         if not self.options.initial_prompt:
@@ -302,8 +295,8 @@ class OneShotEngine:
                 saved += len(timing.tokens)
                 index += 1
             if words:
-                self._fix_edges(seg, words, median, max_duration, last_speech)
-                _clamp_edge_words(seg, words, max_duration)
+                edges = fix_segment_edges(words, seg["start"], seg["end"], median, max_duration, last_speech)
+                seg["start"], seg["end"] = clamp_edge_words(words, *edges, max_duration)
                 last_speech = seg["end"]
             out.append(_segment(seg, words))
         tokens = np.array(result.tokens)
@@ -313,35 +306,6 @@ class OneShotEngine:
             if ends and ends[-1] > time_offset:
                 next_seek = round(ends[-1] * FRAMES_PER_SECOND)
         return out, next_seek
-
-    @staticmethod
-    def _fix_edges(seg: dict, words: list[WordTiming], median: float, max_duration: float, last_speech: float):
-        """openai/whisper's heuristics for the first and last word of a segment, which DTW
-        tends to stretch over the silence around it."""
-        first = words[0]
-        if first.end - last_speech > median * 4 and (
-                first.end - first.start > max_duration
-                or (len(words) > 1 and words[1].end - first.start > max_duration * 2)):
-            if len(words) > 1 and words[1].end - words[1].start > max_duration:
-                boundary = max(words[1].end / 2, words[1].end - max_duration)
-                first.end = words[1].start = boundary
-            first.start = max(0.0, first.end - max_duration)
-        if seg["start"] < first.end and seg["start"] - 0.5 > first.start:
-            first.start = max(0.0, min(first.end - median, seg["start"]))
-        else:
-            seg["start"] = first.start
-        last = words[-1]
-        if seg["end"] > last.start and seg["end"] + 0.5 < last.end:
-            last.end = max(last.start + median, seg["end"])
-        else:
-            seg["end"] = last.end
-
-
-# A word longer than this many times the window's longest plausible word (``clamp_long_words``)
-# at a segment's edge or a sentence's was stretched by DTW over the music or silence beside it:
-# on the podcast (bench/podcast.py) " He" ran 18.6 s back into the music before it, " Roman."
-# 4.2 s and " quickly." 5.2 s into the music or silence after them.
-EDGE_STRETCH = 2.0
 
 
 def _speech_segments(segments: list[Segment], last_speech: float) -> list[Segment]:
@@ -354,22 +318,6 @@ def _speech_segments(segments: list[Segment], last_speech: float) -> list[Segmen
             kept.append(seg)
             last_speech = seg.end
     return kept
-
-
-def _clamp_edge_words(seg: dict, words: list[WordTiming], max_duration: float) -> None:
-    """Cut a stretched word that starts a segment or a sentence from its start, one that ends a
-    segment or a sentence from its end, to ``max_duration``; the segment follows its words."""
-    if max_duration <= 0:
-        return
-    for i, w in enumerate(words):
-        if w.end - w.start <= EDGE_STRETCH * max_duration:
-            continue
-        if i == len(words) - 1 or w.word.rstrip().endswith(tuple(SENTENCE_ENDS)):
-            w.end = w.start + max_duration
-        elif i == 0 or words[i - 1].word.rstrip().endswith(tuple(SENTENCE_ENDS)):
-            w.start = w.end - max_duration
-    seg["start"] = max(seg["start"], words[0].start)
-    seg["end"] = min(seg["end"], words[-1].end)
 
 
 @dataclass(frozen=True)

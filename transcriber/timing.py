@@ -14,12 +14,12 @@ import mlx.core as mx
 import numpy as np
 
 from .constants import MEDIAN_FILTER_WIDTH, TOKENS_PER_SECOND
+from .cues import SENTENCE_MARKS, ends_sentence
 from .model.whisper import DecoderState, Whisper
 from .tokenizer import Tokenizer
 
 PREPEND_PUNCTUATIONS = "\"'“¿([{-"
 APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
-SENTENCE_ENDS = ".。!！?？"
 
 
 @dataclass
@@ -168,8 +168,60 @@ def clamp_long_words(alignment: list[WordTiming]) -> tuple[float, float]:
     if len(durations):
         for prev, w in zip(alignment, alignment[1:]):
             if w.end - w.start > max_duration:
-                if w.word in SENTENCE_ENDS:
+                if w.word in SENTENCE_MARKS:
                     w.end = w.start + max_duration
-                elif prev.word in SENTENCE_ENDS:
+                elif prev.word in SENTENCE_MARKS:
                     w.start = w.end - max_duration
     return median, max_duration
+
+
+# Word-edge heuristics, after ``clamp_long_words`` and ``merge_punctuations``: for the words of
+# one segment, times in seconds of the source.
+
+# A word longer than this many times the window's longest plausible word (``clamp_long_words``)
+# at a segment's edge or a sentence's was stretched by DTW over the music or silence beside it:
+# on the podcast (bench/podcast.py) " He" ran 18.6 s back into the music before it, " Roman."
+# 4.2 s and " quickly." 5.2 s into the music or silence after them.
+EDGE_STRETCH = 2.0
+
+
+def fix_segment_edges(words: list[WordTiming], start: float, end: float, median: float,
+                      max_duration: float, last_speech: float) -> tuple[float, float]:
+    """openai/whisper's heuristics for the first and last word of a segment [start, end),
+    which DTW tends to stretch over the silence around it (``last_speech``: where the speech
+    before it ended). Moves the words' times; returns the segment's (start, end)."""
+    first = words[0]
+    if first.end - last_speech > median * 4 and (
+            first.end - first.start > max_duration
+            or (len(words) > 1 and words[1].end - first.start > max_duration * 2)):
+        if len(words) > 1 and words[1].end - words[1].start > max_duration:
+            boundary = max(words[1].end / 2, words[1].end - max_duration)
+            first.end = words[1].start = boundary
+        first.start = max(0.0, first.end - max_duration)
+    if start < first.end and start - 0.5 > first.start:
+        first.start = max(0.0, min(first.end - median, start))
+    else:
+        start = first.start
+    last = words[-1]
+    if end > last.start and end + 0.5 < last.end:
+        last.end = max(last.start + median, end)
+    else:
+        end = last.end
+    return start, end
+
+
+def clamp_edge_words(words: list[WordTiming], start: float, end: float,
+                     max_duration: float) -> tuple[float, float]:
+    """Cut a stretched word that starts a segment or a sentence from its start, one that ends a
+    segment or a sentence from its end, to ``max_duration``; the segment [start, end) follows
+    its words (returned)."""
+    if max_duration <= 0:
+        return start, end
+    for i, w in enumerate(words):
+        if w.end - w.start <= EDGE_STRETCH * max_duration:
+            continue
+        if i == len(words) - 1 or ends_sentence(w.word):
+            w.end = w.start + max_duration
+        elif i == 0 or ends_sentence(words[i - 1].word):
+            w.start = w.end - max_duration
+    return max(start, words[0].start), min(end, words[-1].end)

@@ -12,7 +12,8 @@ windows of several files, each at its own point, are stepped together:
 
 A window joins as soon as its prompt is ready and leaves as soon as it ends (end of text, its
 token budget, the text context), so no row waits for another and none is decoded past its end.
-Each row keeps its own tokens, logit filters and positions; in the decoder the rows' caches are
+Each row is the window's own ``loop.Decode`` (its tokens, logit filters, greedy search and end
+rules: the step ``decode_loop`` takes alone) after the same ``prompt_pass``; in the decoder the rows' caches are
 padded on the left to one length and their audio on the right to one span, and the padding is
 masked (``DecoderState.pad``, ``audio_len``). A row gets the tokens ``DecodingTask.run`` gives
 it alone, up to float rounding in products of another shape.
@@ -20,16 +21,15 @@ it alone, up to float rounding in products of another shape.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Hashable
 
 import mlx.core as mx
 import numpy as np
 
-from ..context import no_speech_prob
 from ..model.whisper import DecoderState, Whisper
-from .filters import log_softmax
-from .search import Candidate
+from .loop import Decode, prompt_pass
+from .search import GreedyDecoder
 from .task import DecodingResult, DecodingTask
 
 
@@ -44,12 +44,7 @@ class _Row:
     key: Hashable
     task: DecodingTask
     no_speech: float
-    tokens: list[int]  # prompt and sampled tokens
-    logprobs: list[float] = field(default_factory=list)  # of each sampled token
-
-    @property
-    def sampled(self) -> int:
-        return len(self.logprobs)
+    decode: Decode
 
 
 class GreedyBatch:
@@ -68,41 +63,33 @@ class GreedyBatch:
     def add(self, key: Hashable, task: DecodingTask, base: DecoderState) -> None:
         """Run the window's prompt through the decoder (batch 1) and add it as a row."""
         assert batchable(task), "GreedyBatch decodes greedily at temperature 0"
-        prompt = list(task.initial_tokens)
-        logits, state, _ = self.model.decoder(mx.array([prompt]), base, want_logits=[task.sot_index, len(prompt) - 1])
-        logits = np.array(logits[0], dtype=np.float32)
-        self.rows.append(_Row(key, task, no_speech_prob(task.tokenizer, logits[0]), prompt))
-        self.state = state if self.state is None else DecoderState.stack([self.state, state])
-        self.logits = logits[1:] if self.logits is None else np.concatenate([self.logits, logits[1:]])
+        first = prompt_pass(self.model, base, task.initial_tokens, task.sot_index, task.tokenizer)
+        decode = Decode(task.initial_tokens, GreedyDecoder(0.0, task.tokenizer.eot), task.filters, 1,
+                        task.sample_len, self.model.dims.n_text_ctx)
+        self.rows.append(_Row(key, task, first.no_speech_prob, decode))
+        self.state = first.state if self.state is None else DecoderState.stack([self.state, first.state])
+        self.logits = first.logits if self.logits is None else np.concatenate([self.logits, first.logits])
 
     def remove(self, key: Hashable) -> None:
         """Forget a row (its file was dropped)."""
         self._keep([j for j, r in enumerate(self.rows) if r.key != key])
 
     def step(self) -> list[tuple[Hashable, DecodingResult]]:
-        """Choose every row's next token (its filters, then the argmax); the rows that end
-        leave with their results, the others go through the decoder for the next logits."""
+        """Choose every row's next token (``Decode.choose``); the rows that end leave with
+        their results, the others go through the decoder for the next logits."""
         ended, kept = [], []
-        n_ctx = self.model.dims.n_text_ctx
         for j, row in enumerate(self.rows):
-            logits = self.logits[j:j + 1].copy()
-            tokens = np.array([row.tokens], dtype=np.int64)
-            for f in row.task.filters:
-                f.apply(logits, tokens)
-            token = int(logits[0].argmax())
-            row.logprobs.append(float(log_softmax(logits)[0, token]))
-            row.tokens.append(token)
-            if (token == row.task.tokenizer.eot or row.sampled >= row.task.sample_len
-                    or len(row.tokens) >= n_ctx):
-                ended.append(row)
-            else:
+            result = row.decode.choose(self.logits[j:j + 1].copy())
+            if result is None:
                 kept.append(j)
+            else:
+                ended.append((row, result))
         self._keep(kept)
         if self.rows:
-            last = mx.array([[r.tokens[-1]] for r in self.rows])
+            last = mx.array([[int(r.decode.tokens[0, -1])] for r in self.rows])
             out, self.state, _ = self.model.decoder(last, self.state)
             self.logits = np.array(out[:, -1], dtype=np.float32)
-        return [(row.key, self._result(row)) for row in ended]
+        return [(row.key, row.task.result(result.candidates, row.no_speech)) for row, result in ended]
 
     def _keep(self, indices: list[int]) -> None:
         if len(indices) == len(self.rows):
@@ -113,11 +100,3 @@ class GreedyBatch:
             return
         self.state = self.state.keep_rows(mx.array(indices)).compact()
         self.logits = self.logits[indices]
-
-    @staticmethod
-    def _result(row: _Row) -> DecodingResult:
-        """As ``decode_loop`` + ``DecodingTask.run`` finish a window decoded alone: a row cut
-        by its budget or the text context ends as if with end of text (log probability 0)."""
-        eot = row.task.tokenizer.eot
-        tokens = tuple(row.tokens) + (() if row.tokens[-1] == eot else (eot,))
-        return row.task.result([Candidate(tokens, float(sum(row.logprobs)), tuple(row.logprobs))], row.no_speech)

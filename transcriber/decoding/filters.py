@@ -88,3 +88,9 @@ def _logsumexp(x: np.ndarray) -> np.ndarray:
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """(B, V) -> (B, V) log probabilities, -inf stays -inf."""
     return logits - _logsumexp(logits)[:, None]
+
+
+def no_speech_prob(tokenizer: Tokenizer, sot_logits: np.ndarray) -> float:
+    """Probability of <|nospeech|> from the logits (V,) at <|startoftranscript|>."""
+    logprobs = log_softmax(np.asarray(sot_logits, dtype=np.float64)[None])[0]
+    return float(np.exp(logprobs[tokenizer.no_speech]))

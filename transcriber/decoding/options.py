@@ -6,10 +6,13 @@ walk over a file). Frozen, checked once; the fields that are options carry their
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 from ..options import (AUDIO_TRACK, BEAM_SIZE, INITIAL_PROMPT, LANGUAGE, LOGPROB_THRESHOLD, MAX_BEAM_SIZE,
                        NO_SPEECH_CERTAIN, NO_SPEECH_THRESHOLD, TASK, TASKS, Option, OptionError, check_fields)
+
+if TYPE_CHECKING:
+    from ..nonspeech import NoSpeechRule
 
 __all__ = ["DecodingOptions", "TranscribeOptions", "MAX_BEAM_SIZE", "MAX_BEST_OF", "MAX_PATIENCE", "TASKS"]
 
@@ -118,3 +121,10 @@ class TranscribeOptions:
         if len(times) % 2:
             times.append(None)
         return list(zip(times[::2], times[1::2]))
+
+    @property
+    def no_speech(self) -> NoSpeechRule:
+        """The no-speech rule of these options (``nonspeech.NoSpeechRule``)."""
+        from ..nonspeech import NoSpeechRule  # numpy: not at import (the CLI's --help reads these options)
+
+        return NoSpeechRule(self.no_speech_threshold, self.logprob_threshold, self.no_speech_certain)

@@ -42,10 +42,10 @@ class DecodingResult:
     token_logprobs: tuple[float, ...] = field(default=(), repr=False)  # one per token above
 
 
-def suppress_ids(tokenizer: Tokenizer, options: DecodingOptions, model_ids: tuple[int, ...]) -> list[int]:
-    """Token ids never sampled: the "-1" set (the model's own list, else Whisper's non-speech
-    symbols) plus the special tokens that only belong in prompts."""
-    spec = options.suppress_tokens
+def suppress_ids(tokenizer: Tokenizer, spec: Optional[str], model_ids: tuple[int, ...]) -> list[int]:
+    """Token ids never sampled: those of ``spec`` (``DecodingOptions.suppress_tokens``; its
+    "-1": the model's own list, else Whisper's non-speech symbols) plus the special tokens that
+    only belong in prompts."""
     if spec is None or spec == "":
         return []
     ids = [int(t) for t in str(spec).split(",") if t.strip()]
@@ -90,7 +90,7 @@ class DecodingTask:
         filters: list[LogitFilter] = []
         if opts.suppress_blank:
             filters.append(SuppressBlank(self.tokenizer, self.sample_begin))
-        ids = suppress_ids(self.tokenizer, opts, model_suppress_ids)
+        ids = suppress_ids(self.tokenizer, opts.suppress_tokens, model_suppress_ids)
         if ids:
             filters.append(SuppressTokens(ids))
         if not opts.without_timestamps:
@@ -116,19 +116,25 @@ class DecodingTask:
     def result(self, candidates: list[Candidate], no_speech_prob: float,
                language: Optional[str] = None) -> DecodingResult:
         """The best of the finished candidates (decoded here or in a batch: decoding/batch.py)."""
-        sampled = [self._strip(c.tokens) for c in candidates]
-        best = self.ranker.rank([len(s) for s in sampled], [c.sum_logprob for c in candidates])
-        best_tokens = sampled[best]
+        best, best_tokens = best_candidate(candidates, self.sample_begin, self.tokenizer.eot, self.ranker)
         text = self.tokenizer.decode(best_tokens)
         return DecodingResult(
             tokens=tuple(best_tokens), text=text, language=language or self.tokenizer.language,
-            avg_logprob=candidates[best].sum_logprob / (len(best_tokens) + 1),
+            avg_logprob=best.sum_logprob / (len(best_tokens) + 1),
             no_speech_prob=no_speech_prob, temperature=self.options.temperature,
             compression_ratio=compression_ratio(text),
-            token_logprobs=candidates[best].token_logprobs[: len(best_tokens)])
+            token_logprobs=best.token_logprobs[: len(best_tokens)])
 
-    def _strip(self, sequence: list[int]) -> list[int]:
-        """The sampled part of a candidate, up to (without) its first end of text."""
-        sampled = list(sequence[self.sample_begin:])
-        eot = self.tokenizer.eot
-        return sampled[: sampled.index(eot)] if eot in sampled else sampled
+
+def sampled_tokens(sequence: tuple[int, ...], sample_begin: int, eot: int) -> list[int]:
+    """The sampled part of a candidate's sequence, up to (without) its first end of text."""
+    sampled = [int(t) for t in sequence[sample_begin:]]
+    return sampled[: sampled.index(eot)] if eot in sampled else sampled
+
+
+def best_candidate(candidates: list[Candidate], sample_begin: int, eot: int,
+                   ranker: MaximumLikelihoodRanker) -> tuple[Candidate, list[int]]:
+    """The candidate the ranker picks, and its sampled tokens (both modes end a decode here)."""
+    sampled = [sampled_tokens(c.tokens, sample_begin, eot) for c in candidates]
+    best = ranker.rank([len(s) for s in sampled], [c.sum_logprob for c in candidates])
+    return candidates[best], sampled[best]

@@ -17,7 +17,7 @@ from .options import StreamingOptions
 # The rest imports numpy and MLX: loaded on first use, so that the options (and the CLI's
 # --help, which reads them) stay light.
 _LAZY = {"StreamingEngine": ".engine", "pack_state": ".engine", "unpack_state": ".engine",
-         "Decision": ".policy", "decide": ".policy", "most_attended_frame": ".policy",
+         "decide": ".policy", "most_attended_frame": ".policy",
          "token_scores": ".policy", "StreamingSession": ".session"}
 
 
@@ -30,4 +30,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["StreamingOptions", "StreamingSession", "StreamingEngine", "pack_state", "unpack_state",
-           "Decision", "decide", "most_attended_frame", "token_scores"]
+           "decide", "most_attended_frame", "token_scores"]

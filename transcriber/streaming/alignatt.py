@@ -14,18 +14,19 @@ from typing import Optional
 import mlx.core as mx
 import numpy as np
 
+from ..decoding.ending import Ending
 from ..decoding.filters import LogitFilter, SuppressBlank, SuppressTokens
-from ..decoding.loop import (BUDGET, EOT, LENGTH, NO_SPEECH, REWIND, STOP, StepHook, Verdict,
-                             decode_loop)
-from ..decoding.options import DecodingOptions
+from ..decoding.loop import StepHook, decode_loop
 from ..decoding.search import BeamSearchDecoder, GreedyDecoder, MaximumLikelihoodRanker
-from ..decoding.task import suppress_ids
+from ..decoding.task import best_candidate, sampled_tokens, suppress_ids
 from ..model.whisper import DecoderState, Whisper
+from ..nonspeech import NoSpeechRule
 from ..tokenizer import Tokenizer
-from .policy import AttentionTracker, Decision, decide
+from .policy import AttentionTracker, decide
 
-THRESHOLD = STOP  # the pass stopped at a token looking at the end of the audio
-__all__ = ["AlignAttPass", "PassResult", "EOT", "THRESHOLD", "REWIND", "BUDGET", "LENGTH", "NO_SPEECH"]
+# Whisper's non-speech symbols (``DecodingOptions.suppress_tokens``' default) are never sampled
+SUPPRESS_TOKENS = "-1"
+__all__ = ["AlignAttPass", "PassResult"]
 
 
 class SuppressSpecials(LogitFilter):
@@ -43,8 +44,8 @@ class PassResult:
     tokens: list[int] = field(default_factory=list)  # kept tokens after the prompt (no EOT)
     frames: list[int] = field(default_factory=list)  # most attended frame of each kept token
     logprobs: list[float] = field(default_factory=list)
-    reason: str = EOT
-    next_token: Optional[int] = None  # the token the pass stopped before (THRESHOLD)
+    reason: Ending = Ending.EOT
+    next_token: Optional[int] = None  # the token the pass stopped before (STOP)
     next_frame: Optional[int] = None  # and its most attended frame
     no_speech_prob: float = 0.0
 
@@ -82,21 +83,19 @@ class AlignAttHook(StepHook):
             for b in range(len(tokens)):
                 self.ended[tuple(tokens[b].tolist())] = self.frames[b]
         if completed:
-            return Verdict.CONTINUE
+            return Ending.CONTINUE
         frame = int(step_frames[sources[0]])
         decision = decide(frame, self.n_frames, self.last_frame, frame_threshold=self.frame_threshold,
                           rewind_threshold=self.rewind_threshold, is_last=self.is_last,
                           after_special=bool(new_tokens[0, -2] >= self.eot))
-        if decision is Decision.REWIND:
-            return Verdict.REWIND
-        if decision is Decision.STOP:
+        if decision is Ending.STOP:
             self.stop_frame = frame
             self.frames = self.frames[sources]
-            return Verdict.STOP
-        self.last_frame = frame
-        self.frames = np.concatenate([self.frames[sources], step_frames[sources][:, None]], axis=1)
-        self.tracker.select(sources)
-        return Verdict.CONTINUE
+        elif decision is Ending.CONTINUE:
+            self.last_frame = frame
+            self.frames = np.concatenate([self.frames[sources], step_frames[sources][:, None]], axis=1)
+            self.tracker.select(sources)
+        return decision
 
     def push(self, weights):
         self.tracker.push(alignment_rows(weights, self.heads, slice(-1, None))[:, :, 0, :])
@@ -111,18 +110,15 @@ class AlignAttPass:
     """Runs passes for one model, tokenizer and set of options."""
 
     def __init__(self, model: Whisper, tokenizer: Tokenizer, beam_size: int, frame_threshold: int,
-                 rewind_threshold: int, no_speech_threshold: Optional[float],
-                 logprob_threshold: Optional[float], no_speech_skip: Optional[float]):
-        """The no-speech rule of ``StreamingOptions``: above ``no_speech_skip`` (its
-        ``no_speech_skip`` property) the pass is not decoded; above ``no_speech_threshold`` its
-        text must not be unlikely (mean token log probability under ``logprob_threshold``;
-        None: above the threshold is no speech)."""
+                 rewind_threshold: int, no_speech: NoSpeechRule):
+        """``no_speech``: the rule of ``StreamingOptions`` (``StreamingOptions.no_speech``): a
+        pass over its ``undecoded_above`` is not decoded, and a decoded pass may still be
+        judged silence by its text."""
         self.model, self.tokenizer = model, tokenizer
         self.beam_size = beam_size
         self.frame_threshold, self.rewind_threshold = frame_threshold, rewind_threshold
-        self.no_speech_threshold, self.logprob_threshold = no_speech_threshold, logprob_threshold
-        self.no_speech_skip = no_speech_skip
-        ids = suppress_ids(tokenizer, DecodingOptions(task=tokenizer.task), model.info.suppress_ids)
+        self.no_speech = no_speech
+        ids = suppress_ids(tokenizer, SUPPRESS_TOKENS, model.info.suppress_ids)
         self.suppress = [SuppressTokens(ids), SuppressSpecials(tokenizer.eot)]
         self.ranker = MaximumLikelihoodRanker(None)
 
@@ -142,35 +138,27 @@ class AlignAttPass:
         search = GreedyDecoder(0.0, tok.eot) if n == 1 else BeamSearchDecoder(n, tok.eot)
         loop = decode_loop(self.model, base, prompt, sot_index, tokenizer=tok, search=search,
                            filters=[SuppressBlank(tok, sample_begin)] + self.suppress, n_group=n,
-                           max_new=max_new, hook=hook, no_speech_threshold=self.no_speech_skip)
-        if loop.reason in (NO_SPEECH, REWIND, BUDGET):
+                           max_new=max_new, hook=hook, no_speech_above=self.no_speech.undecoded_above)
+        if loop.reason in (Ending.NO_SPEECH, Ending.REWIND, Ending.BUDGET):
             return PassResult(reason=loop.reason, no_speech_prob=loop.no_speech_prob)
-        if loop.reason == STOP:
+        if loop.reason is Ending.STOP:
             best = loop.candidates[0]
-            frames = hook.frames[0]
+            tokens, frames = sampled_tokens(best.tokens, len(prompt), tok.eot), hook.frames[0]
         else:  # EOT or LENGTH: the best candidate
-            kept = [self._kept(c.tokens, len(prompt)) for c in loop.candidates]
-            index = self.ranker.rank([len(k) for k in kept], [c.sum_logprob for c in loop.candidates])
-            best = loop.candidates[index]
+            best, tokens = best_candidate(loop.candidates, len(prompt), tok.eot, self.ranker)
             frames = hook.frames_of(best.tokens)
-        tokens = self._kept(best.tokens, len(prompt))
         logprobs = [float(p) for p in best.token_logprobs[:len(tokens)]]
         if self._no_speech(loop.no_speech_prob, logprobs, loop.reason):
-            return PassResult(reason=NO_SPEECH, no_speech_prob=loop.no_speech_prob)
+            return PassResult(reason=Ending.NO_SPEECH, no_speech_prob=loop.no_speech_prob)
         return PassResult(tokens, [int(f) for f in frames[:len(tokens)]], logprobs, loop.reason,
                           loop.next_token, hook.stop_frame, loop.no_speech_prob)
 
-    def _no_speech(self, no_speech_prob: float, logprobs: list[float], reason: str) -> bool:
-        """A decoded pass is no speech when likely silence and its text is unlikely. A pass that
-        stopped before its first token has no text to judge: it waits for more audio."""
-        if self.no_speech_threshold is None or no_speech_prob <= self.no_speech_threshold \
-                or self.logprob_threshold is None:
-            return False
-        if not logprobs:
-            return reason == EOT
-        return float(np.mean(logprobs)) < self.logprob_threshold
-
-    def _kept(self, sequence: tuple[int, ...], prompt_len: int) -> list[int]:
-        """A candidate's tokens after the prompt, up to (without) the end of text."""
-        out = [int(t) for t in sequence[prompt_len:]]
-        return out[: out.index(self.tokenizer.eot)] if self.tokenizer.eot in out else out
+    def _no_speech(self, no_speech_prob: float, logprobs: list[float], reason: Ending) -> bool:
+        """The rule's verdict on a decoded pass. A pass that ended its text with none is
+        judged as unlikely text; one that stopped before its first token has no text to judge
+        (it waits for more audio)."""
+        if logprobs:
+            avg = float(np.mean(logprobs))
+        else:
+            avg = -np.inf if reason is Ending.EOT else None
+        return self.no_speech.is_silence(no_speech_prob, avg)

@@ -6,11 +6,14 @@ there, and streaming's own below. Light (no numpy, no MLX).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 from ..constants import CHUNK_LENGTH, TIME_PRECISION
 from ..options import (AUDIO_TRACK, BEAM_SIZE, INITIAL_PROMPT, LANGUAGE, LOGPROB_THRESHOLD, NO_SPEECH_CERTAIN,
                        NO_SPEECH_THRESHOLD, TASK, Option, OptionError, check_fields)
+
+if TYPE_CHECKING:
+    from ..nonspeech import NoSpeechRule
 
 MAX_WINDOW_SECONDS = float(CHUNK_LENGTH)  # the encoder's 1500 positions
 # Below these, cost grows without bound for nothing: every chunk is one more decoder pass (0.01 s
@@ -108,9 +111,11 @@ class StreamingOptions:
         return self.audio_trim_len, self.audio_keep_len
 
     @property
-    def no_speech_skip(self) -> Optional[float]:
-        """Above this no-speech probability audio is taken for silence without decoding it."""
-        return self.no_speech_threshold if self.logprob_threshold is None else self.no_speech_certain
+    def no_speech(self) -> NoSpeechRule:
+        """The no-speech rule of these options (``nonspeech.NoSpeechRule``)."""
+        from ..nonspeech import NoSpeechRule  # numpy: not at import (the CLI's --help reads these options)
+
+        return NoSpeechRule(self.no_speech_threshold, self.logprob_threshold, self.no_speech_certain)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -13,11 +13,10 @@ it is sampled, without another decoder pass.
 
 from __future__ import annotations
 
-import enum
-
 import numpy as np
 
 from ..constants import MEDIAN_FILTER_WIDTH
+from ..decoding.ending import Ending
 from ..timing import median_filter
 
 LAST_CHUNK_THRESHOLD = 4  # frames: how close to the end the last token may look on the last chunk
@@ -26,12 +25,6 @@ LAST_CHUNK_THRESHOLD = 4  # frames: how close to the end the last token may look
 # z-score is bounded by sqrt(T - 1) and a mere rank order reaches it). Spreads under this
 # fraction of uniform attention (1 / frames) are treated as this floor.
 STD_FLOOR = 0.1
-
-
-class Decision(enum.Enum):
-    ACCEPT = "accept"  # keep the token, decode the next one
-    STOP = "stop"  # the token looks at the end of the audio: drop it, wait for more audio
-    REWIND = "rewind"  # attention jumped back: drop what this pass decoded
 
 
 def _restrict(attention: np.ndarray, n_frames: int | None) -> np.ndarray:
@@ -102,8 +95,9 @@ class AttentionTracker:
 
 
 def decide(frame: int, n_frames: int, last_frame: int | None, *, frame_threshold: int,
-           rewind_threshold: int, is_last: bool = False, after_special: bool = False) -> Decision:
-    """Keep the newest token, stop before it, or rewind.
+           rewind_threshold: int, is_last: bool = False, after_special: bool = False) -> Ending:
+    """Keep the newest token (``Ending.CONTINUE``), stop before it (``STOP``: drop it, wait for
+    more audio), or rewind (``REWIND``: drop what this pass decoded).
 
     frame: the token's most attended frame; n_frames: frames of audio available; last_frame: the
     frame of the last token kept (None: none yet). Rewind when attention jumps back by more than
@@ -114,8 +108,8 @@ def decide(frame: int, n_frames: int, last_frame: int | None, *, frame_threshold
     """
     if (not is_last and not after_special and last_frame is not None
             and last_frame - frame > rewind_threshold):
-        return Decision.REWIND
+        return Ending.REWIND
     threshold = LAST_CHUNK_THRESHOLD if is_last else frame_threshold
     if n_frames - frame <= threshold:
-        return Decision.STOP
-    return Decision.ACCEPT
+        return Ending.STOP
+    return Ending.CONTINUE

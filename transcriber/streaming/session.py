@@ -30,11 +30,12 @@ import numpy as np
 
 from ..constants import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES
 from ..context import WhisperContext
-from ..engine import is_attached_mark
+from ..decoding.ending import Ending
+from ..cues import is_attached_mark
 from ..model.whisper import Whisper
 from ..nonspeech import GATE, ISOLATION
 from ..types import Word
-from .alignatt import BUDGET, EOT, NO_SPEECH, REWIND, AlignAttPass, PassResult
+from .alignatt import AlignAttPass, PassResult
 from .melbuffer import SILENCE, MelBuffer, normalize
 from .options import StreamingOptions
 from .words import CommittedWord, commit_count, context_tail, cut_frame, word_frames
@@ -73,7 +74,7 @@ class _State:
 
     buffer: MelBuffer
     language: Optional[str]
-    context: list[int] = field(default_factory=list)  # prompt text tokens (static prompt apart)
+    prompt: list[int] = field(default_factory=list)  # prompt text tokens (static prompt apart); state key "context"
     words: list[CommittedWord] = field(default_factory=list)  # committed words still in the buffer
     last_frame: Optional[int] = None  # stream frame the last committed token attended
     last_end: float = 0.0  # end of the last emitted word, seconds of the source
@@ -88,11 +89,11 @@ class StreamingSession:
                  start_sample: int = 0):
         """A session whose first sample is ``start_sample`` of the source (times are source time)."""
         self.model, self.options = model, options
-        self._context = WhisperContext(model, options.task, options.language)
-        self._s = _State(MelBuffer(model.dims.n_mels, start_sample), self._context.language)
-        self._tokenizer = self._context.tokenizer()
+        self._whisper = WhisperContext(model, options.task, options.language)
+        self._s = _State(MelBuffer(model.dims.n_mels, start_sample), self._whisper.language)
+        self._tokenizer = self._whisper.tokenizer()
         self._static = self._encode(options.static_init_prompt)
-        self._s.context = self._encode(options.init_prompt)
+        self._s.prompt = self._encode(options.init_prompt)
         self._pass = self._make_pass()
         self._saved_options = (options, options.to_dict())  # state() runs every chunk: asdict once
 
@@ -101,8 +102,7 @@ class StreamingSession:
     def _make_pass(self) -> AlignAttPass:
         o = self.options
         return AlignAttPass(self.model, self._tokenizer, o.beam_size, o.frame_threshold,
-                            o.rewind_threshold, o.no_speech_threshold, o.logprob_threshold,
-                            o.no_speech_skip)
+                            o.rewind_threshold, o.no_speech)
 
     def _encode(self, text: Optional[str]) -> list[int]:
         return self._tokenizer.encode(" " + text.strip()) if text and text.strip() else []
@@ -162,7 +162,7 @@ class StreamingSession:
         n_mel = buf.n_frames - buf.n_frames % 2  # whole encoder positions
         if n_mel < self._min_frames(is_last) or self._quiet(is_last):
             return []
-        base = self._context.encode(self._mel(n_mel, is_last))
+        base = self._whisper.encode(self._mel(n_mel, is_last))
         n_frames = n_mel // 2
         if s.language is None and not self._detect_language(base, n_mel, is_last):
             return []
@@ -170,11 +170,11 @@ class StreamingSession:
         _log.debug("pass at %.2f s over %.2f s: %s, %r (+%r), no-speech %.2f", buf.end_time, n_mel / FRAMES_PER_SECOND,
                    result.reason, self._tokenizer.decode(result.tokens), result.next_token,
                    result.no_speech_prob)
-        if result.reason == NO_SPEECH or (result.reason == EOT and not result.tokens):
+        if result.reason is Ending.NO_SPEECH or (result.reason is Ending.EOT and not result.tokens):
             if not s.words:  # only silence, noise or music in the buffer: keep just its end
                 buf.drop_until(buf.end - NO_SPEECH_KEEP)
             return []
-        if result.reason in (REWIND, BUDGET):
+        if result.reason in (Ending.REWIND, Ending.BUDGET):
             return []
         if self._repeats(result):
             self._restart()
@@ -188,7 +188,7 @@ class StreamingSession:
         s = self._s
         if is_last:
             return MIN_PASS_FRAMES
-        return MIN_EARLY_PASS_FRAMES if s.words or s.context or s.last_end else FIRST_PASS_FRAMES
+        return MIN_EARLY_PASS_FRAMES if s.words or s.prompt or s.last_end else FIRST_PASS_FRAMES
 
     def _quiet(self, is_last: bool) -> bool:
         """Nothing to decode: silence since the last committed word for ``QUIET_FRAMES`` (on the
@@ -214,7 +214,7 @@ class StreamingSession:
         if not result.tokens:
             return False
         tok = self._tokenizer
-        before = self._s.context[-REPEAT_CONTEXT:] + [t for w in self._s.words for t in w.tokens]
+        before = self._s.prompt[-REPEAT_CONTEXT:] + [t for w in self._s.words for t in w.tokens]
         new = tok.decode(result.tokens)
         return GATE.repeats(tok.decode(before) + new, len(new.split()))
 
@@ -225,7 +225,7 @@ class StreamingSession:
         s, buf = self._s, self._s.buffer
         if s.words:
             buf.drop_until(max(buf.start, min(s.words[-1].end, buf.end)))
-        s.words, s.context = [], []
+        s.words, s.prompt = [], []
         s.last_frame = None
 
     def _mel(self, n_mel: int, is_last: bool) -> np.ndarray:
@@ -242,14 +242,14 @@ class StreamingSession:
         end), detect it from the <|startoftranscript|> logits, unless they say no speech."""
         if not is_last and n_mel < self.options.language_detect_seconds * FRAMES_PER_SECOND:
             return False
-        language, probability, no_speech = self._context.detect_language(base)
-        threshold = self.options.no_speech_skip
+        language, probability, no_speech = self._whisper.detect_language(base)
+        threshold = self.options.no_speech.undecoded_above
         if threshold is not None and no_speech > threshold:
             self._s.buffer.drop_until(self._s.buffer.end - NO_SPEECH_KEEP)
             return False
         _log.debug("language %s (%.2f)", language, probability)
         self._s.language = language
-        self._tokenizer = self._context.tokenizer(language)
+        self._tokenizer = self._whisper.tokenizer(language)
         self._static = self._encode(self.options.static_init_prompt)
         self._pass = self._make_pass()
         return True
@@ -259,7 +259,7 @@ class StreamingSession:
         tok = self._tokenizer
         committed = [t for w in self._s.words for t in w.tokens]
         room = self.model.dims.n_text_ctx // 2 - len(committed)
-        context = context_tail(tok, self._s.context, max(0, min(self.options.max_context_tokens, room)
+        context = context_tail(tok, self._s.prompt, max(0, min(self.options.max_context_tokens, room)
                                                          - len(self._static)))
         prompt = ([tok.sot_prev] + self._static + context) if (self._static or context) else []
         sot_index = len(prompt)
@@ -280,7 +280,7 @@ class StreamingSession:
         """Turn the pass's complete words into committed words and ``Word``s."""
         s, buf, tok = self._s, self._s.buffer, self._tokenizer
         texts, groups = tok.split_to_word_tokens(result.tokens) if result.tokens else ([], [])
-        count = commit_count(tok, texts, groups, result.next_token, is_last or result.reason == EOT, is_last)
+        count = commit_count(tok, texts, groups, result.next_token, is_last or result.reason is Ending.EOT, is_last)
         out: list[Word] = []
         index, before = 0, len(s.words)
         now = buf.end_time
@@ -325,8 +325,8 @@ class StreamingSession:
         s, buf = self._s, self._s.buffer
         end = s.words[-1].end
         for w in s.words[:keep]:
-            s.context.extend(w.tokens)
-        s.context = context_tail(self._tokenizer, s.context, self.model.dims.n_text_ctx // 2)
+            s.prompt.extend(w.tokens)
+        s.prompt = context_tail(self._tokenizer, s.prompt, self.model.dims.n_text_ctx // 2)
         s.words, s.last_frame = [], None
         buf.drop_until(max(buf.start, min(end, buf.end)))
 
@@ -343,8 +343,8 @@ class StreamingSession:
             return
         gone, s.words = s.words[:keep], s.words[keep:]
         for w in gone:
-            s.context.extend(w.tokens)
-        s.context = context_tail(self._tokenizer, s.context, self.model.dims.n_text_ctx // 2)
+            s.prompt.extend(w.tokens)
+        s.prompt = context_tail(self._tokenizer, s.prompt, self.model.dims.n_text_ctx // 2)
         buf.drop_until(cut)
 
     # -- state ------------------------------------------------------------------------------------
@@ -359,7 +359,7 @@ class StreamingSession:
             "options": self._options_dict(),
             "audio_offset": self.audio_offset,
             "language": s.language,
-            "context": list(s.context),
+            "context": list(s.prompt),
             "words": [w.to_dict() for w in s.words],
             "last_frame": s.last_frame,
             "last_end": s.last_end,
@@ -385,7 +385,7 @@ class StreamingSession:
         s = session._s
         s.buffer = MelBuffer.from_state(state["buffer"])
         s.language = state["language"]
-        s.context = [int(t) for t in state["context"]]
+        s.prompt = [int(t) for t in state["context"]]
         s.words = [CommittedWord.from_dict(w) for w in state["words"]]
         s.last_frame = None if state["last_frame"] is None else int(state["last_frame"])
         s.last_end = float(state["last_end"])

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from ..timing import SENTENCE_ENDS
+from ..cues import ends_sentence
 from ..tokenizer import Tokenizer
 
 # Word times from attended frames (encoder positions, 20 ms). The frame a token is predicted
@@ -100,7 +100,7 @@ def cut_frame(words: Sequence[CommittedWord], start: int, end: int, max_frames: 
         keep = trim_frames / 2 if keep_frames is None else keep_frames
         candidates = [i for i in range(len(words)) if at(i) > start and end - at(i) >= keep]
         sentences = [i for i in candidates
-                     if i > 0 and words[i - 1].text.rstrip().endswith(tuple(SENTENCE_ENDS))]
+                     if i > 0 and ends_sentence(words[i - 1].text)]
         if candidates:
             i = (sentences or candidates)[-1]
             return at(i), i
