@@ -271,16 +271,14 @@ class AudioStream:
         self._chunks.close()
 
 
-def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
-            duration: float | None, stream: AudioStream) -> Iterator[tuple[int, np.ndarray]]:
-    # A generator of its own, so that iter_audio checks its arguments and the file eagerly,
-    # and ffmpeg only starts when the first chunk is asked for. Sets ``stream.warnings``.
-    first_offset = round(start * SAMPLE_RATE)
-    # A seek into compressed or resampled audio does not give the samples a decode from the
-    # start gives there (see _EXACT_CODECS), and a resumed job must see the very samples the
-    # first run saw: such a file is decoded from its start, and what precedes `start` dropped.
+def _decode_command(name: str, info: _MediaInfo, start: float, duration: float | None) -> tuple[list[str], int]:
+    """ffmpeg's command line for ``_decode``, and how many samples of its output to drop first.
+
+    A seek into compressed or resampled audio does not give the samples a decode from the start
+    gives there (see _EXACT_CODECS), and a resumed job must see the very samples the first run
+    saw: such a file is decoded from its start, and what precedes ``start`` dropped."""
     seek = start if info.seeks_exactly else 0.0
-    skip = first_offset - round(seek * SAMPLE_RATE)
+    skip = round(start * SAMPLE_RATE) - round(seek * SAMPLE_RATE)
     source = ffmpeg.input(_ffmpeg_path(name), **({"ss": seek} if seek > 0 else {}))
     out_args = {"format": "f32le", "ac": 1, "ar": SAMPLE_RATE}
     if duration is not None:
@@ -290,10 +288,19 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
     # truncation rule relies on.
     node = source[f"a:{info.track}"].output("pipe:", **out_args).global_args(
         "-nostdin", "-hide_banner", "-v", "error")
+    return node.compile(cmd=ffmpeg_binary()), skip
+
+
+def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
+            duration: float | None, stream: AudioStream) -> Iterator[tuple[int, np.ndarray]]:
+    # A generator of its own, so that iter_audio checks its arguments and the file eagerly,
+    # and ffmpeg only starts when the first chunk is asked for. Sets ``stream.warnings``.
+    first_offset = round(start * SAMPLE_RATE)
+    command, skip = _decode_command(name, info, start, duration)
     try:
         # Its own session: a terminal's Ctrl-C goes to the job runner, which stops at its next
         # checkpoint; ffmpeg must keep feeding it until then rather than die mid-window.
-        proc = subprocess.Popen(node.compile(cmd=ffmpeg_binary()), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     except OSError as e:
         raise AudioError(_message(name, f"cannot run ffmpeg: {e}")) from e

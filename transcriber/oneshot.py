@@ -24,7 +24,7 @@ from .decoding.options import TranscribeOptions
 from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
 from .model.whisper import DecoderState, Whisper
-from .nonspeech import GATE, ISOLATION, NoSpeechRule
+from .nonspeech import GATE, ISOLATION
 from .timing import (WordTiming, clamp_edge_words, clamp_long_words, find_alignment, fix_segment_edges,
                      merge_punctuations)
 from .tokenizer import Tokenizer
