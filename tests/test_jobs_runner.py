@@ -175,7 +175,7 @@ def test_a_failed_redo_with_other_options_keeps_the_last_good_words(setup):
     job = make()
     runner_for(store, ScriptedEngine()).run([job.id])
     before = store.get(job.id)
-    other = JobSpec(formats=("json", "srt"), beam_size=3)
+    other = JobSpec(formats=("json", "srt"), options={"beam_size": 3})
     redo, action = store.enqueue(request_for(media, None, None, other))
     assert (redo.id, action) == (job.id, "redo") and store.resume_point(job.id).segments == []
 
@@ -197,7 +197,7 @@ def test_an_interrupted_redo_keeps_the_last_good_words_for_the_old_options(setup
     store, media, make = setup
     job = make()
     runner_for(store, ScriptedEngine()).run([job.id])
-    other = JobSpec(formats=("json", "srt"), beam_size=3)
+    other = JobSpec(formats=("json", "srt"), options={"beam_size": 3})
     assert store.enqueue(request_for(media, None, None, other))[1] == "redo"
     runner = None
 

@@ -102,7 +102,7 @@ class CueOptions:
                 raise ValueError(f"CueOptions.{name} must be at most {limit:g}, got {getattr(self, name)!r}")
         if self.min_duration > self.max_duration:
             raise ValueError(f"CueOptions.min_duration ({self.min_duration}) must not exceed "
-                             f"max_duration ({self.max_duration})")
+                             f"CueOptions.max_duration ({self.max_duration})")
 
     def for_language(self, language: Optional[str]) -> "CueOptions":
         """These options with the line width and reading speed of ``language``'s rule where

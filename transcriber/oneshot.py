@@ -120,6 +120,16 @@ class OneShotEngine:
         """The decode used its whole token budget: its text stopped making progress."""
         return len(result.tokens) >= self._sample_len(n_frames)
 
+    def _unreadable(self, result: DecodingResult) -> bool:
+        """The whole temperature fallback ran and its last text is still unlikely: the model
+        could not read the window. Over non-speech this is where its guesses come from (a
+        generated whale-like call: " Oh! Oh! Yeah!" at temperature 1.0, mean log probability
+        -2.0; over the Brahms " APPLAUSE"); no window of the dev set's speech (short_en, long_en)
+        ends below the log-probability threshold, at any temperature."""
+        opts = self.options
+        return (len(opts.temperatures) > 1 and result.temperature == opts.temperatures[-1]
+                and opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold)
+
     def decode_with_fallback(self, base: DecoderState, prompt: list[int], tokenizer: Tokenizer, n_frames: int,
                              first: Optional[DecodingResult] = None) -> DecodingResult:
         """Decode a window of ``n_frames`` mel frames at the first temperature (``first``: its
@@ -212,7 +222,8 @@ class OneShotEngine:
         task = self._task(opts.temperatures[0], state.prompt_tokens, tokenizer, n_frames)
         first = yield _Decode(task, base)
         result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer, n_frames, first)
-        if self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob) or self._looping(result, n_frames):  # looping at every temperature
+        if (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob)
+                or self._looping(result, n_frames) or self._unreadable(result)):  # (at every temperature)
             return [], replace(state, seek=state.seek + n_frames)
         pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
         if opts.word_timestamps and pieces:

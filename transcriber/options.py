@@ -77,6 +77,9 @@ class Option:
     metavar: Optional[str] = None
     short: str = ""  # a one-letter flag too ("-l")
     example: str = ""  # a valid flag value (tests, README)
+    # None is a value too (the library's API, not a flag): the rule it bounds is off, as
+    # openai/whisper's thresholds take None
+    none_turns_off: bool = False
     # Added after fingerprint version 2: counted in a job's fingerprint only when set, so jobs
     # done before the option existed are not redone (see fingerprint_data).
     added_later: bool = False
@@ -152,7 +155,8 @@ def options_of(cls) -> dict[str, tuple[Option, tuple[str, ...]]]:
 
 def check_fields(obj) -> None:
     """Check every option field of a frozen options object (lists become tuples first). None
-    is a value only where it is the field's default (no threshold, detect the language...)."""
+    is a value only where it is the field's default (detect the language...) or turns a rule
+    off (a threshold)."""
     for f in dataclasses.fields(obj):
         option = f.metadata.get("option")
         if option is None:
@@ -161,7 +165,7 @@ def check_fields(obj) -> None:
         if isinstance(value, list):
             value = tuple(value)
             object.__setattr__(obj, f.name, value)
-        if value is None and f.default is None:
+        if value is None and (f.default is None or option.none_turns_off):
             continue
         option.check(value)
 
@@ -235,12 +239,14 @@ INITIAL_PROMPT = Option("initial_prompt", "Text the decoder reads before the fir
                                           "Later text takes its place.", metavar="TEXT", example="A talk.")
 NO_SPEECH_THRESHOLD = Option("no_speech_threshold", "Audio whose no-speech probability is above this, and whose "
                                                     "text is unlikely (--logprob-threshold), is taken for silence.",
-                             float, low=0, high=1, example="0.6")
+                             float, low=0, high=1, example="0.6", none_turns_off=True)
 LOGPROB_THRESHOLD = Option("logprob_threshold", "Text whose mean token log probability is under this is unlikely: "
                                                 "decoded again hotter (one-shot) or, with --no-speech-threshold, "
-                                                "taken for silence.", float, high=0, example="-1")
+                                                "taken for silence.", float, high=0, example="-1",
+                           none_turns_off=True)
 NO_SPEECH_CERTAIN = Option("no_speech_certain", "Above this no-speech probability audio is silence, however "
-                                                "likely its text.", float, low=0, high=1, example="0.9")
+                                                "likely its text.", float, low=0, high=1, example="0.9",
+                           none_turns_off=True)
 AUDIO_TRACK = Option("audio_track", "The audio track to transcribe: its number (1: the first audio track) or "
                                     "its language tag (eng, ger...: the first track with that tag). "
                                     "[default: the first]", parse=_audio_track, validate=check_audio_track, metavar="N|LANG", example="1",
