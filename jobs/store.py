@@ -435,8 +435,14 @@ class JobStore:
         """Refuse, untouched, a database this version must not write: one of another program
         (tables, but none of our migrations), or one a newer version has migrated (it may hold
         what this one would misread or destroy)."""
-        applied = [m.name for m in migrations.applied(self.db)]
-        tables = self.db.table_names()
+        # One read transaction, one snapshot: a runner started at the same moment may be
+        # creating the tables and their migration rows (one transaction) between two reads.
+        self.db.execute("BEGIN")
+        try:
+            applied = [m.name for m in migrations.applied(self.db)]
+            tables = self.db.table_names()
+        finally:
+            self.db.execute("COMMIT")
         if not applied and tables:
             raise StoreError(f"the job database {self.path} is not one of transcriber's: it holds other "
                              f"tables ({', '.join(tables[:3])}); use another --db")
