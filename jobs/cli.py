@@ -477,7 +477,8 @@ def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db
             with stop:
                 result = watch_folder(store, folder, spec, output_dir, make(stop), reporter, stop,
                                       interval=interval, stable_seconds=stable_seconds,
-                                      follow=FollowSettings(idle_seconds=max(stable_seconds, 0.1)) if follow else None)
+                                      follow=FollowSettings(idle_seconds=max(stable_seconds, 0.1),
+                                                            checkpoint_seconds=runner.checkpoint_seconds) if follow else None)
     # each failure was printed as it happened (the runner's "error:" line): only the count here,
     # of files, by how each one ended (a file restarted while still being written counts once)
     ended = store.jobs(ids={j.id for j in result.done} | {j.id for j, _ in result.failed})
