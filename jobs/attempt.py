@@ -17,7 +17,8 @@ it still decoded in full) is kept on the job with its words, and told on the job
 
 The ``Ledger`` books each attempt's end (``settle``): done, failed (queued again until it has
 failed ``max_attempts`` times, except for an unreadable input, which no retry can fix), given
-back after a stop, or lost to another runner.
+back after a stop or after a fault of the environment (``EnvironmentFault``: a Ray node that
+died under it; no attempt counted), or lost to another runner.
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ class SourceChanged(TranscriberError):
 
 class OutputConflict(TranscriberError):
     """An output file is the user's (not written by this job, or changed since): not replaced."""
+
+
+class EnvironmentFault(TranscriberError):
+    """The attempt was cut short by the environment, not by the file (a Ray node died under it):
+    the job goes back to the queue with its last checkpoint, no attempt counted, and the line
+    that says so is a warning."""
 
 
 class SetupError(TranscriberError):
@@ -117,6 +124,11 @@ class Ledger:
         if isinstance(error, Stopped):
             with contextlib.suppress(LeaseLost):
                 self.store.release(job.id, self.owner)
+            return False
+        if isinstance(error, EnvironmentFault):
+            with contextlib.suppress(LeaseLost):
+                self.store.release(job.id, self.owner)
+            self.reporter.error(f"warning: {with_path(job.path, one_line(error))}")
             return False
         if isinstance(error, LeaseLost):
             result.lost.append(job)
