@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from transcriber import AudioError, ModelError, Segment, Step, TranscriberError, assemble, probe, write_outputs
+from transcriber import (AudioError, ModelError, ReadTimeout, Segment, Step, TranscriberError, assemble, bounded, probe,
+                         write_outputs)
 
 from .discover import content_key, remove_stale_temporaries
 from .engines import EngineCache
@@ -209,7 +210,9 @@ class Attempt:
         start; the checkpoint to decode from, or None when the words are complete."""
         job = self.job
         try:
-            key = content_key(self.path)
+            key = bounded(lambda: content_key(self.path), self.path)
+        except ReadTimeout:
+            raise  # one line already, and retryable: the mount may come back
         except OSError as e:
             raise AudioError(f"cannot read audio from {job.path!r}: {e.strerror or e}") from e
         duration = job.duration if key == job.content_key and job.duration is not None else probe(self.path)
@@ -295,9 +298,12 @@ class Attempt:
         Called before every commit (checkpoint, words complete) and before writing outputs, so
         words of two different recordings are never committed nor spliced into one transcript.
         A file deleted (or unreadable) since is not a change: the decoder reads what it opened.
+        One that does not answer in time (a hung mount) ends the attempt: ReadTimeout.
         """
         try:
-            now = content_key(self.path)
+            now = bounded(lambda: content_key(self.path), self.path)
+        except ReadTimeout:
+            raise
         except OSError:
             return
         if now != self.pinned:
