@@ -17,7 +17,8 @@ it still decoded in full) is kept on the job with its words, and told on the job
 
 The ``Ledger`` books each attempt's end (``settle``): done, failed (queued again until it has
 failed ``max_attempts`` times, except for an unreadable input, which no retry can fix), given
-back after a stop, or lost to another runner.
+back after a stop or after a fault of the environment (``EnvironmentFault``: a Ray node that
+died under it; no attempt counted), or lost to another runner.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from transcriber import AudioError, ModelError, Segment, Step, TranscriberError, assemble, probe, write_outputs
+from transcriber import (AudioError, ModelError, ReadTimeout, Segment, Step, TranscriberError, assemble, bounded, probe,
+                         write_outputs)
 
 from .discover import content_key, remove_stale_temporaries
 from .engines import EngineCache
@@ -57,6 +59,12 @@ class SourceChanged(TranscriberError):
 
 class OutputConflict(TranscriberError):
     """An output file is the user's (not written by this job, or changed since): not replaced."""
+
+
+class EnvironmentFault(TranscriberError):
+    """The attempt was cut short by the environment, not by the file (a Ray node died under it):
+    the job goes back to the queue with its last checkpoint, no attempt counted, and the line
+    that says so is a warning."""
 
 
 class SetupError(TranscriberError):
@@ -117,6 +125,11 @@ class Ledger:
         if isinstance(error, Stopped):
             with contextlib.suppress(LeaseLost):
                 self.store.release(job.id, self.owner)
+            return False
+        if isinstance(error, EnvironmentFault):
+            with contextlib.suppress(LeaseLost):
+                self.store.release(job.id, self.owner)
+            self.reporter.error(f"warning: {with_path(job.path, one_line(error))}")
             return False
         if isinstance(error, LeaseLost):
             result.lost.append(job)
@@ -197,7 +210,9 @@ class Attempt:
         start; the checkpoint to decode from, or None when the words are complete."""
         job = self.job
         try:
-            key = content_key(self.path)
+            key = bounded(lambda: content_key(self.path), self.path)
+        except ReadTimeout:
+            raise  # one line already, and retryable: the mount may come back
         except OSError as e:
             raise AudioError(f"cannot read audio from {job.path!r}: {e.strerror or e}") from e
         duration = job.duration if key == job.content_key and job.duration is not None else probe(self.path)
@@ -283,9 +298,12 @@ class Attempt:
         Called before every commit (checkpoint, words complete) and before writing outputs, so
         words of two different recordings are never committed nor spliced into one transcript.
         A file deleted (or unreadable) since is not a change: the decoder reads what it opened.
+        One that does not answer in time (a hung mount) ends the attempt: ReadTimeout.
         """
         try:
-            now = content_key(self.path)
+            now = bounded(lambda: content_key(self.path), self.path)
+        except ReadTimeout:
+            raise
         except OSError:
             return
         if now != self.pinned:

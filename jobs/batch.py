@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+from transcriber import bounded_each
+
 from .discover import content_key, output_stem, resolved
 from .attempt import RunResult, with_path
 from .lease import owner_is_dead
@@ -87,14 +89,19 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
     reason, unless ``force``: then the job takes it over and replaces it."""
     batch = batch or Batch()
     store.expire_dead_leases(owner_is_dead)  # a killed runner's jobs are resumed, not "busy"
-    requests = []
-    for source, root in files:
-        try:
-            requests.append((str(source), request_for(source, root, output_dir, spec)))
-        except OSError as e:
-            batch.failed.append((str(source), f"cannot read {str(source)!r}: {e.strerror or e}"))
-        except ValueError as e:
-            batch.failed.append((str(source), str(e)))  # printed escaped (progress.printable)
+    requests, files = [], list(files)
+    # every file's stat and content key read in one thread with a bound per file: a file on a
+    # hung mount fails alone (ReadTimeout), the others are queued
+    made = bounded_each(lambda file: request_for(*file, output_dir, spec), files, path_of=lambda file: file[0])
+    for (source, _), request in zip(files, made):
+        if isinstance(request, OSError):
+            batch.failed.append((str(source), f"cannot read {str(source)!r}: {request.strerror or request}"))
+        elif isinstance(request, ValueError):
+            batch.failed.append((str(source), str(request)))  # printed escaped (progress.printable)
+        elif isinstance(request, Exception):
+            raise request
+        else:
+            requests.append((str(source), request))
     check_clashes(requests, spec)
     given = {request.path: name for name, request in requests}
     records = store.output_records()

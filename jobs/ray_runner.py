@@ -12,12 +12,18 @@ streams in flight, each item handled as it arrives.
 
 Faults:
 
-- a worker process that dies (kill -9, out of memory, its node lost) ends its stream with an
-  error: the job is queued again and resumes from its last committed checkpoint on the next free
-  worker; Ray restarts the dead actor (``max_restarts=-1``), on another node if its node is gone.
-  A file whose worker dies a second time is failed, with that reason, and the batch goes on;
+- a worker process that dies (kill -9, out of memory, a crash in the decode) ends its stream with
+  an error: the job is queued again and resumes from its last committed checkpoint on the next
+  free worker; Ray restarts the dead actor (``max_restarts=-1``). A file whose worker dies a
+  second time is failed, with that reason, and the batch goes on;
 - a worker silent for ``worker_timeout`` seconds (no item: hung, or stopped) is killed and
   treated the same;
+- a worker whose node died with it (its raylet gone: the machine, the node's agent, a drain) is
+  not the file's fault: the job is queued again with no attempt counted, one line names the node,
+  and the run goes on on the other nodes (Ray restarts the actor on one that has room). Ray's
+  own verdict on a node comes late (after its health checks miss a few beats, ~15 s by default)
+  and a worker's death reads the same either way (``ActorUnavailableError``), so the driver asks
+  the node itself (``node_gone``): marked dead, preempted, or a raylet that refuses connections;
 - a file a worker cannot read fails that job only, with the worker's error (ffmpeg's message);
 - the driver killed: its leases are seen dead by the next run, which resumes every file from its
   checkpoint, as with the in-process runner. Its actors die with it (Ray ends the actors of a
@@ -43,7 +49,7 @@ from transcriber import TranscriberError
 
 from .progress import Reporter
 from .ray_worker import DEFAULT_WORKER_TIMEOUT, ClusterError, Started, Worker
-from .attempt import DEFAULT_MAX_ATTEMPTS, Attempt, Ledger, RunResult
+from .attempt import DEFAULT_MAX_ATTEMPTS, Attempt, EnvironmentFault, Ledger, RunResult
 from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, Heartbeat, owner_is_dead
 from .signals import StopFlag, Stopped
 from .store import JobStore
@@ -51,6 +57,7 @@ from .store import JobStore
 LOCAL_OBJECT_STORE_BYTES = 200 * 2**20  # items are small (a step; a state of a few MB at most)
 START_SECONDS = 120.0  # a worker (re)starting (a process, imports; maybe a node to come up) gets this long
 CONNECT_SECONDS = 10.0  # a cluster's head that does not accept a connection in this long is not there
+NODE_CHECK_SECONDS = 2.0  # a node's raylet that does not accept a connection in this long is gone
 WAIT_SECONDS = 1.0  # the event loop wakes up at least this often (hang checks, Ctrl-C)
 DEATHS_ALLOWED = 1  # a file whose worker dies once more than this is failed
 # The driver's environment that its workers need too (the BLAS choice, the model cache, debug
@@ -66,6 +73,17 @@ class WorkerDied(TranscriberError):
     def __init__(self, message: str, retryable: bool):
         super().__init__(message)
         self.retryable = retryable
+
+
+class NodeLost(EnvironmentFault):
+    """The node of the worker decoding a job died with it."""
+
+
+class RayWorker(Worker):
+    """The worker as a Ray actor: it also knows the id of its node."""
+
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
 
 
 def connect(address: str) -> tuple[bool, str]:
@@ -92,16 +110,36 @@ def connect(address: str) -> tuple[bool, str]:
     return True, f"ray: {what} ({cpus} CPUs) in {took:.1f} s"
 
 
-def _unreachable(address: str) -> Optional[str]:
+def _unreachable(address: str, timeout: float = CONNECT_SECONDS) -> Optional[str]:
     """Why nothing answers at HOST:PORT (None: something does, or not that form of address)."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
         return None
     try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS).close()
+        socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as e:
         return e.strerror or str(e) or type(e).__name__
     return None
+
+
+def node_gone(node_id: Optional[str], error: Optional[BaseException] = None) -> Optional[str]:
+    """How the Ray node ``node_id`` is gone ("node 1a2b3c4d (10.0.0.7): its raylet does not answer
+    (Connection refused)"), or None while it is there (or when this cannot be told: no node id,
+    the cluster's head not answering). ``error``: the worker's death, which may say it was
+    preempted."""
+    if not node_id:
+        return None
+    try:
+        info = next((n for n in ray.nodes() if n["NodeID"] == node_id), None)
+    except Exception:  # the head is gone too: nothing to tell the node's death from the file's
+        return None
+    name = f"node {node_id[:8]}" + (f" ({info['NodeManagerAddress']})" if info else "")
+    if getattr(error, "preempted", False):
+        return f"{name} was preempted"
+    if info is None or not info.get("Alive"):
+        return f"{name} is dead"
+    unreachable = _unreachable(f"{info['NodeManagerAddress']}:{info['NodeManagerPort']}", NODE_CHECK_SECONDS)
+    return f"{name}: its raylet does not answer ({unreachable})" if unreachable else None
 
 
 def disconnect() -> None:
@@ -126,6 +164,7 @@ class Slot:
 
     actor: object
     name: Optional[str] = None  # host:pid, once the worker has answered
+    node: Optional[str] = None  # the id of its Ray node, likewise
     ready: Optional[ray.ObjectRef] = None  # the worker is (re)starting: its identity() call
     since: float = 0.0  # monotonic time of the last news: started waiting, or the last item
     attempt: Optional[Attempt] = None
@@ -154,6 +193,7 @@ class RayRunner:
         self.slots: list[Slot] = []
         self.drained = False
         self.deaths: dict[int, int] = {}  # job id -> workers that died on it in this run
+        self.lost_nodes: list[str] = []  # the nodes that died under a job (node_gone's words)
 
     # --- the pool ------------------------------------------------------------------------
 
@@ -165,7 +205,7 @@ class RayRunner:
         if self.workers * self.threads_per_worker > cpus:
             self.reporter.error(f"warning: {self.workers} workers x {self.threads_per_worker} CPUs is more than the "
                                 f"{cpus} CPUs of the Ray cluster: some wait for CPUs to free up")
-        remote = ray.remote(Worker).options(
+        remote = ray.remote(RayWorker).options(
             num_cpus=self.threads_per_worker, max_restarts=-1, max_task_retries=0,
             runtime_env={"env_vars": forwarded_env()})
         for _ in range(self.workers):
@@ -217,7 +257,8 @@ class RayRunner:
             self._abandon(result)
             raise
         if not self.slots:
-            raise ClusterError("every Ray worker is gone; unfinished files stay queued")
+            died = f" (died with them: {'; '.join(self.lost_nodes)})" if self.lost_nodes else ""
+            raise ClusterError(f"every Ray worker is gone{died}; unfinished files stay queued")
         if self.stop.requested:
             result.stopped = self.stop.signum
         return result
@@ -266,7 +307,7 @@ class RayRunner:
 
     def _came_up(self, slot: Slot) -> None:
         try:
-            slot.name = ray.get(slot.ready)
+            slot.name, slot.node = ray.get(slot.ready)
         except ActorUnavailableError:  # asked while Ray was restarting it: ask again
             self._restarting(slot, clock=False)
             return
@@ -290,12 +331,12 @@ class RayRunner:
             except RayTaskError as e:  # the worker's own error about this file
                 slot.stream = None
                 raise (e.cause if isinstance(e.cause, BaseException) else e) from None
-            except RayActorError:
-                self._died(slot, result, "died")
+            except RayActorError as e:
+                self._died(slot, result, "died", e)
                 return
             slot.since = time.monotonic()
             if isinstance(item, Started):
-                attempt.model = item.model
+                attempt.model, slot.node = item.model, item.node or slot.node
                 if item.worker != slot.name:  # restarted elsewhere since we last heard from it
                     slot.name = attempt.worker = item.worker
                     self.store.set_worker(attempt.job.id, self.ledger.owner, item.worker)
@@ -322,17 +363,24 @@ class RayRunner:
                 self.reporter.error(f"warning: a Ray worker did not come (back) up within "
                                     f"{max(self.worker_timeout, START_SECONDS):g} s; {len(self.slots)} left")
 
-    def _died(self, slot: Slot, result: RunResult, how: str) -> None:
+    def _died(self, slot: Slot, result: RunResult, how: str, error: Optional[BaseException] = None) -> None:
         """The worker of a job died (or hung): the job is queued again from its checkpoint, or
-        failed if this file already cost a worker; the worker is restarted by Ray."""
+        failed if this file already cost a worker; the worker is restarted by Ray. A worker that
+        died with its node cost the file nothing: queued again, uncounted."""
+        slot.stream = None
+        self._restarting(slot)
+        gone = node_gone(slot.node, error)
+        if gone:
+            self.lost_nodes.append(gone)
+            self._end(slot, result, NodeLost(f"the Ray {gone}; its worker {slot.name} went with it: "
+                                              "queued again from its last checkpoint"))
+            return
         job = slot.attempt.job
         self.deaths[job.id] = deaths = self.deaths.get(job.id, 0) + 1
         again = deaths <= DEATHS_ALLOWED
         message = f"the Ray worker {slot.name} transcribing it {how}"
         if not again:
             message += f"; {deaths} workers died on this file: given up"
-        slot.stream = None
-        self._restarting(slot)
         self._end(slot, result, WorkerDied(message, retryable=again))
 
     def _end(self, slot: Slot, result: RunResult, error: Optional[BaseException] = None) -> None:

@@ -56,6 +56,7 @@ class Started:
 
     worker: str  # host:pid of the worker process
     model: str
+    node: str = ""  # the id of the cluster node it runs on ("" when it does not know)
 
 
 class Worker:
@@ -67,15 +68,20 @@ class Worker:
         self.engines = EngineCache()
         self.name = worker_name()
 
-    def identity(self) -> str:
-        """``host:pid``; answered once the worker is up (again, after a restart)."""
-        return self.name
+    def identity(self) -> tuple[str, str]:
+        """(``host:pid``, node id); answered once the worker is up (again, after a restart)."""
+        return self.name, self.node()
+
+    def node(self) -> str:
+        """The id of the cluster node this worker runs on: "" here; jobs/ray_runner.py's actor
+        class, which may import Ray, knows it."""
+        return ""
 
     def transcribe(self, spec: dict, path: str, state: Optional[dict], position: float,
                    checkpoint_seconds: float) -> Iterator[Union[Started, Step]]:
         """The file's steps from ``state`` (None: the start), ``position`` seconds in."""
         engine = build_engine(self.engines, JobSpec.from_dict(spec))
-        yield Started(self.name, engine.model_name)
+        yield Started(self.name, engine.model_name, self.node())
         clock = CheckpointClock(position, checkpoint_seconds)
         fresh, name = state is None, Path(path).name
         with contextlib.closing(engine.steps(path, state)) as steps:  # closing kills ffmpeg

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from transcriber import bounded
+
 from .batch import refusals, request_for
 from .discover import has_audio, is_temporary, looks_like_media
 from .follow import FollowSettings, follow_file
@@ -105,9 +107,9 @@ def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path]
         to_run = []
         for path in tracker.scan():
             try:
-                request = request_for(path, root, output_dir, spec)
+                request = bounded(lambda: request_for(path, root, output_dir, spec), path)
             except OSError:
-                continue  # vanished or unreadable now: looked at again at the next scan
+                continue  # vanished, unreadable or hung now: looked at again at the next scan
             ((job, action),) = store.enqueue_many([request], vet=lambda r, j: refusals(store, r, spec, j))
             if action == REFUSED:  # an output the user made (or changed): left alone until the file changes
                 tracker.mark_taken(path)

@@ -20,6 +20,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -29,8 +30,12 @@ from jobs.progress import printable
 from jobs.store import JobStore
 from transcriber.model import loader
 
-from .conftest import JFK, PRESS_YARD, ffmpeg
-from .test_bad_input import intact, invoke, no_traceback, use_engine
+from transcriber import AudioError
+from transcriber.audio import iter_audio
+
+from .conftest import JFK, PRESS_YARD, ROOT, ffmpeg
+from .hungfs import HungMount, unavailable
+from .test_bad_input import cli, intact, invoke, no_traceback, use_engine
 from .test_jobs_runner import ScriptedEngine
 
 
@@ -602,3 +607,129 @@ def test_watch_counts_files_not_attempts(tmp_path, monkeypatch):
     no_traceback(result)
     assert len(calls) == 2
     assert result.stderr.splitlines()[-1] == "watch stopped: 1 done, 0 failed"
+
+
+# --- reads that hang (a hung network mount) ---------------------------------------------------
+#
+# A real hung read: tests/hungfs.py serves a 60 s WAV on a FUSE mount and leaves the reads of a
+# byte range unanswered, so the reader waits in the kernel as on an NFS mount whose server is
+# gone. HANG_FROM is ~40 s in: past the header ffmpeg probes and the content key's first and
+# middle samples, before its last one, so only the decode of the second half hangs.
+
+HANG_FROM = 1_300_000
+HUNG = "(a hung network mount?)"
+
+
+@pytest.fixture
+def hung_wav(tmp_path):
+    if why := unavailable():
+        pytest.skip(why)
+    source = tmp_path / "long.wav"
+    ffmpeg("-stream_loop", "5", "-i", str(JFK), "-t", "60", "-ac", "1", "-ar", "16000", str(source))
+    with HungMount(tmp_path / "mnt", "long.wav", source) as mount:
+        yield mount
+
+
+def transcribe_cli(*args: str, seconds: float) -> subprocess.Popen:
+    """The command in its own process, with the bound on reads set to ``seconds``."""
+    env = {**os.environ, "TRANSCRIBER_BLAS": "none", "TRANSCRIBER_READ_TIMEOUT": str(seconds)}
+    env = {k: v for k, v in env.items() if k not in ("TRANSCRIBER_DB", "TRANSCRIBER_DEBUG")}
+    return subprocess.Popen([sys.executable, "-m", "jobs", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+def test_a_file_whose_reads_hang_fails_alone_at_enqueue(tmp_path, hung_wav):
+    """Every read of it hangs (its content key cannot be read): one line naming it and the bound,
+    the other file transcribed, exit 1. The process itself can only exit once the mount answers:
+    a thread of it waits in the kernel, which no signal ends (the test ends the mount)."""
+    hung_wav.hang(0, hung_wav.size)
+    other = tmp_path / "press yard.flac"
+    shutil.copy(PRESS_YARD, other)
+    start = time.monotonic()
+    proc = transcribe_cli("--db", str(tmp_path / "jobs.db"), str(hung_wav.path), str(other), "-f", "json", seconds=2)
+    stderr = []
+    for line in proc.stderr:  # up to the summary's list of failures, then the mount is ended so that it can exit
+        stderr.append(line.rstrip("\n"))
+        if line.startswith("failed: "):
+            break
+    took = time.monotonic() - start
+    hung_wav.close()
+    proc.wait(30)
+    assert proc.returncode == 1, stderr
+    path = str(hung_wav.path)
+    assert stderr[-2:] == ["1 done, 0 skipped, 1 failed",
+                           f"failed: cannot read {path!r}: a read got no answer for 2 s {HUNG}"], stderr
+    assert other.with_suffix(".json").exists()
+    assert took < 60
+
+
+def test_ffmpeg_stuck_on_its_input_fails_the_decode_within_the_bound(hung_wav, monkeypatch):
+    """The decode's wait on ffmpeg is bounded: the chunks before the hung bytes come, then a
+    ReadTimeout (an AudioError, retryable) naming the file, without waiting for the killed ffmpeg
+    (stuck in the kernel until the mount answers)."""
+    monkeypatch.setenv("TRANSCRIBER_READ_TIMEOUT", "1")
+    hung_wav.hang(HANG_FROM, HANG_FROM + 100_000)
+    offsets = []
+    start = time.monotonic()
+    with pytest.raises(AudioError) as failure:
+        for offset, _ in iter_audio(hung_wav.path, chunk_seconds=10):
+            offsets.append(offset)
+    assert time.monotonic() - start < 15
+    assert hung_wav.hung.is_set()
+    assert str(failure.value) == f"cannot read audio from {str(hung_wav.path)!r}: ffmpeg gave no audio for 1 s {HUNG}"
+    assert failure.value.retryable and isinstance(failure.value, OSError)
+    assert offsets == [0, 160_000, 320_000]  # 30 s of the 40 before the hung bytes: a chunk is 10 s
+
+
+def test_a_job_whose_decode_hangs_fails_with_the_bound_and_the_batch_goes_on(tmp_path, hung_wav):
+    """Real model: the file fails with the line naming it and the bound; queued again by a later
+    run (retryable: a mount may come back); the other file is done; the command exits."""
+    hung_wav.hang(HANG_FROM, HANG_FROM + 100_000)
+    other = tmp_path / "press yard.flac"
+    shutil.copy(PRESS_YARD, other)
+    db = tmp_path / "jobs.db"
+    proc = transcribe_cli("--db", str(db), str(hung_wav.path), str(other), "--mode", "oneshot", "-f", "json",
+                          "--max-attempts", "1", "-q", seconds=2)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr
+    path = str(hung_wav.path)
+    assert stderr.splitlines() == [
+        f"error: cannot read audio from {path!r}: ffmpeg gave no audio for 2 s {HUNG}", "1 done, 0 skipped, 1 failed"]
+    with JobStore(db) as store:
+        job = next(j for j in store.jobs() if j.path == path)
+    assert job.status == "failed" and job.retryable and job.progress > 0  # its first window kept
+    assert other.with_suffix(".json").exists() and not (tmp_path / "mnt" / "long.json").exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_acts_within_2_seconds_while_the_decode_hangs(tmp_path, hung_wav, signum):
+    """SIGTERM or Ctrl-C while ffmpeg is stuck on a hung read (the bound far off): exit 128 + the
+    signal within 2 s, the job queued again with its checkpoint, no attempt counted."""
+    hung_wav.hang(HANG_FROM, HANG_FROM + 100_000)
+    db = tmp_path / "jobs.db"
+    proc = transcribe_cli("--db", str(db), str(hung_wav.path), "--mode", "oneshot", "-f", "json", "-q",
+                          "--checkpoint-seconds", "1", seconds=120)
+
+    def waiting_on_ffmpeg() -> bool:  # the first window committed, ffmpeg stuck before the second
+        if not (hung_wav.hung.is_set() and db.exists()):
+            return False
+        with JobStore(db) as store:
+            return any(j.progress > 0 for j in store.jobs())
+
+    try:
+        deadline = time.monotonic() + 120
+        while not waiting_on_ffmpeg():
+            assert time.monotonic() < deadline and proc.poll() is None, "the decode never reached the hung bytes"
+            time.sleep(0.1)
+        time.sleep(0.3)
+        start = time.monotonic()
+        proc.send_signal(signum)
+        proc.wait(30)
+        took = time.monotonic() - start
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, proc.stderr.read()
+    assert took < 2.5, f"took {took:.1f} s to stop"
+    with JobStore(db) as store:
+        (job,) = store.jobs()
+    assert job.status == "queued" and job.errors == 0

@@ -33,13 +33,16 @@ Failure rules (all raise ``AudioError`` with one line naming the file and ffmpeg
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import json
 import logging
 import math
 import os
 import re
+import select
 import shutil
+import stat
 import subprocess
 import threading
 from dataclasses import dataclass, replace
@@ -48,12 +51,13 @@ from typing import Iterator, Union
 import ffmpeg
 import numpy as np
 
+from transcriber.bounded import ReadTimeout, bounded, read_seconds, timeout_error
 from transcriber.constants import SAMPLE_RATE
 from transcriber.errors import AudioError
 
 _log = logging.getLogger(__name__)
 
-_PROBE_TIMEOUT_S = 120  # a stalled network mount should fail the file, not hang the batch
+_REAP_SECONDS = 0.2  # a killed ffmpeg exits in milliseconds; one still there is stuck on its input
 _STDERR_KEEP_LINES = 50  # a corrupt file can print an error per frame; keep only the tail
 _WARNING_MAX_CHARS = 160  # the first message, as told in a warning
 _SHORT_ABS_S, _SHORT_REL = 1.0, 0.01  # truncation tolerance, see the module docstring
@@ -137,12 +141,14 @@ def probe(path) -> float:
 def _probe_info(path) -> _MediaInfo:
     name = os.fspath(path)
     try:
-        size = os.stat(name).st_size
+        st = bounded(lambda: os.stat(name), name, "its stat() got no answer")
+    except ReadTimeout:
+        raise
     except OSError as e:
         raise AudioError(_message(name, e.strerror or str(e))) from e
-    if os.path.isdir(name):
+    if stat.S_ISDIR(st.st_mode):
         raise AudioError(_message(name, "is a directory"))
-    if size == 0:
+    if st.st_size == 0:
         raise AudioError(_message(name, "file is empty"))
     if _ffprobe_binary():
         return _probe_ffprobe(name)
@@ -300,10 +306,12 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
     try:
         # Its own session: a terminal's Ctrl-C goes to the job runner, which stops at its next
         # checkpoint; ffmpeg must keep feeding it until then rather than die mid-window.
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL,
+        # (unbuffered: no bytes hidden in a buffer where _Output's wait cannot see them)
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, bufsize=0,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     except OSError as e:
         raise AudioError(_message(name, f"cannot run ffmpeg: {e}")) from e
+    output, seconds = _Output(proc.stdout, name), read_seconds()
     # stderr is drained by a thread: a chatty ffmpeg blocked on a full stderr pipe would
     # otherwise never write stdout again, and we would wait on it forever.
     stderr = _Stderr(name)
@@ -313,23 +321,23 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
     finished = False
     decoded = 0
     try:
-        _skip_samples(proc.stdout, skip)
+        _skip_samples(output, skip)
         while True:
-            samples = _read_samples(proc.stdout, chunk_samples)
+            samples = _read_samples(output, chunk_samples)
             if samples.size:
                 yield first_offset + decoded, samples
                 decoded += samples.size
             if samples.size < chunk_samples:
                 break
-        proc.wait()
-        drain.join()
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            raise timeout_error(name, "ffmpeg hung after its last audio", seconds) from None
+        drain.join(seconds)
         finished = True
     finally:
-        if not finished:  # closed early or failed: do not leave ffmpeg running or a zombie
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            drain.join(timeout=5)
+        if not finished and _reap(proc):  # closed early or failed: do not leave ffmpeg running or a zombie
+            drain.join(timeout=5)  # (an ffmpeg stuck on its input keeps its stderr open: not waited for)
         proc.stdout.close()
 
     tail = "\n".join(stderr.tail)
@@ -395,6 +403,19 @@ def _read_samples(pipe, n: int) -> np.ndarray:
     return buf
 
 
+class _Output:
+    """ffmpeg's stdout, whose reads wait at most ``read_seconds()`` for a byte: ffmpeg silent that
+    long is stuck on its input (a hung network mount), and the file fails (ReadTimeout)."""
+
+    def __init__(self, pipe, name: str):
+        self.pipe, self.name, self.seconds = pipe, name, read_seconds()
+
+    def readinto(self, view) -> int:
+        if not select.select([self.pipe], [], [], self.seconds)[0]:
+            raise timeout_error(self.name, "ffmpeg gave no audio", self.seconds)
+        return self.pipe.readinto(view)
+
+
 class _Stderr:
     """ffmpeg's stderr, read by a thread while it decodes: its last lines (the cause of a
     failure), and how many meaningful messages it printed and the first (a warning)."""
@@ -424,13 +445,37 @@ class _Stderr:
 
 
 def _run(cmd: list[str], name: str) -> subprocess.CompletedProcess:
+    """Run a probe of ``name``; a probe hung on its input (a stalled network mount) fails the
+    file after ``read_seconds()``, and is killed, without waiting for a process that cannot die
+    (``_reap``)."""
+    seconds = read_seconds()
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, errors="replace",
-                              stdin=subprocess.DEVNULL, timeout=_PROBE_TIMEOUT_S, start_new_session=True)
-    except subprocess.TimeoutExpired as e:
-        raise AudioError(_message(name, f"probing timed out after {_PROBE_TIMEOUT_S} s")) from e
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, errors="replace", start_new_session=True)
     except OSError as e:
         raise AudioError(_message(name, f"cannot run {cmd[0]}: {e}")) from e
+    try:
+        out, err = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        _reap(proc)
+        raise timeout_error(name, "probing it got no answer", seconds) from None
+    except BaseException:
+        _reap(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _reap(proc: subprocess.Popen) -> bool:
+    """Kill ``proc`` and reap it; whether it is gone. One stuck in the kernel on a hung mount (no
+    signal ends that wait) is reaped by a thread once it can exit, rather than hang us too."""
+    with contextlib.suppress(OSError):
+        proc.kill()
+    try:
+        proc.wait(timeout=_REAP_SECONDS)
+        return True
+    except subprocess.TimeoutExpired:
+        threading.Thread(target=proc.wait, daemon=True, name=f"reaper of {proc.pid}").start()
+        return False
 
 
 def _ffmpeg_path(name: str) -> str:
