@@ -280,6 +280,27 @@ def test_the_bf16_encoder_stays_close_to_mlx_float32(model, monkeypatch):
     assert np.sqrt(((got - want) ** 2).mean() / (want ** 2).mean()) < 0.02
 
 
+def test_the_native_encoder_frees_mlx_float32_weights_and_mlx_reads_them_again(model, monkeypatch):
+    """Once packed, MLX's float32 encoder weights are dropped (peak RSS); MLX's encoder later
+    reads them again from the model's file and gives what it gave before the drop."""
+    from mlx.utils import tree_flatten
+
+    native.reset()
+    monkeypatch.setenv(native.ENCODER_ENV, "mlx")
+    mel = mx.array(np.random.default_rng(3).standard_normal((1, 400, 80), dtype=np.float32))
+    before = np.array(model.encoder(mel))
+    monkeypatch.delenv(native.ENCODER_ENV)
+    model.encoder(mel)
+    assert model.encoder.conv1.weight.size == model.encoder.blocks[0].mlp1.weight.size == 0
+    monkeypatch.setenv(native.ENCODER_ENV, "mlx")
+    np.testing.assert_array_equal(np.array(model.encoder(mel)), before)
+    assert model.encoder.conv1.weight.size == 384 * 3 * 80
+    monkeypatch.delenv(native.ENCODER_ENV)
+    model.encoder(mel)  # packed again, dropped again; parameters() reads them again
+    assert model.encoder.conv1.weight.size == 0
+    assert all(v.size for _, v in tree_flatten(model.encoder.parameters()))
+
+
 def test_the_encoder_on_the_kernels_matches_mlx(model, monkeypatch):
     from transcriber.model.whisper import MultiHeadAttention
 

@@ -66,17 +66,23 @@ class Ops:
 
     def encoder(self, encoder):
         """A NativeEncoder for this AudioEncoder (weights packed once per encoder), or None: a
-        kernel it needs is disabled, or $TRANSCRIBER_KERNEL_ENCODER=mlx."""
+        kernel it needs is disabled, or $TRANSCRIBER_KERNEL_ENCODER=mlx. Once packed, MLX's
+        float32 weights of the encoder are dropped (``AudioEncoder.drop_weights``: read again
+        from the model's file if MLX's ops serve it later); the self-checks ran before."""
         if encoder_choice() != "bf16" or not all(self.status.serves(k) for k in ENCODER_KINDS):
             return None
-        key = (id(encoder), id(encoder.conv1.weight))
+        key = (id(encoder), id(encoder.conv1.weight))  # a dropped weight is a new array: new id
         with _lock:
             if key not in self._encoders:
                 from .encoder import NativeEncoder
 
                 if len(self._encoders) >= KEPT_MODELS:
                     self._encoders.pop(next(iter(self._encoders)))
-                self._encoders[key] = NativeEncoder(self.kernels, encoder)
+                encoder.restore_weights()  # packed from float32, never from a dropped copy
+                packed = NativeEncoder(self.kernels, encoder)
+                encoder.drop_weights()
+                key = (id(encoder), id(encoder.conv1.weight))
+                self._encoders[key] = packed
             found = self._encoders[key]
         found.threads = encoder_threads()
         return found
