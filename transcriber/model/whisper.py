@@ -426,8 +426,13 @@ class TextDecoder(nn.Module):
         return self._output_cache[1]
 
     def start(self, audio_features: mx.array) -> DecoderState:
-        """Precompute the cross-attention keys/values of one window's features (B, S, D)."""
-        cross_kv = [b.cross_attn.cross_keys_values(audio_features) for b in self.blocks]
+        """Precompute the cross-attention keys/values of one window's features (B, S, D): on
+        the CPU on the native bf16 GEMM where it serves, else MLX's float32 linears."""
+        step = self.native_step()
+        if step is not None and step.cross is not None:
+            cross_kv = step.cross_keys_values(audio_features, native.encoder_threads())
+        else:
+            cross_kv = [b.cross_attn.cross_keys_values(audio_features) for b in self.blocks]
         return DecoderState(cross_kv, [None] * len(self.blocks))
 
     def __call__(self, tokens: mx.array, state: DecoderState,

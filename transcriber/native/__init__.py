@@ -51,17 +51,19 @@ class Ops:
 
     def decoder_step(self, decoder, precision: str = "bf16"):
         """A DecoderStep for this decoder (made once per decoder), or None when a kernel it
-        needs is disabled."""
+        needs is disabled. Its cross-attention keys and values on the bf16 GEMM where that
+        serves (and $TRANSCRIBER_KERNEL_CROSS is not mlx)."""
         if not all(self.status.serves(k) for k in ("linear", "layer_norm", "gelu", "attend")):
             return None
-        key = (id(decoder), id(decoder.token_embedding.weight), precision)
+        cross = cross_choice() == "bf16" and self.status.serves("gemm")
+        key = (id(decoder), id(decoder.token_embedding.weight), precision, cross)
         with _lock:
             if key not in self._steps:
                 from .decoder import DecoderStep
 
                 if len(self._steps) >= KEPT_MODELS:  # their bf16 copies: the oldest goes
                     self._steps.pop(next(iter(self._steps)))
-                self._steps[key] = DecoderStep(self.kernels, decoder, precision)
+                self._steps[key] = DecoderStep(self.kernels, decoder, precision, cross_gemm=cross)
             return self._steps[key]
 
     def encoder(self, encoder):
@@ -115,6 +117,16 @@ def encoder_choice() -> str:
     """The encoder on the kernels: $TRANSCRIBER_KERNEL_ENCODER, bf16 (the default: the native
     bf16 GEMM) or mlx (MLX's float32 ops, the native attention: for measurements)."""
     value = os.environ.get(ENCODER_ENV, "").strip().lower() or "bf16"
+    return value if value in ("bf16", "mlx") else "bf16"
+
+
+CROSS_ENV = "TRANSCRIBER_KERNEL_CROSS"
+
+
+def cross_choice() -> str:
+    """The decoder's cross-attention keys and values per window: $TRANSCRIBER_KERNEL_CROSS,
+    bf16 (the default: the bf16 GEMM) or mlx (MLX's float32 sgemms: for measurements)."""
+    value = os.environ.get(CROSS_ENV, "").strip().lower() or "bf16"
     return value if value in ("bf16", "mlx") else "bf16"
 
 
