@@ -179,7 +179,9 @@ class MultiHeadAttention(nn.Module):
         scores = (self.split_heads(q) * scale) @ k_t
         if mask is not None:
             scores = mx.where(mask, scores, -mx.inf)
-        weights = softmax(scores) if want_weights else fast_softmax(scores)
+        # several query rows (a prompt pass): the host softmax, ~40x MLX's compiled exp over
+        # (B, H, T, S) scores on the CPU; one row (an MLX step): lazily, no host round trip
+        weights = softmax(scores) if want_weights or scores.shape[-2] > 1 else fast_softmax(scores)
         return self.out(self.merge_heads(weights @ v)), (weights if want_weights else None)
 
     def attend(self, q: mx.array, k: mx.array, v: mx.array, mask=None) -> mx.array:
