@@ -23,7 +23,8 @@ from .kernels import GemmWeight, Kernels, Packed, _strides
 from .kvcache import GrowingCache
 
 MAX_ROWS = 8  # the small-row linear's range: greedy, beams, --batch-files, streaming passes
-AUDIO_KEPT = 8  # windows per layer whose bf16 keys/values are remembered (a decode, its rewinds)
+AUDIO_KEPT = 1  # windows whose bf16 keys/values are remembered: the one decoded (its rewinds and
+# fallbacks share it): it keeps its float32 arrays alive too, so no older one (~14 MB, tiny.en)
 PRECISIONS = ("bf16", "f32")
 
 
