@@ -52,10 +52,11 @@ class Ops:
     def decoder_step(self, decoder, precision: str = "bf16"):
         """A DecoderStep for this decoder (made once per decoder), or None when a kernel it
         needs is disabled. Its cross-attention keys and values on the bf16 GEMM where that
-        serves (and $TRANSCRIBER_KERNEL_CROSS is not mlx)."""
+        serves, with bf16 weights (f32 weights: MLX's float32 throughout, for measurements)
+        and $TRANSCRIBER_KERNEL_CROSS not mlx."""
         if not all(self.status.serves(k) for k in ("linear", "layer_norm", "gelu", "attend")):
             return None
-        cross = cross_choice() == "bf16" and self.status.serves("gemm")
+        cross = cross_choice() == "bf16" and precision == "bf16" and self.status.serves("gemm")
         key = (id(decoder), id(decoder.token_embedding.weight), precision, cross)
         with _lock:
             if key not in self._steps:
