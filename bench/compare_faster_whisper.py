@@ -47,7 +47,8 @@ KERNELS_OFF = {"TRANSCRIBER_KERNELS": "off"}
 # --before: the second row of ours (label, environment): MLX's own ops, or the kernels with
 # MLX's float32 encoder (the state before the native bf16 encoder)
 BEFORE = {"off": (", kernels off", KERNELS_OFF),
-          "mlx-encoder": (", MLX encoder", {"TRANSCRIBER_KERNEL_ENCODER": "mlx"})}
+          "mlx-encoder": (", MLX encoder", {"TRANSCRIBER_KERNEL_ENCODER": "mlx"}),
+          "mlx-cross": (", MLX cross K/V", {"TRANSCRIBER_KERNEL_CROSS": "mlx"})}
 
 
 def systems(args):
@@ -117,7 +118,8 @@ def main():
     ap.add_argument("--no-float32", action="store_true", help="skip the faster-whisper float32 row")
     ap.add_argument("--no-stream", action="store_true", help="skip our streaming row")
     ap.add_argument("--before", choices=sorted(BEFORE), default="off",
-                    help="our second row: MLX's own ops (off) or the kernels with MLX's float32 encoder")
+                    help="our second row: MLX's own ops (off), or the kernels with MLX's float32 encoder "
+                         "(mlx-encoder) or MLX's float32 cross-attention keys/values (mlx-cross)")
     ap.add_argument("--no-kernels-off", action="store_true",
                     help="skip our rows on MLX's own ops (TRANSCRIBER_KERNELS=off)")
     ap.add_argument("--no-micro", action="store_true",

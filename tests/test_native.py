@@ -149,6 +149,26 @@ def test_decoder_step_matches_the_mlx_decoder(model, monkeypatch, rows):
     np.testing.assert_allclose(np.array(w_got[2]), np.array(w_want[2]), atol=1e-2)
 
 
+@pytest.mark.parametrize("windows,span", [(1, 1500), (2, 101)])
+def test_cross_keys_values_on_the_gemm_match_mlx(model, monkeypatch, windows, span):
+    """decoder.start's keys (transposed) and values on the bf16 GEMM: MLX's layout and shapes,
+    within bf16 rounding (1% RMS) of MLX's float32 linears; TRANSCRIBER_KERNEL_CROSS=mlx gives
+    MLX's."""
+    native.reset()
+    features = mx.array(np.random.default_rng(4).standard_normal((windows, span, 384), dtype=np.float32))
+    assert model.decoder.native_step().cross is not None
+    got = model.decoder.start(features).cross_kv
+    monkeypatch.setenv(native.CROSS_ENV, "mlx")
+    assert model.decoder.native_step().cross is None
+    want = model.decoder.start(features).cross_kv
+    assert len(got) == len(want) == 4
+    for pair, ref in zip(got, want):
+        for a, b in zip(pair, ref):
+            a, b = np.array(a), np.array(b)
+            assert a.shape == b.shape and a.dtype == b.dtype == np.float32
+            assert np.sqrt(((a - b) ** 2).mean() / (b ** 2).mean()) < 0.01
+
+
 def test_growing_cache_never_changes_what_an_older_state_sees():
     from transcriber.native.kvcache import GrowingCache
 
@@ -278,6 +298,27 @@ def test_the_bf16_encoder_stays_close_to_mlx_float32(model, monkeypatch):
     want = np.array(model.encoder(mel))
     assert got.shape == want.shape == (1, 500, 384)
     assert np.sqrt(((got - want) ** 2).mean() / (want ** 2).mean()) < 0.02
+
+
+def test_the_native_encoder_frees_mlx_float32_weights_and_mlx_reads_them_again(model, monkeypatch):
+    """Once packed, MLX's float32 encoder weights are dropped (peak RSS); MLX's encoder later
+    reads them again from the model's file and gives what it gave before the drop."""
+    from mlx.utils import tree_flatten
+
+    native.reset()
+    monkeypatch.setenv(native.ENCODER_ENV, "mlx")
+    mel = mx.array(np.random.default_rng(3).standard_normal((1, 400, 80), dtype=np.float32))
+    before = np.array(model.encoder(mel))
+    monkeypatch.delenv(native.ENCODER_ENV)
+    model.encoder(mel)
+    assert model.encoder.conv1.weight.size == model.encoder.blocks[0].mlp1.weight.size == 0
+    monkeypatch.setenv(native.ENCODER_ENV, "mlx")
+    np.testing.assert_array_equal(np.array(model.encoder(mel)), before)
+    assert model.encoder.conv1.weight.size == 384 * 3 * 80
+    monkeypatch.delenv(native.ENCODER_ENV)
+    model.encoder(mel)  # packed again, dropped again; parameters() reads them again
+    assert model.encoder.conv1.weight.size == 0
+    assert all(v.size for _, v in tree_flatten(model.encoder.parameters()))
 
 
 def test_the_encoder_on_the_kernels_matches_mlx(model, monkeypatch):

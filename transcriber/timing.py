@@ -95,7 +95,8 @@ def attention_matrix(weights: list[mx.array], heads: np.ndarray, n_frames: int) 
     w = np.array(stacked, dtype=np.float64)  # (heads, T, n_pos)
     w = w / np.maximum(w.sum(axis=-1, keepdims=True), 1e-10)
     w = (w - w.mean(axis=-2, keepdims=True)) / np.maximum(w.std(axis=-2, keepdims=True), 1e-10)
-    w = median_filter(w, MEDIAN_FILTER_WIDTH)
+    # head by head: the filter's shifted copies of all heads at once were the one-shot peak RSS
+    w = np.stack([median_filter(h, MEDIAN_FILTER_WIDTH) for h in w])
     return w.mean(axis=0)
 
 

@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -234,6 +235,17 @@ def _read_weights(path: Path) -> dict[str, mx.array]:
         return {k: mx.array(npz[k]) for k in npz.files}
 
 
+def _encoder_weights(path: Path, dtype: mx.Dtype) -> dict[str, mx.array]:
+    """The encoder's weights read again from ``path``, named as in the encoder ("conv1.weight"):
+    for ``AudioEncoder.restore_weights`` after the native encoder dropped MLX's copy."""
+    prefix = "encoder."
+    try:
+        weights = _read_weights(path)
+    except (OSError, RuntimeError) as e:
+        raise ModelError(f"cannot read the encoder's weights again from {path} ({e}); load the model again") from e
+    return {k[len(prefix):]: v.astype(dtype) for k, v in weights.items() if k.startswith(prefix)}
+
+
 def _rebuild_hint(folder: Path) -> str:
     if cache_root() in folder.parents:
         return f"delete {folder} and it is converted again from the model's package or folder"
@@ -259,7 +271,8 @@ def check_model(whisper: Whisper, folder: Path, weights: Path) -> None:
         if not mx.all(mx.isfinite(value)).item():
             raise fail(f"holds values that are not finite numbers (in {name})")
     mel = mx.zeros((1, 10, whisper.dims.n_mels))
-    logits, _, _ = whisper.decoder(mx.array([[0]]), whisper.decoder.start(whisper.encoder(mel)))
+    # MLX's own encoder: the native one would drop the float32 weights this check reads above
+    logits, _, _ = whisper.decoder(mx.array([[0]]), whisper.decoder.start(whisper.encoder.mlx_forward(mel)))
     if not np.isfinite(np.asarray(logits)).all():
         raise fail("gives logits that are not finite numbers on a test input")
     try:  # a read-only cache: the check is done again next time, nothing worse
@@ -299,5 +312,6 @@ def load_model(model: str | os.PathLike = DEFAULT_MODEL, dtype: mx.Dtype = mx.fl
         cause = " ".join(str(e).split())  # one line: MLX's messages can list names line by line
         raise ModelError(f"cannot load model from {folder} ({path.name}): {cause}; {_rebuild_hint(folder)}") from e
     mx.eval(whisper.parameters())
+    whisper.encoder.set_weights_source(partial(_encoder_weights, path, dtype))
     check_model(whisper, folder, path)
     return whisper

@@ -10,13 +10,15 @@ H heads, V vocabulary.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Collection, Optional, Sequence, Union
+from typing import Callable, Collection, Optional, Sequence, Union
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx.utils import tree_map, tree_unflatten
 
 from .. import blas, native
 
@@ -177,7 +179,9 @@ class MultiHeadAttention(nn.Module):
         scores = (self.split_heads(q) * scale) @ k_t
         if mask is not None:
             scores = mx.where(mask, scores, -mx.inf)
-        weights = softmax(scores) if want_weights else fast_softmax(scores)
+        # several query rows (a prompt pass): the host softmax, ~40x MLX's compiled exp over
+        # (B, H, T, S) scores on the CPU; one row (an MLX step): lazily, no host round trip
+        weights = softmax(scores) if want_weights or scores.shape[-2] > 1 else fast_softmax(scores)
         return self.out(self.merge_heads(weights @ v)), (weights if want_weights else None)
 
     def attend(self, q: mx.array, k: mx.array, v: mx.array, mask=None) -> mx.array:
@@ -260,14 +264,54 @@ class AudioEncoder(nn.Module):
         self._positional_embedding = mx.array(sinusoids(dims.n_audio_ctx, d))
         self.blocks = [ResidualAttentionBlock(d, dims.n_audio_head) for _ in range(dims.n_audio_layer)]
         self.ln_post = nn.LayerNorm(d)
+        # () -> this encoder's float32 weights read again from the model's file (the loader
+        # sets it); None: no file, the weights are never dropped
+        self._source: Optional[Callable[[], dict[str, mx.array]]] = None
+        self._dropped = False
+        self._weights_lock = threading.RLock()
+
+    def set_weights_source(self, source: Optional[Callable[[], dict[str, mx.array]]]) -> None:
+        """Where ``restore_weights`` reads the weights from: a callable giving them by the
+        names ``parameters()`` flattens to ("conv1.weight", "blocks.0.mlp1.bias", ...)."""
+        self._source = source
+
+    def drop_weights(self) -> bool:
+        """Free MLX's float32 copy of the weights while the native encoder serves from its own
+        packed bf16 copy (tens of MB of peak RSS). Only when they can be read again from the
+        model's file: False (and nothing dropped) otherwise. ``parameters()`` still gives
+        the weights: it reads them again (``filter_and_map``)."""
+        with self._weights_lock:
+            if self._source is None or self._dropped:
+                return self._dropped
+            self.update(tree_map(lambda _: mx.zeros((0,)), self.parameters()))
+            self._dropped = True
+            return True
+
+    def restore_weights(self) -> None:
+        """Read the float32 weights again if ``drop_weights`` freed them (MLX's ops serve now,
+        the native encoder is packed again, or someone reads ``parameters()``)."""
+        with self._weights_lock:
+            if self._dropped:
+                self._dropped = False  # before parameters() below, which comes back here
+                self.update(tree_unflatten(list(self._source().items())))
+                mx.eval(self.parameters())
+
+    def filter_and_map(self, *args, **kwargs):
+        # what parameters(), load_weights, tree_flatten(model.parameters()) are built on: they
+        # see the float32 weights, never the empty arrays of a drop
+        self.restore_weights()
+        return super().filter_and_map(*args, **kwargs)
 
     def __call__(self, mel: mx.array) -> mx.array:
         """mel (B, 2*S, n_mels) -> audio features (B, S, D). S may be shorter than n_audio_ctx.
         On the CPU, the native kernels' bf16 encoder where it serves (transcriber/native)."""
         ops = native.ops() if mx.default_device() == mx.cpu else None
         run = ops.encoder(self) if ops is not None else None
-        if run is not None:
-            return run(mel)
+        return run(mel) if run is not None else self.mlx_forward(mel)
+
+    def mlx_forward(self, mel: mx.array) -> mx.array:
+        """The encoder on MLX's own float32 ops (weights read again if they were dropped)."""
+        self.restore_weights()
         x = gelu(self.conv1(mel))
         x = gelu(self.conv2(x))
         x = x + self._positional_embedding[: x.shape[1]]
@@ -384,8 +428,13 @@ class TextDecoder(nn.Module):
         return self._output_cache[1]
 
     def start(self, audio_features: mx.array) -> DecoderState:
-        """Precompute the cross-attention keys/values of one window's features (B, S, D)."""
-        cross_kv = [b.cross_attn.cross_keys_values(audio_features) for b in self.blocks]
+        """Precompute the cross-attention keys/values of one window's features (B, S, D): on
+        the CPU on the native bf16 GEMM where it serves, else MLX's float32 linears."""
+        step = self.native_step()
+        if step is not None and step.cross is not None:
+            cross_kv = step.cross_keys_values(audio_features, native.encoder_threads())
+        else:
+            cross_kv = [b.cross_attn.cross_keys_values(audio_features) for b in self.blocks]
         return DecoderState(cross_kv, [None] * len(self.blocks))
 
     def __call__(self, tokens: mx.array, state: DecoderState,
@@ -480,6 +529,12 @@ class Whisper(nn.Module):
             alignment_heads = [(layer, head) for layer in range(dims.n_text_layer // 2, dims.n_text_layer)
                                for head in range(dims.n_text_head)]
         self._alignment_heads = np.asarray(alignment_heads, dtype=np.int64).reshape(-1, 2)
+
+    def filter_and_map(self, *args, **kwargs):
+        # parameters() walks the encoder's items directly: give it the float32 weights, never
+        # the empty arrays of AudioEncoder.drop_weights
+        self.encoder.restore_weights()
+        return super().filter_and_map(*args, **kwargs)
 
     @property
     def alignment_heads(self) -> np.ndarray:

@@ -51,32 +51,41 @@ class Ops:
 
     def decoder_step(self, decoder, precision: str = "bf16"):
         """A DecoderStep for this decoder (made once per decoder), or None when a kernel it
-        needs is disabled."""
+        needs is disabled. Its cross-attention keys and values on the bf16 GEMM where that
+        serves, with bf16 weights (f32 weights: MLX's float32 throughout, for measurements)
+        and $TRANSCRIBER_KERNEL_CROSS not mlx."""
         if not all(self.status.serves(k) for k in ("linear", "layer_norm", "gelu", "attend")):
             return None
-        key = (id(decoder), id(decoder.token_embedding.weight), precision)
+        cross = cross_choice() == "bf16" and precision == "bf16" and self.status.serves("gemm")
+        key = (id(decoder), id(decoder.token_embedding.weight), precision, cross)
         with _lock:
             if key not in self._steps:
                 from .decoder import DecoderStep
 
                 if len(self._steps) >= KEPT_MODELS:  # their bf16 copies: the oldest goes
                     self._steps.pop(next(iter(self._steps)))
-                self._steps[key] = DecoderStep(self.kernels, decoder, precision)
+                self._steps[key] = DecoderStep(self.kernels, decoder, precision, cross_gemm=cross)
             return self._steps[key]
 
     def encoder(self, encoder):
         """A NativeEncoder for this AudioEncoder (weights packed once per encoder), or None: a
-        kernel it needs is disabled, or $TRANSCRIBER_KERNEL_ENCODER=mlx."""
+        kernel it needs is disabled, or $TRANSCRIBER_KERNEL_ENCODER=mlx. Once packed, MLX's
+        float32 weights of the encoder are dropped (``AudioEncoder.drop_weights``: read again
+        from the model's file if MLX's ops serve it later); the self-checks ran before."""
         if encoder_choice() != "bf16" or not all(self.status.serves(k) for k in ENCODER_KINDS):
             return None
-        key = (id(encoder), id(encoder.conv1.weight))
+        key = (id(encoder), id(encoder.conv1.weight))  # a dropped weight is a new array: new id
         with _lock:
             if key not in self._encoders:
                 from .encoder import NativeEncoder
 
                 if len(self._encoders) >= KEPT_MODELS:
                     self._encoders.pop(next(iter(self._encoders)))
-                self._encoders[key] = NativeEncoder(self.kernels, encoder)
+                encoder.restore_weights()  # packed from float32, never from a dropped copy
+                packed = NativeEncoder(self.kernels, encoder)
+                encoder.drop_weights()
+                key = (id(encoder), id(encoder.conv1.weight))
+                self._encoders[key] = packed
             found = self._encoders[key]
         found.threads = encoder_threads()
         return found
@@ -109,6 +118,16 @@ def encoder_choice() -> str:
     """The encoder on the kernels: $TRANSCRIBER_KERNEL_ENCODER, bf16 (the default: the native
     bf16 GEMM) or mlx (MLX's float32 ops, the native attention: for measurements)."""
     value = os.environ.get(ENCODER_ENV, "").strip().lower() or "bf16"
+    return value if value in ("bf16", "mlx") else "bf16"
+
+
+CROSS_ENV = "TRANSCRIBER_KERNEL_CROSS"
+
+
+def cross_choice() -> str:
+    """The decoder's cross-attention keys and values per window: $TRANSCRIBER_KERNEL_CROSS,
+    bf16 (the default: the bf16 GEMM) or mlx (MLX's float32 sgemms: for measurements)."""
+    value = os.environ.get(CROSS_ENV, "").strip().lower() or "bf16"
     return value if value in ("bf16", "mlx") else "bf16"
 
 

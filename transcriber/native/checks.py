@@ -80,6 +80,10 @@ def _attention(q, k, v, valid) -> mx.array:
     return (mx.softmax(scores, axis=-1, precise=True) @ mx.array(v))[:, :, 0]
 
 
+def _bf16(a: np.ndarray) -> mx.array:
+    return mx.array(a).astype(mx.bfloat16).astype(mx.float32)
+
+
 def check_attend(k: Kernels) -> bool:
     rng = _rng()
     for rows, heads, dh, t in ((1, 2, 24, 35), (3, 3, 64, 100), (8, 1, 17, 5)):
@@ -95,6 +99,13 @@ def check_attend(k: Kernels) -> bool:
         k_t = np.ascontiguousarray(keys.transpose(0, 1, 3, 2))  # the cross-attention layout
         got_t, _ = k.attend(q, k_t.transpose(0, 1, 3, 2), vals, lo=lo, hi=hi)
         if not (_close(got, ref) and _close(got_t, ref) and bool(np.all(w[~valid[:, None, :].repeat(heads, 1)] == 0))):
+            return False
+        # keys and values in bf16 bits (the decoder's cross-attention), both layouts
+        ref_bf = _attention(q, np.array(_bf16(keys)), np.array(_bf16(vals)), valid)
+        kt16, v16 = k.to_bf16(k_t), k.to_bf16(vals)
+        got_bf, _ = k.attend(q, kt16.transpose(0, 1, 3, 2), v16, lo=lo, hi=hi)
+        got_bp, _ = k.attend(q, k.to_bf16(keys), v16, lo=lo, hi=hi)
+        if not (_close(got_bf, ref_bf) and _close(got_bp, ref_bf)):
             return False
     return True
 

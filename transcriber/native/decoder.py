@@ -12,15 +12,19 @@ Shapes: B rows (<= MAX_ROWS), D width, H heads, T cached tokens, S audio positio
 from __future__ import annotations
 
 import ctypes
+import threading
+from collections import OrderedDict
 from typing import Collection, Optional
 
 import mlx.core as mx
 import numpy as np
 
-from .kernels import Kernels, Packed, _strides
+from .kernels import GemmWeight, Kernels, Packed, _strides
 from .kvcache import GrowingCache
 
 MAX_ROWS = 8  # the small-row linear's range: greedy, beams, --batch-files, streaming passes
+AUDIO_KEPT = 1  # windows whose bf16 keys/values are remembered: the one decoded (its rewinds and
+# fallbacks share it): it keeps its float32 arrays alive too, so no older one (~14 MB, tiny.en)
 PRECISIONS = ("bf16", "f32")
 
 
@@ -38,10 +42,12 @@ def _host(a: mx.array) -> np.ndarray:
 class DecoderStep:
     """``step(tokens, state, layers)`` for a TextDecoder; built once per decoder and precision."""
 
-    def __init__(self, kernels: Kernels, decoder, precision: str = "bf16"):
+    def __init__(self, kernels: Kernels, decoder, precision: str = "bf16", cross_gemm: bool = False):
         if precision not in PRECISIONS:
             raise ValueError(f"decoder precision must be one of {PRECISIONS}, got {precision!r}")
         self.k, self.precision = kernels, precision
+        # per layer, the cross-attention's key and value weights stacked (2D, D) for the GEMM
+        self.cross = [self._cross_weight(b.cross_attn) for b in decoder.blocks] if cross_gemm else None
         self.n_head = decoder.blocks[0].attn.n_head
         self._keep = []  # every array a pointer in a _Layer refers to
         self.layers = [self._layer(b) for b in decoder.blocks]
@@ -52,6 +58,31 @@ class DecoderStep:
         self._fn = kernels.fn("decoder_layer")
         self._wtype = int(precision == "bf16")
         self.cache = GrowingCache(len(self.layers))
+        # id(keys) -> (keys, values, their bf16 copies): the windows being decoded
+        self._audio: OrderedDict[int, tuple] = OrderedDict()
+        self._audio_lock = threading.Lock()
+
+    def _cross_weight(self, attn) -> tuple[GemmWeight, np.ndarray]:
+        w = np.concatenate([np.asarray(attn.key.weight, np.float32), np.asarray(attn.value.weight, np.float32)])
+        bias = np.concatenate([np.zeros(attn.key.weight.shape[0], np.float32), np.asarray(attn.value.bias, np.float32)])
+        return self.k.gemm_pack(w), bias
+
+    def cross_keys_values(self, features: mx.array, threads: int = 1) -> list[tuple[mx.array, mx.array]]:
+        """Per layer, the audio's keys transposed (B, H, Dh, S) and values (B, H, S, Dh) of
+        features (B, S, D), as ``MultiHeadAttention.cross_keys_values`` gives them, on the bf16
+        GEMM: one product of N = 2D per layer and window (MLX: two float32 sgemms)."""
+        f = np.asarray(features.astype(mx.float32))
+        b, s, d = f.shape
+        h = self.n_head
+        out = []
+        for w, bias in self.cross:
+            k_t, v = np.empty((b, h, d // h, s), np.float32), np.empty((b, h, s, d // h), np.float32)
+            for i in range(b):
+                y = self.k.gemm(np.ascontiguousarray(f[i]), w, bias, threads=threads)
+                k_t[i] = y[:, :d].reshape(s, h, d // h).transpose(1, 2, 0)
+                v[i] = y[:, d:].reshape(s, h, d // h).transpose(1, 0, 2)
+            out.append((mx.array(k_t), mx.array(v)))
+        return out
 
     def _weight(self, w: mx.array) -> Packed:
         packed = self.k.pack(np.asarray(w), self.precision)
@@ -117,7 +148,7 @@ class DecoderStep:
         cross-attention weights (B, H, S) when wanted."""
         rows, d = x.shape
         kc, vc = self.cache.past(cache[0]), self.cache.past(cache[1])
-        ckt, cv = _unit_last(_host(k_t)), _unit_last(_host(v))
+        ckt, cv = self._audio_keys_values(k_t, v)
         span = cv.shape[2]
         k_new, v_new = np.empty((rows, d), np.float32), np.empty((rows, d), np.float32)
         w = np.empty((rows, self.n_head, span), np.float32) if want_weights else None
@@ -128,8 +159,30 @@ class DecoderStep:
         p = lambda a: None if a is None else a.ctypes.data  # noqa: E731
         self._fn(ctypes.byref(layer), self._wtype, rows, d, self.n_head, p(x), p(kc), p(kc_s), p(vc), p(vc_s),
                  0 if kc is None else kc.shape[2], p(pad), p(k_new), p(v_new), p(ckt), p(ckt_s), p(cv), p(cv_s),
-                 span, p(audio_len), p(w))
+                 span, p(audio_len), p(w), int(ckt.dtype == np.uint16))
         return k_new, v_new, w
+
+    def _audio_keys_values(self, k_t: mx.array, v: mx.array) -> tuple[np.ndarray, np.ndarray]:
+        """A window's cross-attention keys (transposed) and values for the layer kernel: in
+        bfloat16 bits, made once per window (the arrays are remembered by identity) unless
+        $TRANSCRIBER_KERNEL_CROSS=mlx; float32 views then. Half the bytes a step reads."""
+        if self.cross is None:
+            return _unit_last(_host(k_t)), _unit_last(_host(v))
+        with self._audio_lock:
+            hit = self._audio.get(id(k_t))
+            if hit is None or hit[0] is not k_t or hit[1] is not v:
+                hit = (k_t, v, self._bf16(_host(k_t)), self._bf16(_host(v)))
+                self._audio[id(k_t)] = hit
+                while len(self._audio) > AUDIO_KEPT * len(self.layers):
+                    self._audio.popitem(last=False)
+            return hit[2], hit[3]
+
+    def _bf16(self, a: np.ndarray) -> np.ndarray:
+        """(B, ...) float32 -> bf16 bits; rows broadcast from one (beams over one window:
+        row stride 0) are converted once and broadcast again."""
+        if a.shape[0] > 1 and a.strides[0] == 0:
+            return np.broadcast_to(self.k.to_bf16(a[:1]), a.shape)
+        return self.k.to_bf16(a)
 
 
 def _unit_last(a: np.ndarray) -> np.ndarray:

@@ -25,11 +25,13 @@ _SIGNATURES = {
     "gelu": [_l, _f, _f],
     "softmax": [_l, _i, _f],
     "attend": [_i, _i, _i, _fl, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f],
+    "attend_bf16": [_i, _i, _i, _fl, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f],
     "gemm": [_i, _i, _i, _f, _l, _f, _f, _f, _l, _i, _f, _l, _i, _i],
     "gemm_pack": [_i, _i, _f, _f],
     "gemm_has_dot": [],
     "attention_bf16": [_i, _i, _i, _f, _l, _f, _l, _i, _i],
-    "decoder_layer": [_f, _i, _i, _i, _i, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f, _f, _i, _f, _f],
+    "decoder_layer": [_f, _i, _i, _i, _i, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f, _f, _i, _f, _f, _i],
+    "to_bf16": [_l, _f, _f],
 }
 
 
@@ -121,6 +123,14 @@ class Kernels:
                           _ptr(None if res is None else _check(res)), _ptr(y))
         return y
 
+    def to_bf16(self, x: np.ndarray) -> np.ndarray:
+        """x (any shape) float32 -> bfloat16 bits (uint16) of the same shape, C-contiguous,
+        rounded to nearest even as MLX rounds."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        y = np.empty(x.shape, np.uint16)
+        self.fn("to_bf16")(x.size, _ptr(x), _ptr(y))
+        return y
+
     def gemm_pack(self, w: np.ndarray) -> GemmWeight:
         """w (N, K) float32 packed for ``gemm``."""
         return GemmWeight(self, w)
@@ -199,10 +209,14 @@ class Kernels:
         """One query per row and head. q (R, H, Dh); k (R, H, T, Dh) or, transposed, (R, H, Dh, T)
         (pass ``k`` as that transposed array's (R, H, T, Dh) view: k.transpose(0, 1, 3, 2));
         v (R, H, T, Dh) with unit last stride; extra = (k, v) of one more position each (R, H, Dh);
-        lo, hi (R,) int32: the positions each row sees. -> out (R, H, Dh), weights (R, H, T')."""
+        lo, hi (R,) int32: the positions each row sees. k and v both float32 or both bfloat16
+        bits (uint16, ``to_bf16``). -> out (R, H, Dh), weights (R, H, T')."""
         r, h, dh = _check(q).shape
         t = k.shape[2]
-        if v.strides[-1] != 4 or (k.strides[-1] != 4 and k.strides[-2] != 4):
+        bits = k.dtype == np.uint16
+        if k.dtype != v.dtype or k.dtype not in (np.float32, np.uint16):
+            raise ValueError(f"attend: keys and values must be both float32 or both bf16 bits, got {k.dtype}, {v.dtype}")
+        if v.strides[-1] != v.itemsize or (k.strides[-1] != k.itemsize and k.strides[-2] != k.itemsize):
             raise ValueError("attend: keys or values without a unit stride")
         total = t + (extra is not None)
         out = np.empty((r, h, dh), np.float32)
@@ -211,6 +225,6 @@ class Kernels:
         lo = None if lo is None else _check(lo, np.int32)
         hi = None if hi is None else _check(hi, np.int32)
         ks, vs = _strides(k), _strides(v)  # kept alive across the call
-        self.fn("attend")(r, h, dh, dh ** -0.5, _ptr(q), _ptr(k), _ptr(ks), _ptr(v), _ptr(vs), t,
+        self.fn("attend_bf16" if bits else "attend")(r, h, dh, dh ** -0.5, _ptr(q), _ptr(k), _ptr(ks), _ptr(v), _ptr(vs), t,
                           _ptr(ek), _ptr(ev), _ptr(lo), _ptr(hi), _ptr(out), _ptr(weights))
         return out, weights

@@ -152,12 +152,22 @@ struct Strides {
   long row, head, pos, dim;
 };
 
+inline float tof(float x) { return x; }
+inline float tof(uint16_t h) {  // bfloat16 bits -> float
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
 // One query per row and head over T positions (and one more, `extra`, when given: the new
 // token's own key/value in self-attention), in one pass: scores, masked softmax, values.
-// q, extra_k, extra_v, out: (R, H*Dh); k, v: strided as given (v's dim stride is 1);
-// lo/hi (R,) or null: the positions each row may see, [lo, hi) of the T (+1) positions;
-// weights (R, H, T(+1)) or null: the probabilities, for word timing.
-void attend(int R, int H, int Dh, float scale, const float* q, const float* k, Strides ks, const float* v,
+// q, extra_k, extra_v, out: (R, H*Dh); k, v: strided as given (v's dim stride is 1), float32
+// or bfloat16 bits (T = uint16_t: the cross-attention's audio keys and values, half the bytes
+// a step reads); lo/hi (R,) or null: the positions each row may see, [lo, hi) of the T (+1)
+// positions; weights (R, H, T(+1)) or null: the probabilities, for word timing.
+template <typename KV>
+void attend(int R, int H, int Dh, float scale, const float* q, const KV* k, Strides ks, const KV* v,
             Strides vs, int T, const float* extra_k, const float* extra_v, const int* lo, const int* hi,
             float* out, float* weights) {
   const int total = T + (extra_k ? 1 : 0);
@@ -171,28 +181,28 @@ void attend(int R, int H, int Dh, float scale, const float* q, const float* k, S
     for (int r = 0; r < R; r++) {
       const int first = lo ? lo[r] : 0, last = hi ? (hi[r] < total ? hi[r] : total) : total;
       const float* qh = q + (long)r * D + h * Dh;
-      const float* kh = k + r * ks.row + h * ks.head;
-      const float* vh = v + r * vs.row + h * vs.head;
+      const KV* kh = k + r * ks.row + h * ks.head;
+      const KV* vh = v + r * vs.row + h * vs.head;
       float* s = p.data();
       if (ks.dim == 1) {  // keys position-major: a dot product per position
         for (int t = 0; t < T; t++) {
-          const float* kt = kh + t * ks.pos;
+          const KV* kt = kh + t * ks.pos;
           vf acc = {};
           int d = 0;
-          for (; d + W <= Dh; d += W) acc += load(qh + d) * load(kt + d);
+          for (; d + W <= Dh; d += W) acc += load(qh + d) * load_w(kt + d);
           float sum = hsum(acc);
-          for (; d < Dh; d++) sum += qh[d] * kt[d];
+          for (; d < Dh; d++) sum += qh[d] * tof(kt[d]);
           s[t] = sum * scale;
         }
       } else {  // keys transposed (dim-major, positions contiguous): axpy over positions
         const int tv = T - T % W;
         for (int t = 0; t < T; t++) s[t] = 0.0f;
         for (int d = 0; d < Dh; d++) {
-          const float* kd = kh + d * ks.dim;
+          const KV* kd = kh + d * ks.dim;
           const float qd = qh[d] * scale;
           int t = 0;
-          for (; t < tv; t += W) store(s + t, load(s + t) + qd * load(kd + t));
-          for (; t < T; t++) s[t] += qd * kd[t];
+          for (; t < tv; t += W) store(s + t, load(s + t) + qd * load_w(kd + t));
+          for (; t < T; t++) s[t] += qd * tof(kd[t]);
         }
       }
       if (extra_k) {
@@ -208,13 +218,17 @@ void attend(int R, int H, int Dh, float scale, const float* q, const float* k, S
       float* o = out + (long)r * D + h * Dh;
       const int dv = Dh - Dh % W;
       for (int d = 0; d < Dh; d++) o[d] = 0.0f;
-      for (int t = 0; t < total; t++) {
+      for (int t = 0; t < T; t++) {
         if (s[t] == 0.0f) continue;  // masked (and underflowed) positions add nothing
-        const float* vt = t < T ? vh + t * vs.pos : extra_v + (long)r * D + h * Dh;
+        const KV* vt = vh + t * vs.pos;
         const float pt = s[t];
         int d = 0;
-        for (; d < dv; d += W) store(o + d, load(o + d) + pt * load(vt + d));
-        for (; d < Dh; d++) o[d] += pt * vt[d];
+        for (; d < dv; d += W) store(o + d, load(o + d) + pt * load_w(vt + d));
+        for (; d < Dh; d++) o[d] += pt * tof(vt[d]);
+      }
+      if (extra_k && s[T] != 0.0f) {
+        const float* vt = extra_v + (long)r * D + h * Dh;
+        for (int d = 0; d < Dh; d++) o[d] += s[T] * vt[d];
       }
     }
   }
@@ -350,6 +364,15 @@ EXPORT void TK(pack)(int N, int K, const float* w, int wtype, void* out) {
       }
 }
 
+// float32 -> bfloat16 bits, rounded to nearest even (as ``pack`` and MLX round): n values.
+EXPORT void TK(to_bf16)(long n, const float* x, uint16_t* y) {
+  for (long i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, x + i, 4);
+    y[i] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+
 EXPORT void TK(layer_norm)(int R, int D, const float* x, const float* g, const float* b, float eps, float* y) {
   layer_norm(R, D, x, g, b, eps, y);
 }
@@ -368,15 +391,26 @@ EXPORT void TK(attend)(int R, int H, int Dh, float scale, const float* q, const 
   attend(R, H, Dh, scale, q, k, ks, v, vs, T, extra_k, extra_v, lo, hi, out, weights);
 }
 
+// The same with keys and values in bfloat16 bits (the decoder layer's cross-attention).
+EXPORT void TK(attend_bf16)(int R, int H, int Dh, float scale, const float* q, const uint16_t* k,
+                            const long* k_strides, const uint16_t* v, const long* v_strides, int T,
+                            const float* extra_k, const float* extra_v, const int* lo, const int* hi, float* out,
+                            float* weights) {
+  Strides ks{k_strides[0], k_strides[1], k_strides[2], k_strides[3]};
+  Strides vs{v_strides[0], v_strides[1], v_strides[2], v_strides[3]};
+  attend(R, H, Dh, scale, q, k, ks, v, vs, T, extra_k, extra_v, lo, hi, out, weights);
+}
+
 // One decoder layer for one new token per row: x (R, D) in place.
 // Self-attention over the cache (T positions, strides kc_s/vc_s) plus the token itself, whose
 // key and value land in k_new, v_new (R, D) (the caller appends them to its cache); pad (R,)
 // or null: cached positions each row may not see. Cross-attention over S audio positions
-// (keys transposed), audio_len (R,) or null; cross_w (R, H, S) or null: its weights.
+// (keys transposed), float32 or (cross_bf16) bfloat16 bits, audio_len (R,) or null; cross_w
+// (R, H, S) or null: its weights.
 EXPORT void TK(decoder_layer)(const Layer* L, int wtype, int R, int D, int H, float* x, const float* kc,
                               const long* kc_s, const float* vc, const long* vc_s, int T, const int* pad,
-                              float* k_new, float* v_new, const float* ckt, const long* ckt_s, const float* cv,
-                              const long* cv_s, int S, const int* audio_len, float* cross_w) {
+                              float* k_new, float* v_new, const void* ckt, const long* ckt_s, const void* cv,
+                              const long* cv_s, int S, const int* audio_len, float* cross_w, int cross_bf16) {
   const int Dh = D / H;
   const float scale = 1.0f / __builtin_sqrtf((float)Dh);
   std::vector<float> buf((long)R * (3 * D + 4 * D));
@@ -393,7 +427,12 @@ EXPORT void TK(decoder_layer)(const Layer* L, int wtype, int R, int D, int H, fl
   layer_norm(R, D, x, L->ln2_g, L->ln2_b, 1e-5f, h);
   linear(R, D, D, h, L->cwq, wtype, L->cbq, nullptr, q);
   Strides cks{ckt_s[0], ckt_s[1], ckt_s[2], ckt_s[3]}, cvs{cv_s[0], cv_s[1], cv_s[2], cv_s[3]};
-  attend(R, H, Dh, scale, q, ckt, cks, cv, cvs, S, nullptr, nullptr, nullptr, audio_len, o, cross_w);
+  if (cross_bf16)
+    attend(R, H, Dh, scale, q, (const uint16_t*)ckt, cks, (const uint16_t*)cv, cvs, S, nullptr, nullptr, nullptr,
+           audio_len, o, cross_w);
+  else
+    attend(R, H, Dh, scale, q, (const float*)ckt, cks, (const float*)cv, cvs, S, nullptr, nullptr, nullptr,
+           audio_len, o, cross_w);
   linear(R, D, D, o, L->cwo, wtype, L->cbo, x, x);
   layer_norm(R, D, x, L->ln3_g, L->ln3_b, 1e-5f, h);
   linear(R, D, 4 * D, h, L->w1, wtype, L->b1, nullptr, m);
