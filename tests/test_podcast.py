@@ -125,6 +125,24 @@ def test_podcast_silent_over_music_whole_after_it_punctuated(model, data_dir, tm
     assert card.wer < 0.08, card.readings
 
 
+@pytest.mark.slow
+def test_streaming_keeps_sentence_ends_through_a_reading_after_music(model, data_dir, tmp_path):
+    """The long LJSpeech reading after 15 s of the Brahms: its first words are decoded from a
+    second of speech, unpunctuated, and a dropped sentence end used to leave every later pass
+    unpunctuated through the prompt (4 of its 13 ends). The prompt is cut back to its last
+    sentence end when it runs on (``punctuated_prompt``): 11 of 13 measured."""
+    layout = (podcast.Music(0.0, 15.0), podcast.Silence(1.0), "ljspeech_LJ001-0001_0032_concat.flac",
+              podcast.Silence(2.0))
+    cast = podcast.build_podcast(data_dir, layout)
+    options = StreamingOptions(language="en", punctuated_prompt=True)
+    path = cast.write_wav(tmp_path / "reading.wav")
+    card = podcast.score(cast, [w for step in StreamingEngine(model, options).steps(path) for w in step.words])
+    written, reference = card.sentence_ends
+    assert reference == 13 and written >= 9, card.readings
+    assert [w.text for w in card.words_in_nonspeech] == [] and card.lost_at_boundaries == 0
+    assert card.wer < 0.06, card.readings
+
+
 def test_a_clip_under_a_second_is_cheap_and_ends_with_the_media(model, data_dir, tmp_path):
     """0.92 s clips cut from a reading (one such clip once wrote "org org ..." to 6.15 s, 43.6 s;
     the sixth here looped, "not only for the entire year, not only ..."). About a second each

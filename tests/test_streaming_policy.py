@@ -9,7 +9,8 @@ from transcriber.streaming.melbuffer import MelBuffer, normalize, raw_log_mel
 from transcriber.streaming.options import StreamingOptions
 from transcriber.streaming.policy import (
     LAST_CHUNK_THRESHOLD, AttentionTracker, decide, most_attended_frame, token_scores)
-from transcriber.streaming.words import MAX_TAIL, SHIFT, CommittedWord, cut_frame, word_frames
+from transcriber.streaming.words import (MAX_TAIL, RUN_ON_TOKENS, SHIFT, CommittedWord, cut_frame,
+                                         punctuated_context, word_frames)
 
 
 TOL = 6  # a standardised peak saturates over the frames where the newest token dominates
@@ -159,6 +160,24 @@ def test_cut_frame_keeps_the_buffer_under_its_limit():
     # a keep length instead of half the trim length: the cut may fall later
     assert cut_frame(words[1:], 0, 1000, 3000, 900, keep_frames=300) == (590, 1)
     assert cut_frame(words[1:], 0, 1000, 3000, 900, keep_frames=700) == (290, 0)
+
+
+def test_a_run_on_prompt_is_cut_back_to_its_last_sentence_end():
+    from transcriber.model import loader
+    from transcriber.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(loader._package_folder("tiny.en")[1], multilingual=False)
+    done = tok.encode(" It was modern. For although the Chinese took impressions")
+    run_on = tok.encode(" from wood blocks engraved in relief for centuries before the wood cutters of the")
+    assert len(run_on) >= RUN_ON_TOKENS
+    assert tok.decode(punctuated_context(tok, done + run_on)) == " It was modern."
+    # a prompt that stays punctuated, or is short, or never had a sentence end, is kept whole
+    commas = tok.encode(" from wood blocks, engraved in relief, for centuries before")
+    for kept in (done + commas, run_on[:RUN_ON_TOKENS - 1], run_on, []):
+        assert punctuated_context(tok, kept) == kept
+    # marks of other scripts, whose characters take several tokens
+    zh = tok.encode("他来了。我们在这里等了很久很久很久很久很久很久很久很久")
+    assert tok.decode(punctuated_context(tok, zh)) == "他来了。"
 
 
 def test_mel_buffer_equals_the_whole_stream_at_once():

@@ -193,6 +193,11 @@ def ends_sentence(text: str) -> bool:
     return bool(_SENTENCE_END.search(text.rstrip()))
 
 
+def ends_with_mark(text: str) -> bool:
+    """The word or text ends with a sentence or clause mark (``.``, ``,``, ``;``, ``:``...)."""
+    return _ends_with_punctuation(text.rstrip())
+
+
 def _is_sentence_end(token: str) -> bool:
     """In cue layout also: not after an abbreviation or an initial."""
     return ends_sentence(token) and token.lower() not in _ABBREVIATIONS \

@@ -38,7 +38,7 @@ from ..types import Word
 from .alignatt import AlignAttPass, PassResult
 from .melbuffer import SILENCE, MelBuffer, normalize
 from .options import StreamingOptions
-from .words import CommittedWord, commit_count, context_tail, cut_frame, word_frames
+from .words import CommittedWord, commit_count, context_tail, cut_frame, punctuated_context, word_frames
 
 _log = logging.getLogger(__name__)
 
@@ -261,6 +261,8 @@ class StreamingSession:
         room = self.model.dims.n_text_ctx // 2 - len(committed)
         context = context_tail(tok, self._s.prompt, max(0, min(self.options.max_context_tokens, room)
                                                          - len(self._static)))
+        if self.options.punctuated_prompt:
+            context = punctuated_context(tok, context)
         prompt = ([tok.sot_prev] + self._static + context) if (self._static or context) else []
         sot_index = len(prompt)
         prompt += list(tok.sot_sequence_including_notimestamps)
