@@ -146,10 +146,10 @@ def main():
     audio_s = sum(e["duration_s"] for e in entries)
     job = {"files": [str(args.data / e["file"]) for e in entries], "threads": args.threads,
            "word_timestamps": not args.no_word_timestamps, "warmup": args.warmup, "model": args.model}
-    model_dir = tempfile.TemporaryDirectory()
     if args.model != "tiny.en":  # faster-whisper reads the same package's CTranslate2 weights
         from multilingual import base_ct2_folder
 
+        model_dir = tempfile.TemporaryDirectory()  # kept until the end of main: the peers read it
         job["model_dir"] = str(base_ct2_folder(Path(model_dir.name)))
     print(f"{len(entries)} files, {audio_s:.1f} s of audio, {args.threads} threads, "
           f"word_timestamps={job['word_timestamps']}, repeat={args.repeat}", file=sys.stderr)
