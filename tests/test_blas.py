@@ -222,3 +222,16 @@ def test_numpy_blas_runs_on_one_thread_after_import():
     assert getter() == 1
     a, b = np.random.default_rng(0).standard_normal((100, 201)), np.random.default_rng(1).standard_normal((201, 80))
     np.testing.assert_allclose(a @ b, np.einsum("ij,jk->ik", a, b), rtol=1e-10, atol=1e-10)
+
+
+def test_probe_worker_runs_this_copy_whatever_the_working_directory(tmp_path, monkeypatch):
+    """The probe subprocess imports the binding from the folder this process loaded it from:
+    a `transcriber` package in the working directory cannot shadow it (nor break the probe)."""
+    from transcriber.native.blas import probe
+    from transcriber.native.blas.libraries import Library
+
+    (tmp_path / "transcriber").mkdir()
+    (tmp_path / "transcriber" / "__init__.py").write_text("raise ImportError('the shadow was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    result = probe._measure_one(Library("bundled", None))
+    assert set(result) == {"gflops"} and result["gflops"]["0"] > 0, result
