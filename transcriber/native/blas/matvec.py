@@ -93,7 +93,10 @@ def host_matvec(lib: Library | None) -> Callable[[np.ndarray, np.ndarray, np.nda
     twice the memory traffic of a matrix-vector product: measured on a 2-core Xeon, a tiny.en
     decode step took 11.0 ms with MLX's product and 9.2 ms with this one. The same library (so
     the same thread pool: two OpenBLAS pools spin against each other on 2 cores) and a check
-    against numpy on first use; any problem gives None, and MLX does the product."""
+    against numpy on first use; any problem gives None, and MLX does the product. Not the
+    native kernels' small-row linear: on float32 weights it was 3-7x faster at 1-2 rows
+    (bench/project_matvec.py), but it reads a packed copy of the weight, 76 MiB more for
+    tiny.en, for a product a prompt pass makes once."""
     global _gemv
     path = lib.path if lib is not None else None
     if path is None or path not in slot.handles:
