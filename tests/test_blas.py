@@ -1,4 +1,4 @@
-"""transcriber.blas: MLX's sgemm bound to a faster BLAS from pip alone, and every fallback.
+"""transcriber.blas (transcriber/native/blas/): MLX's sgemm bound to a faster BLAS from pip alone, and every fallback.
 
 MLX is loaded once per process and the binding is process-wide, so each case runs in its own
 Python subprocess and reports back as JSON on its last stdout line. ``TRANSCRIBER_BLAS=bundled,
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 ROOT = Path(__file__).resolve().parents[1]
 JFK = ROOT / "examples" / "jfk.flac"
 PIP_ONLY = "bundled,scipy-openblas32"
-NOTE = "transcriber: BLAS:"  # how blas.py's one-line fallback note starts
+NOTE = "transcriber: BLAS:"  # how the binding's one-line fallback note starts
 
 # Prints what serves MLX after import (and after whatever the test's code did), checking a matmul.
 REPORT = """
@@ -161,8 +161,8 @@ def assert_fallback(report: dict, stderr: str, why: str) -> None:
 def test_fallback_when_the_self_check_fails():
     # Bind a function that returns without writing the product (getpid ignores sgemm's arguments):
     # the check matmul must catch it and put the bundled BLAS back.
-    code = ("import ctypes\n"
-            "blas._address = lambda handle, symbol: ctypes.cast(ctypes.CDLL(None).getpid, ctypes.c_void_p).value\n"
+    code = ("import ctypes\nfrom transcriber.native.blas import slot\n"
+            "slot.symbol_address = lambda handle, symbol: ctypes.cast(ctypes.CDLL(None).getpid, ctypes.c_void_p).value\n"
             f"blas.apply({scipy_openblas_path()!r})")
     report, err = run_python("from transcriber import blas\n" + code, "none")
     assert_fallback(report, err, "wrong matmul result")
@@ -170,10 +170,10 @@ def test_fallback_when_the_self_check_fails():
 
 def test_fallback_when_libmlx_has_no_sgemm_slot():
     # A library that does not import cblas_sgemm stands in for a differently linked libmlx.so.
-    code = ("import numpy.linalg._umath_linalg as m\n"
-            "real, blas._libmlx_path, blas._site_cache = blas._libmlx_path, (lambda: m.__file__), None\n"
+    code = ("import numpy.linalg._umath_linalg as m\nfrom transcriber.native.blas import slot\n"
+            "real, slot.libmlx_path, slot._site_cache = slot.libmlx_path, (lambda: m.__file__), None\n"
             f"blas.apply({scipy_openblas_path()!r})\n"
-            "blas._libmlx_path, blas._site_cache = real, None  # so the report reads the real slot")
+            "slot.libmlx_path, slot._site_cache = real, None  # so the report reads the real slot")
     report, err = run_python("from transcriber import blas\n" + code, "none")
     assert_fallback(report, err, "no cblas_sgemm slot")
 
@@ -209,16 +209,29 @@ def test_numpy_blas_runs_on_one_thread_after_import():
 
     import numpy as np
 
-    import transcriber.blas as blas
+    from transcriber.native.blas import matvec, numpy_one_thread
 
     folder = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
-    libs = [p for pattern in blas._NUMPY_BLAS for p in glob.glob(os.path.join(folder, pattern))]
+    libs = [p for pattern in matvec.NUMPY_BLAS for p in glob.glob(os.path.join(folder, pattern))]
     if not libs:
         pytest.skip("this numpy has no bundled OpenBLAS")
-    assert blas.numpy_one_thread()
+    assert numpy_one_thread()
     lib = ctypes.CDLL(libs[0])
     getter = next(getattr(lib, n) for n in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
                                             "openblas_get_num_threads") if hasattr(lib, n))
     assert getter() == 1
     a, b = np.random.default_rng(0).standard_normal((100, 201)), np.random.default_rng(1).standard_normal((201, 80))
     np.testing.assert_allclose(a @ b, np.einsum("ij,jk->ik", a, b), rtol=1e-10, atol=1e-10)
+
+
+def test_probe_worker_runs_this_copy_whatever_the_working_directory(tmp_path, monkeypatch):
+    """The probe subprocess imports the binding from the folder this process loaded it from:
+    a `transcriber` package in the working directory cannot shadow it (nor break the probe)."""
+    from transcriber.native.blas import probe
+    from transcriber.native.blas.libraries import Library
+
+    (tmp_path / "transcriber").mkdir()
+    (tmp_path / "transcriber" / "__init__.py").write_text("raise ImportError('the shadow was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    result = probe._measure_one(Library("bundled", None))
+    assert set(result) == {"gflops"} and result["gflops"]["0"] > 0, result

@@ -27,7 +27,7 @@ _LAZY = {"probe": ".audio", "CueOptions": ".cues", "doctor_report": ".doctor:rep
          "Engine": ".engine", "Step": ".engine", "assemble": ".engine", "words_to_transcript": ".engine",
          "ModelStatus": ".model.catalog", "list_models": ".model.catalog", "OneShotEngine": ".oneshot",
          "StreamingEngine": ".streaming", "StreamingSession": ".streaming", "FORMATS": ".writers",
-         "OutputOptions": ".writers", "write_outputs": ".writers", "blas": ".blas:",
+         "OutputOptions": ".writers", "write_outputs": ".writers", "blas": ".native.blas:",
          "LiveSource": ".follow", "FollowOptions": ".follow"}
 _NO_MLX = {"probe"}
 

@@ -1,5 +1,5 @@
 """The transcriber's cache folder, in a module of its own: the model loader and the BLAS probe
-(transcriber/blas.py, imported by the model) both need it, and neither may import the other."""
+(transcriber/native/blas/probe.py, imported by the model) both need it, and neither may import the other."""
 
 from __future__ import annotations
 

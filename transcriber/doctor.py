@@ -41,7 +41,7 @@ def _blas(probe: bool) -> list[str]:
     lines = [blas.describe()]
     if blas.current.name == "platform":
         return lines
-    serving = blas.served_by()  # from the slot itself, not from what blas.py believes it did
+    serving = blas.served_by()  # from the slot itself, not from what apply() believes it did
     lines.append(f"  MLX's sgemm is served by: {serving or 'unknown (no cblas_sgemm slot found)'}")
     threads = blas.threads()
     lines.append(f"  threads: {threads if threads is not None else 'n/a (not settable)'}")

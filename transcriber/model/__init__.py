@@ -6,6 +6,6 @@ matrices imports the model, so this is the one place that needs to; ``import tra
 alone stays light (``transcribe --help``).
 """
 
-from .. import blas
+from ..native import blas
 
 blas.apply()

@@ -150,7 +150,7 @@ def encoder_threads() -> int:
     (probed, or set by ``blas.set_threads``: the encoder's products ran there before), else
     ``threads()``. Large calls: a descheduled thread costs one barrier per product, not one per
     token as in the decoder step."""
-    from .. import blas
+    from . import blas
 
     return max(1, blas.threads() or threads())
 
