@@ -217,6 +217,27 @@ def closing_on_interrupt(reporter, message: str, stop: Optional[StopFlag] = None
         reporter.close()
 
 
+@contextlib.contextmanager
+def stopped_exits(message: str):
+    """SIGTERM or Ctrl-C in the block (before anything is queued: nothing to checkpoint) prints
+    ``message`` and exits 128 + the signal at once; the file-system calls it waits on run in
+    child processes (jobs/discover.py), so a hung mount does not keep the command alive."""
+    caught: list[int] = []
+
+    def handle(signum, frame):
+        caught.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo(message, err=True)
+        sys.exit(128 + (caught[0] if caught else signal.SIGINT))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def stop_flag(reporter, ray: Optional[RaySettings]) -> StopFlag:
     """The run's StopFlag. In this process a stop acts within STOP_GRACE_SECONDS (the step in
     flight dropped); Ray workers checkpoint on their own, so a Ray run waits for them."""
@@ -250,9 +271,17 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettin
     sys.exit(code)
 
 
+class UncheckedPath(click.Path):
+    """A click.Path that does not stat() the path (a stat on a hung mount waits forever)."""
+
+    def convert(self, value, param, ctx):
+        return self.coerce_path_result(value)
+
+
 @main.command("run", help="Transcribe media files and folders (the default command).\n" + EXAMPLES)
-# readable=False: an unreadable file fails as a job of the batch (one line), not the whole command
-@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False, path_type=Path))
+# unchecked: an unreadable file fails as a job of the batch (one line), not the whole command,
+# and a path on a hung mount is checked with a bound (jobs/discover.py), not by click's stat()
+@click.argument("paths", nargs=-1, required=True, type=UncheckedPath(path_type=Path))
 @spec_options
 @click.option("--force", is_flag=True, help="Redo files that are already done, and replace outputs this tool "
                                             "did not write (or that changed since), which are otherwise kept.")
@@ -266,15 +295,16 @@ def run(paths, spec, output_dir, force, runner, db, db_timeout, quiet, ray):
 
     store = open_store(db, db_timeout)
 
-    def is_media(path: Path) -> bool:
+    def is_media(path: Path, key: str) -> bool:
         # an unknown extension is probed by ffmpeg once; a file that is already a job was media
         try:
-            job = store.by_path(str(path.resolve()))
+            job = store.by_path(key)
         except UnicodeEncodeError:  # not a UTF-8 name: it fails at enqueue, with a reason
             job = None
         return (job is not None and job.status != FAILED) or has_audio(path)
 
-    files, missing = discover(paths, check=is_media)
+    with stopped_exits("interrupted while listing the inputs: nothing was queued"):
+        files, missing = discover(paths, check=is_media)
     if not files and not missing:
         click.echo(printable(f"error: no media files found in {', '.join(str(p) for p in paths)}"), err=True)
         sys.exit(1)
