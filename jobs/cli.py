@@ -470,6 +470,23 @@ def retry(jobs, all_failed, runner, db, db_timeout, quiet):
     run_batch(store, batch, quiet, runner)
 
 
+def watched_folder(folder: Path) -> None:
+    """click's checks of FOLDER (exists, is a folder), with the bound on reads: a folder on a
+    hung mount is one line and exit 1, not a stat() that waits forever."""
+    from transcriber import ReadTimeout, bounded_each
+
+    from .discover import STAT
+    from .progress import printable
+
+    (kind,) = bounded_each(lambda p: "folder" if p.is_dir() else "file" if p.exists() else None, [folder], what=STAT)
+    if isinstance(kind, ReadTimeout):
+        click.echo(printable(f"error: cannot watch {folder}: {kind.strerror}"), err=True)
+        sys.exit(1)
+    if kind != "folder":
+        what = "is a file" if kind == "file" else "does not exist"
+        raise click.BadParameter(f"Directory {str(folder)!r} {what}.", param_hint="'FOLDER'")
+
+
 @main.command(help="""Watch a folder: transcribe media files that appear or change in it (and its
 subfolders), once their size has stopped changing for --stable-seconds. Temporary and partial
 files (.part, .crdownload, dot-files...) are ignored. Stops cleanly on Ctrl-C or SIGTERM: a file
@@ -480,7 +497,7 @@ Examples:
   transcribe watch incoming/
   transcribe watch /srv/recordings -f srt,vtt -o /srv/subtitles
 """)
-@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("folder", type=UncheckedPath(path_type=Path))  # checked with a bound: watched_folder
 @spec_options
 @click.option("--stable-seconds", type=click.FloatRange(min=0), default=3.0, show_default=True,
               help="Take a file once its size and mtime have not changed for this long.")
@@ -498,6 +515,7 @@ def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db
 
     if follow and (ray or spec.mode not in FOLLOW_MODES):
         raise click.UsageError(f"--follow follows files in this process with --mode {FOLLOW_MODES[0]} (not with --ray)")
+    watched_folder(folder)
     store = open_store(db, db_timeout)
     reporter = Reporter(quiet=quiet)
     stop = stop_flag(reporter, ray)

@@ -640,26 +640,20 @@ def transcribe_cli(*args: str, seconds: float) -> subprocess.Popen:
 
 def test_a_file_whose_reads_hang_fails_alone_at_enqueue(tmp_path, hung_wav):
     """Every read of it hangs (its content key cannot be read): one line naming it and the bound,
-    the other file transcribed, exit 1. The process itself can only exit once the mount answers:
-    a thread of it waits in the kernel, which no signal ends (the test ends the mount)."""
+    the other file transcribed, exit 1; and the command exits while the mount still hangs (the
+    content keys are read in a child process, which is left stuck: no thread of the command's is)."""
     hung_wav.hang(0, hung_wav.size)
     other = tmp_path / "press yard.flac"
     shutil.copy(PRESS_YARD, other)
     start = time.monotonic()
     proc = transcribe_cli("--db", str(tmp_path / "jobs.db"), str(hung_wav.path), str(other), "-f", "json", seconds=2)
-    stderr = []
-    for line in proc.stderr:  # up to the summary's list of failures, then the mount is ended so that it can exit
-        stderr.append(line.rstrip("\n"))
-        if line.startswith("failed: "):
-            break
+    _, stderr = proc.communicate(timeout=120)
     took = time.monotonic() - start
-    hung_wav.close()
-    proc.wait(30)
     assert proc.returncode == 1, stderr
     path = str(hung_wav.path)
-    assert stderr[-2:] == ["1 done, 0 skipped, 1 failed",
-                           f"failed: cannot read {path!r}: a read got no answer for 2 s {HUNG}"], stderr
-    assert other.with_suffix(".json").exists()
+    assert stderr.splitlines()[-2:] == ["1 done, 0 skipped, 1 failed",
+                                        f"failed: cannot read {path!r}: a read got no answer for 2 s {HUNG}"], stderr
+    assert other.with_suffix(".json").exists() and hung_wav.hung.is_set()
     assert took < 60
 
 
@@ -861,3 +855,28 @@ def test_a_stop_during_a_hung_walk_ends_the_command_within_2_seconds(tmp_path, h
     assert stderr.splitlines()[-1] == "interrupted while listing the inputs: nothing was queued"
     with JobStore(db) as store:
         assert list(store.jobs()) == []
+
+
+def test_a_named_file_whose_stat_hangs_is_named_and_the_rest_is_done(tmp_path, hung_tree, monkeypatch):
+    """The stat of a file named on the command line never answers (click's own stat() of each
+    path is skipped: it would wait forever): one line naming it, the other file done, exit 1."""
+    hung_tree({"in/a.flac": JFK, "in/b.flac": JFK}).hang_getattr("in/a.flac")
+    monkeypatch.setenv("TRANSCRIBER_READ_TIMEOUT", "1")
+    use_engine(monkeypatch, ScriptedEngine())
+    folder = tmp_path / "mnt" / "in"
+    result = invoke("--db", str(tmp_path / "jobs.db"), str(folder / "a.flac"), str(folder / "b.flac"), "-f", "json",
+                    "-o", str(tmp_path / "out"), "-q")
+    no_traceback(result)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "1 done, 0 skipped, 1 failed", f"failed: {folder / 'a.flac'}: its stat() got no answer for 1 s {HUNG}"]
+
+
+def test_watch_of_a_folder_whose_stat_hangs_is_one_line(tmp_path, hung_tree, monkeypatch):
+    hung_tree({"in/a.flac": JFK}).hang_getattr("in")
+    monkeypatch.setenv("TRANSCRIBER_READ_TIMEOUT", "1")
+    folder = tmp_path / "mnt" / "in"
+    result = invoke("--db", str(tmp_path / "jobs.db"), "watch", str(folder))
+    no_traceback(result)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [f"error: cannot watch {folder}: its stat() got no answer for 1 s {HUNG}"]
