@@ -217,6 +217,27 @@ def closing_on_interrupt(reporter, message: str, stop: Optional[StopFlag] = None
         reporter.close()
 
 
+@contextlib.contextmanager
+def stopped_exits(message: str):
+    """SIGTERM or Ctrl-C in the block (before anything is queued: nothing to checkpoint) prints
+    ``message`` and exits 128 + the signal at once; the file-system calls it waits on run in
+    child processes (jobs/discover.py), so a hung mount does not keep the command alive."""
+    caught: list[int] = []
+
+    def handle(signum, frame):
+        caught.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo(message, err=True)
+        sys.exit(128 + (caught[0] if caught else signal.SIGINT))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def stop_flag(reporter, ray: Optional[RaySettings]) -> StopFlag:
     """The run's StopFlag. In this process a stop acts within STOP_GRACE_SECONDS (the step in
     flight dropped); Ray workers checkpoint on their own, so a Ray run waits for them."""
@@ -250,9 +271,17 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettin
     sys.exit(code)
 
 
+class UncheckedPath(click.Path):
+    """A click.Path that does not stat() the path (a stat on a hung mount waits forever)."""
+
+    def convert(self, value, param, ctx):
+        return self.coerce_path_result(value)
+
+
 @main.command("run", help="Transcribe media files and folders (the default command).\n" + EXAMPLES)
-# readable=False: an unreadable file fails as a job of the batch (one line), not the whole command
-@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False, path_type=Path))
+# unchecked: an unreadable file fails as a job of the batch (one line), not the whole command,
+# and a path on a hung mount is checked with a bound (jobs/discover.py), not by click's stat()
+@click.argument("paths", nargs=-1, required=True, type=UncheckedPath(path_type=Path))
 @spec_options
 @click.option("--force", is_flag=True, help="Redo files that are already done, and replace outputs this tool "
                                             "did not write (or that changed since), which are otherwise kept.")
@@ -266,15 +295,16 @@ def run(paths, spec, output_dir, force, runner, db, db_timeout, quiet, ray):
 
     store = open_store(db, db_timeout)
 
-    def is_media(path: Path) -> bool:
+    def is_media(path: Path, key: str) -> bool:
         # an unknown extension is probed by ffmpeg once; a file that is already a job was media
         try:
-            job = store.by_path(str(path.resolve()))
+            job = store.by_path(key)
         except UnicodeEncodeError:  # not a UTF-8 name: it fails at enqueue, with a reason
             job = None
         return (job is not None and job.status != FAILED) or has_audio(path)
 
-    files, missing = discover(paths, check=is_media)
+    with stopped_exits("interrupted while listing the inputs: nothing was queued"):
+        files, missing = discover(paths, check=is_media)
     if not files and not missing:
         click.echo(printable(f"error: no media files found in {', '.join(str(p) for p in paths)}"), err=True)
         sys.exit(1)
@@ -440,6 +470,23 @@ def retry(jobs, all_failed, runner, db, db_timeout, quiet):
     run_batch(store, batch, quiet, runner)
 
 
+def watched_folder(folder: Path) -> None:
+    """click's checks of FOLDER (exists, is a folder), with the bound on reads: a folder on a
+    hung mount is one line and exit 1, not a stat() that waits forever."""
+    from transcriber import ReadTimeout, bounded_each
+
+    from .discover import STAT
+    from .progress import printable
+
+    (kind,) = bounded_each(lambda p: "folder" if p.is_dir() else "file" if p.exists() else None, [folder], what=STAT)
+    if isinstance(kind, ReadTimeout):
+        click.echo(printable(f"error: cannot watch {folder}: {kind.strerror}"), err=True)
+        sys.exit(1)
+    if kind != "folder":
+        what = "is a file" if kind == "file" else "does not exist"
+        raise click.BadParameter(f"Directory {str(folder)!r} {what}.", param_hint="'FOLDER'")
+
+
 @main.command(help="""Watch a folder: transcribe media files that appear or change in it (and its
 subfolders), once their size has stopped changing for --stable-seconds. Temporary and partial
 files (.part, .crdownload, dot-files...) are ignored. Stops cleanly on Ctrl-C or SIGTERM: a file
@@ -450,7 +497,7 @@ Examples:
   transcribe watch incoming/
   transcribe watch /srv/recordings -f srt,vtt -o /srv/subtitles
 """)
-@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("folder", type=UncheckedPath(path_type=Path))  # checked with a bound: watched_folder
 @spec_options
 @click.option("--stable-seconds", type=click.FloatRange(min=0), default=3.0, show_default=True,
               help="Take a file once its size and mtime have not changed for this long.")
@@ -468,6 +515,7 @@ def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db
 
     if follow and (ray or spec.mode not in FOLLOW_MODES):
         raise click.UsageError(f"--follow follows files in this process with --mode {FOLLOW_MODES[0]} (not with --ray)")
+    watched_folder(folder)
     store = open_store(db, db_timeout)
     reporter = Reporter(quiet=quiet)
     stop = stop_flag(reporter, ray)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from transcriber import TranscriberError, probe
+from transcriber import ReadTimeout, TranscriberError, bounded_each, probe
 
 # What a folder walk takes without asking ffmpeg. A file named explicitly is always tried.
 MEDIA_EXTENSIONS = frozenset("""
@@ -100,66 +100,146 @@ def special_file(path: Path) -> Optional[str]:
     return None
 
 
-def discover(paths: Iterable[Path], check: Callable[[Path], bool] = has_audio
+def discover(paths: Iterable[Path], check: Callable[[Path, str], bool] = lambda path, key: has_audio(path)
              ) -> tuple[list[tuple[Path, Optional[Path]]], list[tuple[Path, str]]]:
     """Expand paths into (file, the folder it was found under or None), in a stable order,
     without duplicates; and (path, why) for the paths that lead nowhere: a path that does not
-    exist, a broken symbolic link named, or one with a media name found in a folder.
+    exist, a broken symbolic link named, one with a media name found in a folder, or a path or
+    folder that got no answer (a hung mount: ``bounded_each``'s bound, named, the rest goes on).
 
-    Symbolic links to folders are not followed in a folder (a link to ``..`` would loop)."""
+    The walk and its stats run in a child process with a bound (``listing``); ``check(path,
+    resolved key)``, which decides on a file of unknown extension, runs here (it may read this
+    process's job store). Symbolic links to folders are not followed in a folder (a link to
+    ``..`` would loop)."""
     found: list[tuple[Path, Optional[Path]]] = []
-    missing: list[tuple[Path, str]] = []
     seen: set[str] = set()
-
-    def add(f: Path, root: Optional[Path]) -> None:
-        key = resolved(f)
-        if key not in seen:
-            seen.add(key)
-            found.append((f, root))
-
-    for path in paths:
-        if path.is_dir():
-            # in Path order (by components), sorted as strings: Path's own comparison is slow
-            for entry in sorted(_walk(path), key=lambda e: e.path.split(os.sep)):
-                f = Path(entry.path)
-                if _is_file(entry) and looks_like_media(f, check):
-                    add(f, path)
-                elif is_media_name(f) and (why := broken_link(f)):
-                    missing.append((f, why))
-        elif path.exists():
-            if why := special_file(path):
-                missing.append((path, why))
-            else:
-                add(path, None)
-        else:
-            missing.append((path, broken_link(path) or "no such file or folder"))
+    candidates, missing = listing(list(paths))
+    for candidate in candidates:
+        if candidate.key not in seen and (not candidate.unknown or check(candidate.path, candidate.key)):
+            seen.add(candidate.key)
+            found.append((candidate.path, candidate.root))
     return found, missing
 
 
-def _walk(root: Path):
-    """The os.DirEntry of every entry under ``root`` that is not a folder, from one scandir per
-    folder (no stat per file); folders with temporary names and links to folders are not
-    entered."""
-    folders = [root]
-    while folders:
-        try:
-            entries = list(os.scandir(folders.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                if not is_temporary(Path(entry.name)):
-                    folders.append(Path(entry.path))
-            else:
-                yield entry
+@dataclass(frozen=True)
+class Candidate:
+    """A file a walk found: taken if ``unknown`` is False (named, or a media extension), else
+    if ffmpeg reads it as audio. ``key``: its resolved path (``resolved``)."""
+
+    path: Path
+    root: Optional[Path]  # the folder named that it was found under; None: named itself
+    key: str
+    unknown: bool
 
 
-def _is_file(entry: os.DirEntry) -> bool:
-    """A regular file, or a link to one (a link loop is not: its OSError says so)."""
+@dataclass(frozen=True)
+class Folder:
+    """One folder's listing, filtered by name: its resolved path, its subfolders to enter, its
+    regular files (by d_type: no stat) and other entries (links...: a stat each) that may be media."""
+
+    real: str
+    folders: list[str]
+    files: list[str]
+    others: list[str]
+
+
+LISTING = "its listing got no answer"
+STAT = "its stat() got no answer"
+
+
+def listing(paths: list[Path]) -> tuple[list[Candidate], list[tuple[Path, str]]]:
+    """The file-system part of ``discover``: every stat and listing, in child processes with a
+    bound (``bounded_each``: a batch of calls each, not one per file); a path or folder that
+    gets no answer is in ``missing`` with the reason, and the rest goes on."""
+    candidates, missing = [], []
+    for path, kind in zip(paths, bounded_each(_named, paths, what=STAT)):
+        if isinstance(kind, OSError):
+            missing.append((path, kind.strerror or str(kind)))
+        elif isinstance(kind, Exception):
+            raise kind
+        elif isinstance(kind, str):
+            missing.append((path, kind))
+        elif kind is None:
+            candidates += _walk(path, missing)
+        else:
+            candidates.append(kind)
+    return candidates, missing
+
+
+def _named(path: Path):
+    """A path of the command line: None for a folder, a Candidate for a file, or why not."""
+    if path.is_dir():
+        return None
+    if path.exists():
+        return special_file(path) or Candidate(path, None, resolved(path), unknown=False)
+    return broken_link(path) or "no such file or folder"
+
+
+def _walk(root: Path, missing: list[tuple[Path, str]]) -> list[Candidate]:
+    """The files under ``root`` that may be media, in Path order (by components), from one
+    batch of listings per level of folders; the folders and entries that got no answer (or a
+    broken link with a media name) go to ``missing``."""
+    files: dict[str, Optional[str]] = {}  # path -> its resolved key (None: a link or other, stat it)
+    level = [str(root)]
+    while level:
+        listed = bounded_each(_list_folder, level, what=LISTING)
+        for folder, got in zip(level, listed):
+            if isinstance(got, ReadTimeout):
+                missing.append((Path(folder), f"cannot list the folder: {got.strerror}"))
+            elif isinstance(got, Folder):
+                files.update((os.path.join(folder, n), os.path.join(got.real, n)) for n in got.files)
+                files.update((os.path.join(folder, n), None) for n in got.others)
+            elif not isinstance(got, OSError):  # an unreadable folder is skipped, as ever
+                raise got
+        level = [os.path.join(folder, n) for folder, got in zip(level, listed) if isinstance(got, Folder)
+                 for n in got.folders]
+    ordered = sorted(files, key=lambda f: f.split(os.sep))  # Path's own comparison is slow
+    others = [f for f in ordered if files[f] is None]
+    for f, got in zip(others, bounded_each(_other, others, what=STAT)):
+        files[f] = got
+    candidates = []
+    for f in ordered:
+        key = files[f]
+        if isinstance(key, str):
+            candidates.append(Candidate(Path(f), root, key, unknown=not is_media_name(Path(f))))
+        elif isinstance(key, tuple):  # (why, broken link)
+            missing.append((Path(f), key[0]))
+        elif isinstance(key, ReadTimeout):
+            missing.append((Path(f), key.strerror))
+        elif key is not None and not isinstance(key, OSError):
+            raise key
+    return candidates
+
+
+def _list_folder(folder: str) -> Folder:
+    """One scandir: the entries a walk looks at (d_type tells a folder, a file, a link: no stat)."""
+    folders, files, others = [], [], []
+    for entry in os.scandir(folder):
+        name = entry.name
+        if entry.is_dir(follow_symlinks=False):
+            if not temporary_name(name):
+                folders.append(name)
+        elif _may_be_media(name):
+            (files if entry.is_file(follow_symlinks=False) else others).append(name)
+    return Folder(_resolved_folder(folder), folders, files, others)
+
+
+def _may_be_media(name: str) -> bool:
+    return not temporary_name(name) and os.path.splitext(name)[1].lower() not in NON_MEDIA_EXTENSIONS
+
+
+def _other(f: str):
+    """An entry that is not a regular file by its d_type (a link, a FIFO, a socket...): its
+    resolved key if it leads to a regular file, (why,) for a broken link with a media name, else
+    None."""
+    path = Path(f)
     try:
-        return entry.is_file()
+        if stat.S_ISREG(os.stat(f).st_mode):
+            return str(path.resolve())
+        return None
     except OSError:
-        return False
+        why = broken_link(path) if is_media_name(path) else None
+        return (why,) if why else None
 
 
 def resolved(path: Path) -> str:

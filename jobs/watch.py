@@ -5,6 +5,11 @@ is cheap next to transcribing. A file is taken when its size and mtime have not 
 ``stable_seconds`` (a file still being copied or recorded is left alone), it is not empty, and
 its name is not a temporary one (``.part``, ``.crdownload``, dot-files...). With ``--follow``, a
 file seen growing is followed as it is written instead (``transcribe follow``).
+
+A scan (the listing and a stat per file) runs in a child process with the bound on reads
+(``bounded_each``): a folder on a hung mount is reported once, and looked at again at each scan
+while the watch goes on; the child stuck on it is the only one (no new scan of that folder starts
+before it ends, when the mount answers). The same holds for each file's content key.
 """
 
 from __future__ import annotations
@@ -15,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from transcriber import bounded
+from transcriber import ReadTimeout, bounded_each
 
 from .batch import refusals, request_for
-from .discover import has_audio, is_temporary, looks_like_media
+from .discover import LISTING, has_audio, looks_like_media, temporary_name
 from .follow import FollowSettings, follow_file
 from .progress import Reporter
 from .runner import RunResult, Runner, StopFlag
@@ -31,39 +36,33 @@ Signature = tuple[int, int]  # (size, mtime_ns)
 class StableFiles:
     """Tracks the files under ``root``; ``scan`` returns those that became ready to take."""
 
-    def __init__(self, root: Path, stable_seconds: float, check: Callable[[Path], bool] = has_audio):
-        self.root, self.stable_seconds, self.check = root, stable_seconds, check
+    def __init__(self, root: Path, stable_seconds: float, check: Callable[[Path], bool] = has_audio,
+                 stopped: Callable[[], bool] = lambda: False):
+        self.root, self.stable_seconds, self.check, self.stopped = root, stable_seconds, check, stopped
         self.seen: dict[Path, tuple[Signature, float]] = {}  # signature, when first seen with it
         self.taken: dict[Path, Signature] = {}  # signature when last enqueued
         self._media: dict[tuple[Path, Signature], bool] = {}  # probe results for unknown extensions
         self.growing: list[Path] = []  # media files that grew since the scan before (``scan`` sets it)
 
-    def _walk(self):
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            dirnames[:] = sorted(d for d in dirnames if not is_temporary(Path(d)))
-            for name in sorted(filenames):
-                if not is_temporary(Path(name)):
-                    yield Path(dirpath) / name
-
     def scan(self, now: Optional[float] = None) -> list[Path]:
+        """The files that became ready; OSError (a ReadTimeout: a hung mount) if the folder could
+        not be listed, the state left as it was."""
+        (listed,) = bounded_each(_regular_files, [str(self.root)], what=LISTING,
+                                 key_of=lambda root: f"the scan of {root}", stopped=self.stopped)
+        if isinstance(listed, Exception):
+            raise listed
         now = time.monotonic() if now is None else now
         current: dict[Path, tuple[Signature, float]] = {}
         ready, self.growing = [], []
-        for path in self._walk():
-            try:
-                st = path.stat()
-            except OSError:  # vanished between listing and stat
-                continue
-            if not stat.S_ISREG(st.st_mode):  # a FIFO, a socket...: never opened (it could block)
-                continue
-            signature = (st.st_size, st.st_mtime_ns)
+        for name, signature in listed:
+            path = Path(name)
             previous = self.seen.get(path)
             since = previous[1] if previous and previous[0] == signature else now
             current[path] = (signature, since)
             if (previous and previous[0] != signature and self.taken.get(path) != signature
                     and self._is_media(path, signature)):
                 self.growing.append(path)
-            if (st.st_size > 0 and now - since >= self.stable_seconds
+            if (signature[0] > 0 and now - since >= self.stable_seconds
                     and self.taken.get(path) != signature and self._is_media(path, signature)):
                 ready.append(path)
         self.seen = current
@@ -89,14 +88,34 @@ class StableFiles:
         self.taken[path] = self.seen[path][0]
 
 
+def _regular_files(root: str) -> list[tuple[str, Signature]]:
+    """Every regular file under ``root`` whose name is not a temporary one, with its signature,
+    in a stable order (a FIFO, a socket... is never opened: it could block)."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not temporary_name(d))
+        for name in sorted(filenames):
+            if temporary_name(name):
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.stat(path)
+            except OSError:  # vanished between listing and stat
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found.append((path, (st.st_size, st.st_mtime_ns)))
+    return found
+
+
 def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path], runner: Runner,
           reporter: Reporter, stop: StopFlag, interval: float = 1.0, stable_seconds: float = 3.0,
           follow: Optional[FollowSettings] = None) -> RunResult:
     """Scan, enqueue what is ready, run it; until ``stop`` is requested. Returns every job run.
     With ``follow``, a file seen growing is followed at once (jobs/follow.py), one at a time, in
     this process (``runner`` a Runner), until it has not grown for ``follow.idle_seconds``."""
-    tracker = StableFiles(root, stable_seconds)
+    tracker = StableFiles(root, stable_seconds, stopped=lambda: stop.requested)
     result = RunResult()
+    hung = False  # the last scan got no answer: told once, until the folder answers again
     while not stop.requested:
         for path in tracker.growing if follow is not None else ():
             ended = follow_file(runner, path, root, output_dir, spec, follow)
@@ -104,26 +123,51 @@ def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path]
             if ended is not None:
                 result.done += ended.done
                 result.failed += ended.failed
-        to_run = []
-        for path in tracker.scan():
-            try:
-                request = bounded(lambda: request_for(path, root, output_dir, spec), path)
-            except OSError:
-                continue  # vanished, unreadable or hung now: looked at again at the next scan
-            ((job, action),) = store.enqueue_many([request], vet=lambda r, j: refusals(store, r, spec, j))
-            if action == REFUSED:  # an output the user made (or changed): left alone until the file changes
-                tracker.mark_taken(path)
-                reporter.error(f"skipped: {path}: {refusals(store, request, spec, job)}")
-                continue
-            if action == BUSY:
-                continue  # another runner has it: look again later (it may have changed since)
-            tracker.mark_taken(path)
-            if action not in (SKIP, FAILED_BEFORE):
-                to_run.append(job.id)
-                reporter.info(f"queued: {path}")
+        try:
+            ready = tracker.scan()
+        except OSError as e:
+            if isinstance(e, ReadTimeout) and not hung:
+                reporter.error(f"warning: cannot list {root}: {e.strerror}; looked at again at each scan")
+            hung = hung or isinstance(e, ReadTimeout)
+            stop.sleep(interval)
+            continue
+        if hung:
+            reporter.info(f"{root} answers again")
+            hung = False
+        to_run = enqueue_ready(store, tracker, ready, root, output_dir, spec, reporter, stop)
         if to_run:
             reporter.add_files(len(to_run))
             runner.run(to_run, result)
         stop.sleep(interval)
     result.stopped = stop.signum
     return result
+
+
+def enqueue_ready(store: JobStore, tracker: StableFiles, ready: list[Path], root: Path,
+                  output_dir: Optional[Path], spec: JobSpec, reporter: Reporter, stop: StopFlag) -> list[int]:
+    """Queue the files a scan found ready; the ids to run. Their content keys are read in one
+    child with the bound, each file's once at a time (one still stuck is not read again)."""
+    to_run = []
+    made = bounded_each(lambda path: request_for(path, root, output_dir, spec), ready,
+                        key_of=lambda path: f"the content key of {path}", stopped=lambda: stop.requested)
+    for path, request in zip(ready, made):
+        if isinstance(request, OSError):
+            continue  # vanished, unreadable or hung now: looked at again at the next scan
+        if isinstance(request, ValueError):  # a name that cannot be stored
+            tracker.mark_taken(path)
+            reporter.error(f"skipped: {path}: {request}")
+            continue
+        if isinstance(request, Exception):
+            raise request
+        ((job, action),) = store.enqueue_many([request], vet=lambda r, j: refusals(store, r, spec, j))
+        if action == REFUSED:  # an output the user made (or changed): left alone until the file changes
+            tracker.mark_taken(path)
+            reporter.error(f"skipped: {path}: {refusals(store, request, spec, job)}")
+            continue
+        if action == BUSY:
+            continue  # another runner has it: look again later (it may have changed since)
+        tracker.mark_taken(path)
+        if action not in (SKIP, FAILED_BEFORE):
+            to_run.append(job.id)
+            reporter.info(f"queued: {path}")
+    return to_run

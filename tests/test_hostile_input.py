@@ -640,26 +640,20 @@ def transcribe_cli(*args: str, seconds: float) -> subprocess.Popen:
 
 def test_a_file_whose_reads_hang_fails_alone_at_enqueue(tmp_path, hung_wav):
     """Every read of it hangs (its content key cannot be read): one line naming it and the bound,
-    the other file transcribed, exit 1. The process itself can only exit once the mount answers:
-    a thread of it waits in the kernel, which no signal ends (the test ends the mount)."""
+    the other file transcribed, exit 1; and the command exits while the mount still hangs (the
+    content keys are read in a child process, which is left stuck: no thread of the command's is)."""
     hung_wav.hang(0, hung_wav.size)
     other = tmp_path / "press yard.flac"
     shutil.copy(PRESS_YARD, other)
     start = time.monotonic()
     proc = transcribe_cli("--db", str(tmp_path / "jobs.db"), str(hung_wav.path), str(other), "-f", "json", seconds=2)
-    stderr = []
-    for line in proc.stderr:  # up to the summary's list of failures, then the mount is ended so that it can exit
-        stderr.append(line.rstrip("\n"))
-        if line.startswith("failed: "):
-            break
+    _, stderr = proc.communicate(timeout=120)
     took = time.monotonic() - start
-    hung_wav.close()
-    proc.wait(30)
     assert proc.returncode == 1, stderr
     path = str(hung_wav.path)
-    assert stderr[-2:] == ["1 done, 0 skipped, 1 failed",
-                           f"failed: cannot read {path!r}: a read got no answer for 2 s {HUNG}"], stderr
-    assert other.with_suffix(".json").exists()
+    assert stderr.splitlines()[-2:] == ["1 done, 0 skipped, 1 failed",
+                                        f"failed: cannot read {path!r}: a read got no answer for 2 s {HUNG}"], stderr
+    assert other.with_suffix(".json").exists() and hung_wav.hung.is_set()
     assert took < 60
 
 
@@ -733,3 +727,156 @@ def test_a_stop_acts_within_2_seconds_while_the_decode_hangs(tmp_path, hung_wav,
     with JobStore(db) as store:
         (job,) = store.jobs()
     assert job.status == "queued" and job.errors == 0
+
+
+# --- a walk that hangs: listings and stats on a hung mount ------------------------------------
+#
+# The walk's listings and stats run in child processes with the bound (jobs/discover.py,
+# transcriber/bounded.py): a child stuck in the kernel is left there, and the command can exit.
+
+
+@pytest.fixture
+def hung_tree(tmp_path):
+    """``make({relative path: source})`` mounts a hungfs tree at tmp_path/mnt (closed after the test)."""
+    if why := unavailable():
+        pytest.skip(why)
+    mounts = []
+
+    def make(files: dict) -> HungMount:
+        mounts.append(HungMount(tmp_path / "mnt", files).__enter__())
+        return mounts[-1]
+
+    yield make
+    for mount in mounts:
+        mount.close()
+
+
+def stuck_children() -> int:
+    """This process's children waiting in the kernel (state D): those stuck on a hung mount."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        count += fields[0] == "D" and int(fields[1]) == os.getpid()
+    return count
+
+
+def test_a_folder_whose_listing_hangs_is_named_and_the_command_exits(tmp_path, hung_tree):
+    """The listing of the folder never answers: one line naming the folder and the bound, the
+    file named beside it is done, exit 1, and the command exits while the mount still hangs
+    (the stuck listing is a child's, not a thread of the command's)."""
+    mount = hung_tree({"in/a.flac": JFK, "in/b.flac": JFK})
+    mount.hang_readdir("in")
+    other = tmp_path / "press yard.flac"
+    shutil.copy(PRESS_YARD, other)
+    folder = tmp_path / "mnt" / "in"
+    proc = transcribe_cli("--db", str(tmp_path / "jobs.db"), str(folder), str(other), "-f", "json", "-q", seconds=2)
+    _, stderr = proc.communicate(timeout=120)  # the mount is not released: the command ends on its own
+    assert proc.returncode == 1, stderr
+    assert stderr.splitlines() == [
+        "1 done, 0 skipped, 1 failed", f"failed: {folder}: cannot list the folder: its listing got no answer for 2 s {HUNG}"]
+    assert mount.hung.is_set() and other.with_suffix(".json").exists()
+
+
+def test_an_entry_whose_stat_hangs_fails_alone_and_its_folder_is_done(tmp_path, hung_tree, monkeypatch):
+    """Among good files, one whose lookup (stat, open) never answers: the others are done, it is
+    named with the bound, exit 1."""
+    hung_tree({"in/a.flac": JFK, "in/b.flac": JFK, "in/c.flac": JFK}).hang_lookup("b.flac")
+    monkeypatch.setenv("TRANSCRIBER_READ_TIMEOUT", "1")
+    use_engine(monkeypatch, ScriptedEngine())
+    folder = tmp_path / "mnt" / "in"
+    start = time.monotonic()
+    result = invoke("--db", str(tmp_path / "jobs.db"), str(folder), "-f", "json", "-o", str(tmp_path / "out"), "-q")
+    no_traceback(result)
+    assert result.exit_code == 1
+    bad = folder / "b.flac"
+    assert result.stderr.splitlines() == [
+        "2 done, 0 skipped, 1 failed", f"failed: cannot read {str(bad)!r}: a read got no answer for 1 s {HUNG}"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.json", "c.json"]
+    assert time.monotonic() - start < 30
+
+
+def test_watch_reports_a_hung_folder_once_and_takes_its_files_when_it_answers(tmp_path, hung_tree, monkeypatch):
+    """The watched folder's listing hangs for ~3 s: one warning line, the watch goes on with one
+    scan stuck at most (not one per scan), and once the mount answers, its files are done."""
+    mount = hung_tree({"in/a.flac": JFK, "in/b.flac": JFK})
+    mount.hang_readdir("in")
+    monkeypatch.setenv("TRANSCRIBER_READ_TIMEOUT", "0.5")
+    stuck = []
+
+    def release():
+        stuck.append(stuck_children())  # after ~5 bounds and ~50 scans
+        mount.release()
+
+    threading.Timer(3.0, release).start()
+    done = []
+
+    def on_step(i):
+        if i == 10:
+            done.append(i)
+            if len(done) == 2:
+                threading.Timer(0.3, os.kill, [os.getpid(), signal.SIGTERM]).start()
+
+    use_engine(monkeypatch, ScriptedEngine(on_step))
+    folder = tmp_path / "mnt" / "in"
+    result = invoke("--db", str(tmp_path / "jobs.db"), "watch", str(folder), "--stable-seconds", "0",
+                    "--interval", "0.05", "-f", "json", "-o", str(tmp_path / "out"))
+    no_traceback(result)
+    assert stuck == [1]
+    warnings = [line for line in lines(result) if line.startswith("warning:")]
+    assert warnings == [f"warning: cannot list {folder}: its listing got no answer for 0.5 s {HUNG}; "
+                        f"looked at again at each scan"]
+    assert f"{folder} answers again" in lines(result)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.json", "b.json"]
+    assert lines(result)[-1] == "watch stopped: 2 done, 0 failed"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_during_a_hung_walk_ends_the_command_within_2_seconds(tmp_path, hung_tree, signum):
+    """SIGTERM or Ctrl-C while the folder's listing hangs (the bound far off): one line, exit
+    128 + the signal within 2 s, nothing queued; the mount still hangs."""
+    mount = hung_tree({"in/a.flac": JFK})
+    mount.hang_readdir("in")
+    db = tmp_path / "jobs.db"
+    proc = transcribe_cli("--db", str(db), str(tmp_path / "mnt" / "in"), "-f", "json", seconds=120)
+    try:
+        assert mount.hung.wait(60), "the listing never reached the mount"
+        time.sleep(0.3)
+        start = time.monotonic()
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=30)
+        took = time.monotonic() - start
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, stderr
+    assert took < 2.5, f"took {took:.1f} s to stop"
+    assert stderr.splitlines()[-1] == "interrupted while listing the inputs: nothing was queued"
+    with JobStore(db) as store:
+        assert list(store.jobs()) == []
+
+
+def test_a_named_file_whose_stat_hangs_is_named_and_the_rest_is_done(tmp_path, hung_tree, monkeypatch):
+    """The stat of a file named on the command line never answers (click's own stat() of each
+    path is skipped: it would wait forever): one line naming it, the other file done, exit 1."""
+    hung_tree({"in/a.flac": JFK, "in/b.flac": JFK}).hang_getattr("in/a.flac")
+    monkeypatch.setenv("TRANSCRIBER_READ_TIMEOUT", "1")
+    use_engine(monkeypatch, ScriptedEngine())
+    folder = tmp_path / "mnt" / "in"
+    result = invoke("--db", str(tmp_path / "jobs.db"), str(folder / "a.flac"), str(folder / "b.flac"), "-f", "json",
+                    "-o", str(tmp_path / "out"), "-q")
+    no_traceback(result)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "1 done, 0 skipped, 1 failed", f"failed: {folder / 'a.flac'}: its stat() got no answer for 1 s {HUNG}"]
+
+
+def test_watch_of_a_folder_whose_stat_hangs_is_one_line(tmp_path, hung_tree, monkeypatch):
+    hung_tree({"in/a.flac": JFK}).hang_getattr("in")
+    monkeypatch.setenv("TRANSCRIBER_READ_TIMEOUT", "1")
+    folder = tmp_path / "mnt" / "in"
+    result = invoke("--db", str(tmp_path / "jobs.db"), "watch", str(folder))
+    no_traceback(result)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [f"error: cannot watch {folder}: its stat() got no answer for 1 s {HUNG}"]

@@ -1,22 +1,33 @@
 """Calls that touch a file, with a deadline.
 
 A file on a hung network mount (an NFS server gone, a FUSE daemon stuck) blocks ``open``,
-``stat`` and ``read`` in the kernel for as long as the mount is hung, and no signal ends that
-wait, not even SIGKILL. So such a call runs in a daemon thread and its caller waits only
-``read_seconds()``: then it gets ``ReadTimeout`` (an OSError, so every "cannot read" path
-takes it, and an AudioError: the file's failure, told in one line), naming the file and what did
-not answer, and goes on. The thread is left to its
-wait; it ends, and is gone, if the mount ever answers.
+``stat``, ``read`` and a folder's listing in the kernel for as long as the mount is hung. Once
+a FUSE daemon has taken the request, no signal ends that wait, not even SIGKILL (the kernel's
+``request_wait_answer`` then waits uninterruptibly; NFS hard mounts wait killably). So such a
+call runs elsewhere and its caller waits only ``read_seconds()``: then it gets ``ReadTimeout``
+(an OSError, so every "cannot read" path takes it, and an AudioError: the file's failure, told
+in one line), naming the file and what did not answer, and goes on.
 
-The caller's wait is a plain lock wait: SIGTERM and Ctrl-C still reach it at once.
+- ``bounded``: one call in a daemon thread. A thread stuck so keeps the whole process from
+  exiting (its other threads are gone, the process stays a zombie), so it is for the calls of a
+  job in flight (``Attempt``, the probe's stat), not for the walk of a command.
+- ``bounded_each``: many calls in one forked child. The child stuck on an item is killed and
+  left to its wait (it ends when the mount answers), and this process can exit. The walks,
+  the watch scans and the enqueue's content keys use it.
+
+The caller's wait is a lock or select() wait: SIGTERM and Ctrl-C still reach it at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import pickle
+import select
+import signal
 import threading
-from typing import Callable, Iterable, TypeVar, Union
+from typing import Callable, Iterable, Optional, TypeVar, Union
 
 from .errors import AudioError
 
@@ -76,28 +87,185 @@ def bounded(call: Callable[[], T], path, what: str = READ) -> T:
 
 
 def bounded_each(call: Callable[[I], T], items: Iterable[I], path_of: Callable[[I], object] = lambda i: i,
-                 what: str = READ) -> list[Union[T, Exception]]:
-    """``call(item)`` for each item, in order, in one thread (not a thread per item: a folder
-    of 10,000 files costs no more); each result, or the exception it raised. An item that makes
-    no progress for ``read_seconds()`` (found within twice that) gets a ReadTimeout; the items
-    after it go on in a new thread."""
-    items, results = list(items), []
-    seconds = read_seconds()
-    while len(results) < len(items):
-        rest, out, cancelled = items[len(results):], [], threading.Event()
-        thread = threading.Thread(target=_each, args=(call, rest, out, cancelled), daemon=True,
-                                  name=f"bounded calls from {path_of(rest[0])}")
-        thread.start()
-        seen = -1
-        while thread.is_alive() and len(out) != seen:  # it went on since the last look
-            seen = len(out)
-            thread.join(seconds)
-        cancelled.set()  # a hung thread that ever comes back stops there
-        done = out[:len(out)]
-        results += done
-        if len(done) < len(rest):  # rest[len(done)] hung
-            results.append(timeout_error(path_of(rest[len(done)]), what, seconds))
+                 what: str = READ, key_of: Optional[Callable[[I], str]] = None,
+                 stopped: Callable[[], bool] = lambda: False) -> list[Union[T, Exception]]:
+    """``call(item)`` for each item, in order, in one child process (not one per item: a folder
+    of 10,000 files costs no more); each result (picklable), or the exception it raised. An item
+    that makes no progress for ``read_seconds()`` gets a ReadTimeout; the items after it go on in
+    a new child. The child stuck on it is killed and never waited for (a wait stuck in the kernel
+    ends only when the mount answers), so this process can still exit: a thread of its own stuck
+    so would keep it from exiting (the leader stays a zombie until every thread is gone).
+
+    ``key_of(item)`` names an item's call ("the scan of FOLDER"): while the child stuck on an
+    earlier call with that key has not ended, the call is not made again (the item gets a
+    ReadTimeout at once), so that a loop over a hung folder keeps one stuck child, not one per
+    turn. ``stopped`` is
+    asked every POLL_SECONDS (a StopFlag's: a stop acts at once even with the bound far off);
+    once true, the items not done get an InterruptedError. Where there is no fork (not POSIX),
+    the calls run in a thread instead."""
+    items, seconds = list(items), read_seconds()
+    _reap()
+    keys = [key_of(item) for item in items] if key_of is not None else [None] * len(items)
+    stuck = {i for i, key in enumerate(keys) if key is not None and _still_stuck(key)}
+    tried = [i for i in range(len(items)) if i not in stuck]  # the others get a ReadTimeout at once
+    results: list = [timeout_error(path_of(item), what, seconds) for item in items]
+    done: list = []
+    run_rest = _in_child if hasattr(os, "fork") else _in_thread
+    while len(done) < len(tried) and not stopped():
+        left = run_rest(call, [items[i] for i in tried[len(done):]], done, seconds, stopped)
+        if left is not None:
+            _orphans.append(left)
+        if len(done) < len(tried) and not stopped():  # that item hung (or its child died)
+            hung = tried[len(done)]
+            done.append(results[hung])
+            if keys[hung] is not None and left is not None:
+                _stuck[keys[hung]] = left
+    for n, i in enumerate(tried):
+        results[i] = done[n] if n < len(done) else InterruptedError(errno.EINTR, "stopped", str(path_of(items[i])))
     return results
+
+
+POLL_SECONDS = 0.1
+
+
+# key -> the child (pid) or thread still stuck on that key's last call; every child left stuck
+_stuck: dict[str, Union[int, threading.Thread]] = {}
+_orphans: list[Union[int, threading.Thread]] = []
+
+
+def _reap() -> None:
+    """Wait for the children left stuck that have ended since (the mount answered)."""
+    _orphans[:] = [o for o in _orphans if (o.is_alive() if isinstance(o, threading.Thread) else _alive(o))]
+
+
+def _still_stuck(key: str) -> bool:
+    stuck = _stuck.get(key)
+    if isinstance(stuck, threading.Thread):
+        alive = stuck.is_alive()
+    else:
+        alive = stuck is not None and _alive(stuck)
+    if not alive:
+        _stuck.pop(key, None)
+    return alive
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:  # reaped already
+        return False
+
+
+FLUSH_SECONDS = 0.02  # how often the child sends what it has: the parent then knows which item hangs
+
+
+def _in_child(call, items: list, results: list, seconds: float, stopped: Callable[[], bool]) -> Optional[int]:
+    """Run ``call`` over ``items`` in a forked child, appending to ``results`` what it sends;
+    returns the pid of a child that did not finish (killed, perhaps stuck: not waited for)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its stdio closed (a stuck child must not hold the parent's pipes)
+        try:
+            os.close(read_end)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            _serve(call, items, write_end)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    before, finished = len(results), False
+    try:
+        finished = _receive(read_end, results, seconds, stopped) and len(results) - before == len(items)
+    finally:
+        os.close(read_end)
+        if not finished:  # hung, stopped or interrupted: the child may be stuck in the kernel
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    if finished:
+        os.waitpid(pid, 0)
+        return None
+    return pid
+
+
+def _receive(fd: int, results: list, seconds: float, stopped: Callable[[], bool]) -> bool:
+    """Read the child's length-prefixed pickled batches into ``results`` until it ends (True),
+    or sends nothing for ``seconds``, or ``stopped()`` (False)."""
+    buffer, quiet = b"", 0.0
+    while quiet < seconds:
+        if stopped():
+            return False
+        wait = min(POLL_SECONDS, seconds - quiet)
+        if not select.select([fd], [], [], wait)[0]:
+            quiet += wait
+            continue
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return True
+        quiet, buffer = 0.0, buffer + chunk
+        while len(buffer) >= 8 and len(buffer) >= 8 + (size := int.from_bytes(buffer[:8], "little")):
+            results += pickle.loads(buffer[8:8 + size])
+            buffer = buffer[8 + size:]
+    return False
+
+
+def _serve(call, items: list, fd: int) -> None:
+    """The child's work: every result, sent in batches every FLUSH_SECONDS by a second thread,
+    so that what was done before an item that hangs reaches the parent."""
+    out: list = []
+    finished = threading.Event()
+
+    def send() -> None:
+        sent = 0
+        while not finished.wait(FLUSH_SECONDS) or sent < len(out):
+            end = len(out)
+            if end > sent:
+                data = pickle.dumps([_portable(r) for r in out[sent:end]])
+                view = memoryview(len(data).to_bytes(8, "little") + data)
+                while view:
+                    view = view[os.write(fd, view):]
+                sent = end
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        for item in items:
+            try:
+                out.append(call(item))
+            except Exception as e:  # the item's own failure, given back as its result
+                out.append(e)
+    finally:
+        finished.set()
+        sender.join()
+
+
+def _portable(result):
+    """``result`` if it pickles, else an OSError telling what it was (an exception of a library
+    that does not pickle)."""
+    try:
+        pickle.dumps(result)
+        return result
+    except Exception:
+        return OSError(errno.EIO, repr(result))
+
+
+def _in_thread(call, items: list, results: list, seconds: float,
+               stopped: Callable[[], bool]) -> Optional[threading.Thread]:
+    """``_in_child`` where there is no fork: a daemon thread (left to its wait if stuck)."""
+    out, cancelled = [], threading.Event()
+    thread = threading.Thread(target=_each, args=(call, items, out, cancelled), daemon=True,
+                              name="bounded calls")
+    thread.start()
+    seen, quiet = -1, 0.0
+    while thread.is_alive() and quiet < seconds and not stopped():
+        if len(out) != seen:  # it went on since the last look
+            seen, quiet = len(out), 0.0
+        thread.join(POLL_SECONDS)
+        quiet += POLL_SECONDS
+    cancelled.set()  # a hung thread that ever comes back stops there
+    done = out[:len(out)]
+    results += done
+    return thread if len(done) < len(items) else None
 
 
 def _each(call, items: list, out: list, cancelled: threading.Event) -> None:
