@@ -61,6 +61,7 @@ class DecoderStep:
         # id(keys) -> (keys, values, their bf16 copies): the windows being decoded
         self._audio: OrderedDict[int, tuple] = OrderedDict()
         self._audio_lock = threading.Lock()
+        self.prefill = None  # its multi-token pass (prefill.DecoderPass), made on first use
 
     def _cross_weight(self, attn) -> tuple[GemmWeight, np.ndarray]:
         w = np.concatenate([np.asarray(attn.key.weight, np.float32), np.asarray(attn.value.weight, np.float32)])
