@@ -107,6 +107,23 @@ def check_attend(k: Kernels) -> bool:
         got_bp, _ = k.attend(q, k.to_bf16(keys), v16, lo=lo, hi=hi)
         if not (_close(got_bf, ref_bf) and _close(got_bp, ref_bf)):
             return False
+        if not _check_shared_rows(k, q, keys[:1], vals[:1], lo, hi):
+            return False
+    return True
+
+
+def _check_shared_rows(k: Kernels, q, keys, vals, lo, hi) -> bool:
+    """Rows that read one window's keys (transposed) and values, broadcast (row stride 0):
+    beams over one window, in the kernel's groups of rows; float32 and bf16 bits."""
+    rows, t = q.shape[0], keys.shape[2]
+    valid = (np.arange(t)[None] >= lo[:, None]) & (np.arange(t)[None] < np.minimum(hi, t)[:, None])
+    share = lambda a: np.broadcast_to(a, (rows, *a.shape[1:]))  # noqa: E731
+    k_t = np.ascontiguousarray(keys.transpose(0, 1, 3, 2))
+    for cast, ref_k, ref_v in ((lambda a: a, keys, vals), (k.to_bf16, np.array(_bf16(keys)), np.array(_bf16(vals)))):
+        ref = _attention(q, share(ref_k), share(ref_v), valid)
+        got, w = k.attend(q, share(cast(k_t)).transpose(0, 1, 3, 2), share(cast(vals)), lo=lo, hi=hi, want_weights=True)
+        if not (_close(got, ref) and bool(np.all(w[~valid[:, None, :].repeat(q.shape[1], 1)] == 0))):
+            return False
     return True
 
 

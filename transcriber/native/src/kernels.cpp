@@ -160,6 +160,99 @@ inline float tof(uint16_t h) {  // bfloat16 bits -> float
   return f;
 }
 
+// RR rows of one head that read the same keys, transposed (dim-major, positions contiguous),
+// and values (the cross-attention: one row, or beams over one window): scores in register tiles
+// of RR rows x 4 vectors of positions, so each key and value vector is loaded and widened once
+// for all the rows. Then per row the [first, last) mask and the softmax (weights copied out when
+// asked), and the values' product in register tiles of RR rows x 4 vectors of dims. Dh is a
+// multiple of W. q[r], s[r] (T floats of scratch), out[r], weights[r] (or null): per row.
+template <int RR, typename KV>
+void attend_shared(int T, int Dh, float scale, const float* const* q, const KV* kt, long kdim, const KV* v, long vpos,
+                   const int* first, const int* last, float* const* s, float* const* out, float* const* weights) {
+  int t = 0;
+  for (; t + 4 * W <= T; t += 4 * W) {
+    vf acc[RR][4] = {};
+    for (int d = 0; d < Dh; d++) {
+      const KV* kd = kt + d * kdim + t;
+      vf k[4] = {load_w(kd), load_w(kd + W), load_w(kd + 2 * W), load_w(kd + 3 * W)};
+      for (int r = 0; r < RR; r++) {
+        const float qd = q[r][d] * scale;
+        for (int c = 0; c < 4; c++) acc[r][c] += qd * k[c];
+      }
+    }
+    for (int r = 0; r < RR; r++)
+      for (int c = 0; c < 4; c++) store(s[r] + t + c * W, acc[r][c]);
+  }
+  for (; t < T; t++)  // the last positions, one at a time
+    for (int r = 0; r < RR; r++) {
+      float sum = 0.0f;
+      for (int d = 0; d < Dh; d++) sum += q[r][d] * tof(kt[d * kdim + t]);
+      s[r][t] = sum * scale;
+    }
+  for (int r = 0; r < RR; r++) {
+    for (int u = 0; u < first[r] && u < T; u++) s[r][u] = -__builtin_inff();
+    for (int u = last[r] > 0 ? last[r] : 0; u < T; u++) s[r][u] = -__builtin_inff();
+    softmax_row(T, s[r]);
+    if (weights[r]) memcpy(weights[r], s[r], T * sizeof(float));
+  }
+  for (int d0 = 0; d0 < Dh; d0 += 4 * W) {
+    const int nv = (Dh - d0) / W < 4 ? (Dh - d0) / W : 4;
+    vf acc[RR][4] = {};
+    for (int u = 0; u < T; u++) {
+      const KV* vu = v + u * vpos + d0;
+      vf vv[4];
+      for (int c = 0; c < nv; c++) vv[c] = load_w(vu + c * W);
+      for (int r = 0; r < RR; r++) {
+        const float p = s[r][u];
+        for (int c = 0; c < nv; c++) acc[r][c] += p * vv[c];
+      }
+    }
+    for (int r = 0; r < RR; r++)
+      for (int c = 0; c < nv; c++) store(out[r] + d0 + c * W, acc[r][c]);
+  }
+}
+
+// Rows sharing keys at a time in attend_shared: RR x 4 accumulators + 4 keys in the registers.
+constexpr int SHARED_ROWS = S == 1 ? 4 : 2;
+
+// attend() for keys transposed and no `extra` position, Dh a multiple of W: rows that share
+// their keys and values (row stride 0) in groups, others one at a time.
+template <typename KV>
+void attend_transposed(int R, int H, int Dh, float scale, const float* q, const KV* k, Strides ks, const KV* v,
+                       Strides vs, int T, const int* lo, const int* hi, float* out, float* weights) {
+  const int D = H * Dh;
+  const bool shared = ks.row == 0 && vs.row == 0;
+  const int group = shared ? SHARED_ROWS : 1;
+  const int threads = (long)T * Dh * H >= (1L << 16) ? g_threads : 1;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int h = 0; h < H; h++) {
+    std::vector<float> scratch((long)group * T);
+    for (int r0 = 0; r0 < R; r0 += group) {
+      const int rr = R - r0 < group ? R - r0 : group;
+      const float* qs[SHARED_ROWS];
+      float *ss[SHARED_ROWS], *os[SHARED_ROWS], *ws[SHARED_ROWS];
+      int first[SHARED_ROWS], last[SHARED_ROWS];
+      for (int i = 0; i < rr; i++) {
+        const int r = r0 + i;
+        qs[i] = q + (long)r * D + h * Dh;
+        ss[i] = scratch.data() + (long)i * T;
+        os[i] = out + (long)r * D + h * Dh;
+        ws[i] = weights ? weights + ((long)r * H + h) * T : nullptr;
+        first[i] = lo ? lo[r] : 0;
+        last[i] = hi ? (hi[r] < T ? hi[r] : T) : T;
+      }
+      const KV* kh = k + r0 * ks.row + h * ks.head;
+      const KV* vh = v + r0 * vs.row + h * vs.head;
+      switch (rr) {
+        case 4: attend_shared<4>(T, Dh, scale, qs, kh, ks.dim, vh, vs.pos, first, last, ss, os, ws); break;
+        case 3: attend_shared<3>(T, Dh, scale, qs, kh, ks.dim, vh, vs.pos, first, last, ss, os, ws); break;
+        case 2: attend_shared<2>(T, Dh, scale, qs, kh, ks.dim, vh, vs.pos, first, last, ss, os, ws); break;
+        default: attend_shared<1>(T, Dh, scale, qs, kh, ks.dim, vh, vs.pos, first, last, ss, os, ws); break;
+      }
+    }
+  }
+}
+
 // One query per row and head over T positions (and one more, `extra`, when given: the new
 // token's own key/value in self-attention), in one pass: scores, masked softmax, values.
 // q, extra_k, extra_v, out: (R, H*Dh); k, v: strided as given (v's dim stride is 1), float32
@@ -170,6 +263,8 @@ template <typename KV>
 void attend(int R, int H, int Dh, float scale, const float* q, const KV* k, Strides ks, const KV* v,
             Strides vs, int T, const float* extra_k, const float* extra_v, const int* lo, const int* hi,
             float* out, float* weights) {
+  if (ks.dim != 1 && ks.pos == 1 && vs.dim == 1 && !extra_k && Dh % W == 0 && T > 0)
+    return attend_transposed(R, H, Dh, scale, q, k, ks, v, vs, T, lo, hi, out, weights);
   const int total = T + (extra_k ? 1 : 0);
   const int D = H * Dh;
   const int threads = (long)T * Dh * H >= (1L << 16) ? g_threads : 1;  // the audio, not a short cache
