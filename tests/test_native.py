@@ -56,6 +56,7 @@ def test_linear_rows_and_widths_match_mlx(kernels, rows, width, out):
     np.testing.assert_allclose(kernels.linear(x, kernels.pack(w, "f32"), b, res), want, rtol=1e-4, atol=1e-4)
     want_bf16 = np.array(mx.array(x) @ mx.array(w).astype(mx.bfloat16).astype(mx.float32).T)
     np.testing.assert_allclose(kernels.linear(x, kernels.pack(w, "bf16")), want_bf16, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(kernels.linear(x, kernels.gemm_pack(w)), want_bf16, rtol=1e-4, atol=1e-4)
 
 
 def test_softmax_masked_and_minus_inf_match_mlx(kernels):

@@ -37,6 +37,7 @@ def check_linear(k: Kernels) -> bool:
         res = rng.standard_normal((rows, out), dtype=np.float32)
         ref = mx.array(x) @ mx.array(w).astype(mx.bfloat16).astype(mx.float32).T + mx.array(b) + mx.array(res)
         if not (_close(k.linear(x, k.pack(w, "bf16"), b, res), ref)
+                and _close(k.linear(x, k.gemm_pack(w), b, res), ref)  # bf16 pairs: the step's layout
                 and _close(k.linear(x, k.pack(w, "f32")), mx.array(x) @ mx.array(w).T)):
             return False
         packed = from_bf16(k.pack(w, "bf16").data).transpose(0, 2, 1).reshape(-1, width)[:out]

@@ -67,6 +67,8 @@ class GemmWeight:
     """A weight (N, K) for ``Kernels.gemm``, packed once (by the native ``gemm_pack``): bfloat16
     pairs of k in 32-bit words, (ceil(N/16), ceil(K/2), 16), column blocks zero-padded."""
 
+    wtype = 2  # for ``linear``: its small-row path reads this layout too
+
     def __init__(self, kernels: "Kernels", w: np.ndarray):
         w = np.ascontiguousarray(w, dtype=np.float32)
         self.n, self.k = w.shape
@@ -122,9 +124,10 @@ class Kernels:
             self._fns[name] = f
         return f
 
-    def linear(self, x: np.ndarray, w: Packed, b: np.ndarray | None = None,
+    def linear(self, x: np.ndarray, w: "Packed | GemmWeight", b: np.ndarray | None = None,
                res: np.ndarray | None = None) -> np.ndarray:
-        """x (R, K) @ w.T (w: the packed (N, K)) + b (N,) + res (R, N) -> (R, N)."""
+        """x (R, K) @ w.T (w: the packed (N, K), either layout) + b (N,) + res (R, N) -> (R, N),
+        x kept float32 (the GEMM rounds it to bf16)."""
         r, k = _check(x).shape
         if k != w.k:
             raise ValueError(f"linear: x has {k} columns, the weight {w.k}")

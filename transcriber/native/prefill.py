@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Callable, Collection, Optional, Sequence, Union
 
 import mlx.core as mx
 import numpy as np
 
-from .kernels import GemmWeight, HeadsPacked, Kernels
+from .decoder import LayerWeights
+from .kernels import HeadsPacked, Kernels
 
 # A first pass agrees with MLX's float32 pass when the relative RMS difference of its logits
 # and its kept keys stays under this (bf16 operands: ~0.5-1.5% measured on tiny.en and base),
@@ -36,55 +36,19 @@ CHECK_WEIGHTS = 0.05
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class _Layer:
-    """One decoder layer's GEMM weights (float32 biases and norms beside them)."""
-
-    ln1: tuple[np.ndarray, np.ndarray]
-    qkv: GemmWeight  # (3D, D): query, key, value stacked
-    qkv_bias: np.ndarray  # (3D,): the key has none
-    out: GemmWeight
-    out_bias: np.ndarray
-    ln2: tuple[np.ndarray, np.ndarray]
-    cross_q: GemmWeight
-    cross_q_bias: np.ndarray
-    cross_out: GemmWeight
-    cross_out_bias: np.ndarray
-    ln3: tuple[np.ndarray, np.ndarray]
-    mlp1: GemmWeight
-    mlp1_bias: np.ndarray
-    mlp2: GemmWeight
-    mlp2_bias: np.ndarray
-
-
-def _f32(a: mx.array) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(a.astype(mx.float32)), dtype=np.float32)
-
-
 class DecoderPass:
     """``run(tokens, state, layers, want_logits)`` for a TextDecoder at batch 1, next to its
-    DecoderStep (whose cache the returned state's keys and values live in)."""
+    DecoderStep (bf16 weights): its packed weights, and its cache, where the returned state's
+    keys and values live."""
 
     def __init__(self, kernels: Kernels, decoder, step, threads: Callable[[], int]):
         self.k, self.step, self.decoder, self.threads = kernels, step, decoder, threads
         self.n_head = decoder.blocks[0].attn.n_head
-        self.layers = [self._layer(b) for b in decoder.blocks]
+        self.layers = step.packed  # the step's bf16 weights, in the GEMM's layout: no second copy
         self.checked: Optional[bool] = None  # None: the first pass is still to be compared
         self.note: Optional[str] = None
         self._audio: Optional[tuple] = None  # (k_t, v, their packed heads per layer): one window
         self._lock = threading.Lock()
-
-    def _layer(self, b) -> _Layer:
-        a, c, k = b.attn, b.cross_attn, self.k
-        zeros = np.zeros(a.key.weight.shape[0], np.float32)
-        qkv = np.concatenate([_f32(a.query.weight), _f32(a.key.weight), _f32(a.value.weight)])
-        norm = lambda ln: (_f32(ln.weight), _f32(ln.bias))  # noqa: E731
-        return _Layer(norm(b.attn_ln), k.gemm_pack(qkv), np.concatenate([_f32(a.query.bias), zeros, _f32(a.value.bias)]),
-                      k.gemm_pack(_f32(a.out.weight)), _f32(a.out.bias), norm(b.cross_attn_ln),
-                      k.gemm_pack(_f32(c.query.weight)), _f32(c.query.bias),
-                      k.gemm_pack(_f32(c.out.weight)), _f32(c.out.bias), norm(b.mlp_ln),
-                      k.gemm_pack(_f32(b.mlp1.weight)), _f32(b.mlp1.bias),
-                      k.gemm_pack(_f32(b.mlp2.weight)), _f32(b.mlp2.bias))
 
     def supports(self, tokens: mx.array, state) -> bool:
         """Several tokens of one row, no batch padding, and the check not failed."""
@@ -124,27 +88,28 @@ class DecoderPass:
         logits = self._logits(x, want_logits)
         return logits, type(state)(state.cross_kv, new_kv), (weights if layers else None)
 
-    def _layer_pass(self, L: _Layer, x: np.ndarray, cache, cross: tuple[HeadsPacked, HeadsPacked],
+    def _layer_pass(self, L: LayerWeights, x: np.ndarray, cache, cross: tuple[HeadsPacked, HeadsPacked],
                     want_weights: bool, threads: int):
         """One layer in place on x (T, D); returns its keys and values (1, H, N, Dh) for the
         cache and, when wanted, the cross-attention probabilities (H, T, S)."""
         k, (t, d), h = self.k, x.shape, self.n_head
-        qkv = k.gemm(k.layer_norm(x, *L.ln1), L.qkv, L.qkv_bias, threads=threads)
+        gemm = lambda a, w, b=None, **kw: k.gemm(a, w, b, threads=threads, **kw)  # noqa: E731
+        ln = k.layer_norm(x, *L.ln1)
         heads = lambda a: a.reshape(t, h, d // h).transpose(1, 0, 2)  # noqa: E731 - (T, D) -> (H, T, Dh)
-        keys, values = heads(qkv[:, d:2 * d]), heads(qkv[:, 2 * d:])
+        q, keys, values = gemm(ln, L.query, L.query_bias), heads(gemm(ln, L.key)), heads(gemm(ln, L.value, L.value_bias))
         t0 = 0 if cache is None else cache[0].shape[2]
         if t0:
             keys = np.concatenate([np.asarray(cache[0])[0], keys], axis=1)
             values = np.concatenate([np.asarray(cache[1])[0], values], axis=1)
         keys, values = np.ascontiguousarray(keys), np.ascontiguousarray(values)
-        o, _ = k.attention_packed(qkv, k.pack_heads(keys, 1, threads), k.pack_heads(values, 2, threads),
-                                  causal=t0, threads=threads, q_cols=d)
-        k.gemm(o, L.out, L.out_bias, res=x, out=x, threads=threads)
-        q = k.gemm(k.layer_norm(x, *L.ln2), L.cross_q, L.cross_q_bias, threads=threads)
+        o, _ = k.attention_packed(q, k.pack_heads(keys, 1, threads), k.pack_heads(values, 2, threads),
+                                  causal=t0, threads=threads)
+        gemm(o, L.out, L.out_bias, res=x, out=x)
+        q = gemm(k.layer_norm(x, *L.ln2), L.cross_query, L.cross_query_bias)
         o, w = k.attention_packed(q, *cross, want_weights=want_weights, threads=threads)
-        k.gemm(o, L.cross_out, L.cross_out_bias, res=x, out=x, threads=threads)
-        m = k.gemm(k.layer_norm(x, *L.ln3), L.mlp1, L.mlp1_bias, gelu=True, threads=threads)
-        k.gemm(m, L.mlp2, L.mlp2_bias, res=x, out=x, threads=threads)
+        gemm(o, L.cross_out, L.cross_out_bias, res=x, out=x)
+        m = gemm(k.layer_norm(x, *L.ln3), L.mlp1, L.mlp1_bias, gelu=True)
+        gemm(m, L.mlp2, L.mlp2_bias, res=x, out=x)
         return keys[None], values[None], w
 
     def _audio_packed(self, cross_kv, threads: int) -> list[tuple[HeadsPacked, HeadsPacked]]:

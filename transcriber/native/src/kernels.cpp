@@ -55,6 +55,49 @@ void linear_blocks(int K, int j0, int blocks, const float* x, const T* w, const 
   }
 }
 
+// The same product with the weights in gemm_pack's layout (gemm.cpp): bf16 pairs of k in one
+// 32-bit word, (ceil(N/16), ceil(K/2), 16). One load gives two k's for 16 columns, widened by a
+// shift (even k) and a mask (odd k): half the widening work of the (N/16, K, 16) layout per
+// weight, the same products and float32 sums. The encoder-side GEMM and the prompt pass share
+// these packed weights.
+template <int R, int B>
+void linear_pairs(int K, int j0, int blocks, const float* x, const uint32_t* w, const float* b, const float* res,
+                  float* y, int N) {
+  constexpr int V = B * S;
+  const int P = (K + 1) / 2, even = K / 2;
+  for (int j = j0; j < blocks; j += B) {
+    const int nb = blocks - j < B ? blocks - j : B;
+    vf acc[R][V] = {};
+    const uint32_t* wj = w + (long)j * P * LANES;
+    for (int p = 0; p < P; p++) {
+      vf lo[V], hi[V];
+      for (int c = 0; c < nb * S; c++) {
+        vu u;
+        memcpy(&u, wj + ((long)(c / S) * P + p) * LANES + (c % S) * W, sizeof u);
+        vu l = u << 16, h = u & 0xFFFF0000u;
+        memcpy(&lo[c], &l, sizeof l);
+        memcpy(&hi[c], &h, sizeof h);
+      }
+      for (int r = 0; r < R; r++) {
+        const float x0 = x[(long)r * K + 2 * p], x1 = p < even ? x[(long)r * K + 2 * p + 1] : 0.0f;
+        if (nb == B)
+          for (int c = 0; c < V; c++) acc[r][c] += x0 * lo[c] + x1 * hi[c];
+        else
+          for (int c = 0; c < nb * S; c++) acc[r][c] += x0 * lo[c] + x1 * hi[c];
+      }
+    }
+    for (int r = 0; r < R; r++) {
+      float out[V * W];
+      memcpy(out, acc[r], sizeof out);
+      const int n0 = j * LANES, valid = N - n0 < nb * LANES ? N - n0 : nb * LANES;
+      float* yr = y + (long)r * N + n0;
+      const float* rr = res ? res + (long)r * N + n0 : nullptr;
+      const float* bb = b ? b + n0 : nullptr;
+      for (int i = 0; i < valid; i++) yr[i] = out[i] + (bb ? bb[i] : 0.0f) + (rr ? rr[i] : 0.0f);
+    }
+  }
+}
+
 // Blocks at a time for R rows: as many accumulators as the registers hold (32 zmm; 16 ymm/xmm).
 constexpr int MAX_ROWS = S == 1 ? 8 : S == 2 ? 6 : 3;
 template <int R>
@@ -62,6 +105,20 @@ constexpr int blocks_for() {
   if (S == 1) return R <= 4 ? 4 : R <= 6 ? 3 : 2;
   const int b = 12 / (R * S);
   return b < 1 ? 1 : b > 4 ? 4 : b;
+}
+
+void linear_range(int R, int K, int N, int j0, int blocks, const float* x, const uint32_t* w, const float* b,
+                  const float* res, float* y) {
+  switch (R) {
+    case 1: return linear_pairs<1, blocks_for<1>()>(K, j0, blocks, x, w, b, res, y, N);
+    case 2: return linear_pairs<2, blocks_for<2>()>(K, j0, blocks, x, w, b, res, y, N);
+    case 3: return linear_pairs<3, blocks_for<3>()>(K, j0, blocks, x, w, b, res, y, N);
+    case 4: return linear_pairs<4, blocks_for<4>()>(K, j0, blocks, x, w, b, res, y, N);
+    case 5: return linear_pairs<5, blocks_for<5>()>(K, j0, blocks, x, w, b, res, y, N);
+    case 6: return linear_pairs<6, blocks_for<6>()>(K, j0, blocks, x, w, b, res, y, N);
+    case 7: return linear_pairs<7, blocks_for<7>()>(K, j0, blocks, x, w, b, res, y, N);
+    default: return linear_pairs<8, blocks_for<8>()>(K, j0, blocks, x, w, b, res, y, N);
+  }
 }
 
 template <typename T>
@@ -99,14 +156,17 @@ void linear_any(int R, int K, int N, const float* x, const T* w, const float* b,
   }
 }
 
-// w: packed (ceil(N/16), K, 16) in wtype (1 bf16, 0 float32); res may be y (in place).
+// w: packed (ceil(N/16), K, 16) in wtype (1 bf16, 0 float32), or (wtype 2) gemm_pack's bf16
+// pairs (ceil(N/16), ceil(K/2), 16); res may be y (in place).
 void linear(int R, int K, int N, const float* x, const void* w, int wtype, const float* b, const float* res,
             float* y) {
   for (int r0 = 0; r0 < R; r0 += MAX_ROWS) {  // rows beyond what the registers hold: in turns
     int rows = R - r0 < MAX_ROWS ? R - r0 : MAX_ROWS;
     const float* xr = x + (long)r0 * K;
     const float* rr = res ? res + (long)r0 * N : nullptr;
-    if (wtype == 1)
+    if (wtype == 2)
+      linear_any(rows, K, N, xr, (const uint32_t*)w, b, rr, y + (long)r0 * N);
+    else if (wtype == 1)
       linear_any(rows, K, N, xr, (const uint16_t*)w, b, rr, y + (long)r0 * N);
     else
       linear_any(rows, K, N, xr, (const float*)w, b, rr, y + (long)r0 * N);
