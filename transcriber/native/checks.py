@@ -38,7 +38,8 @@ def check_linear(k: Kernels) -> bool:
         ref = mx.array(x) @ mx.array(w).astype(mx.bfloat16).astype(mx.float32).T + mx.array(b) + mx.array(res)
         if not (_close(k.linear(x, k.pack(w, "bf16"), b, res), ref)
                 and _close(k.linear(x, k.gemm_pack(w), b, res), ref)  # bf16 pairs: the step's layout
-                and _close(k.linear(x, k.pack(w, "f32")), mx.array(x) @ mx.array(w).T)):
+                and _close(k.linear(x, k.pack(w, "f32")), mx.array(x) @ mx.array(w).T)
+                and _close(k.dot_rows(x, w), mx.array(x) @ mx.array(w).T)):
             return False
         packed = from_bf16(k.pack(w, "bf16").data).transpose(0, 2, 1).reshape(-1, width)[:out]
         if not np.array_equal(packed, np.array(mx.array(w).astype(mx.bfloat16).astype(mx.float32))):

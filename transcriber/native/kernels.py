@@ -34,6 +34,7 @@ _SIGNATURES = {
     "attention_packed": [_i, _i, _i, _f, _l, _f, _f, _i, _i, _f, _l, _f, _i, _i],
     "decoder_layer": [_f, _i, _i, _i, _i, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f, _f, _i, _f, _f, _i],
     "to_bf16": [_l, _f, _f],
+    "dot_rows": [_i, _i, _i, _f, _f, _f, _i],
 }
 
 
@@ -135,6 +136,16 @@ class Kernels:
         b = None if b is None else _check(b)
         self.fn("linear")(r, k, w.n, _ptr(x), _ptr(w.data), w.wtype, _ptr(b),
                           _ptr(None if res is None else _check(res)), _ptr(y))
+        return y
+
+    def dot_rows(self, x: np.ndarray, w: np.ndarray, threads: int = 1) -> np.ndarray:
+        """x (R, K) @ w.T for a float32 w (N, K) as stored (row-major, not packed) -> (R, N)
+        float32: each weight row read once for all rows."""
+        r, k = _check(x).shape
+        if _check(w).shape[1] != k:
+            raise ValueError(f"dot_rows: x has {k} columns, w {w.shape[1]}")
+        y = np.empty((r, w.shape[0]), np.float32)
+        self.fn("dot_rows")(r, k, w.shape[0], _ptr(x), _ptr(w), _ptr(y), max(1, int(threads)))
         return y
 
     def to_bf16(self, x: np.ndarray) -> np.ndarray:

@@ -33,6 +33,7 @@ from .kernels import HeadsPacked, Kernels
 # and its cross-attention probabilities differ by less than CHECK_WEIGHTS (absolute).
 CHECK_RMS = 0.05
 CHECK_WEIGHTS = 0.05
+DOT_ROWS = 8  # logits of up to this many rows on the kernels' float32 dot_rows
 log = logging.getLogger(__name__)
 
 
@@ -85,7 +86,7 @@ class DecoderPass:
             keys, values, w = self._layer_pass(layer, x, cache, cross, i in layers, threads)
             new_kv.append((self.step.cache.start(keys), self.step.cache.start(values)))
             weights.append(None if w is None else mx.array(w[None]))
-        logits = self._logits(x, want_logits)
+        logits = self._logits(x, want_logits, threads)
         return logits, type(state)(state.cross_kv, new_kv), (weights if layers else None)
 
     def _layer_pass(self, L: LayerWeights, x: np.ndarray, cache, cross: tuple[HeadsPacked, HeadsPacked],
@@ -129,13 +130,19 @@ class DecoderPass:
             self._audio = ([kt for kt, _ in cross_kv], [v for _, v in cross_kv], packed)
         return packed
 
-    def _logits(self, x: np.ndarray, want_logits):
-        """The final norm on the kernels, then the decoder's float32 projection."""
+    def _logits(self, x: np.ndarray, want_logits, threads: int):
+        """The final norm on the kernels, then the float32 vocabulary projection: for a few
+        rows (a prompt's two) on ``dot_rows``, reading the float32 embedding once for them
+        (BLAS's sgemv read it once a row: 20 ms each at load 8, more than the pass's layers);
+        for many, the decoder's own (MLX)."""
         if want_logits is False:
             return None
         rows = x if want_logits is True else x[np.asarray(list(want_logits), dtype=np.int64)]
         h = self.k.layer_norm(np.ascontiguousarray(rows), *self.step.ln)
-        return self.decoder.project(mx.array(h[None]))
+        w = self.step.embedding
+        if len(h) > DOT_ROWS or w.dtype != np.float32 or not w.flags.c_contiguous:
+            return self.decoder.project(mx.array(h[None]))
+        return self.k.dot_rows(h, self.step.embedding, threads)[None]
 
 
 def _relative_rms(got, want) -> float:

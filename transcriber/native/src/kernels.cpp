@@ -528,6 +528,48 @@ EXPORT void TK(to_bf16)(long n, const float* x, uint16_t* y) {
   }
 }
 
+// y (R, N) = x (R, K) w^T for a float32 weight (N, K) as it is stored, row-major, unpacked (the
+// tied vocabulary projection of a prompt pass's few rows, kept float32: the no-speech
+// probability is read there): each weight row read once for all R rows (<= 8), a dot product
+// per row and output. Memory-bound: threads over the outputs.
+template <int R>
+void dot_rows_range(int K, int n0, int n1, const float* x, const float* w, float* y, int N) {
+  const int kv = K - K % W;
+  for (int n = n0; n < n1; n++) {
+    const float* wn = w + (long)n * K;
+    vf acc[R] = {};
+    for (int k = 0; k < kv; k += W) {
+      const vf wv = load(wn + k);
+      for (int r = 0; r < R; r++) acc[r] += load(x + (long)r * K + k) * wv;
+    }
+    for (int r = 0; r < R; r++) {
+      float sum = hsum(acc[r]);
+      for (int k = kv; k < K; k++) sum += x[(long)r * K + k] * wn[k];
+      y[(long)r * N + n] = sum;
+    }
+  }
+}
+
+EXPORT void TK(dot_rows)(int R, int K, int N, const float* x, const float* w, float* y, int threads) {
+  threads = threads < 1 ? 1 : threads;
+  for (int r0 = 0; r0 < R; r0 += 4) {  // 4 rows at a time: their accumulators in the registers
+    const int rows = R - r0 < 4 ? R - r0 : 4;
+    const float* xr = x + (long)r0 * K;
+    float* yr = y + (long)r0 * N;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int t = 0; t < threads; t++) {
+      const int per = (N + threads - 1) / threads, n0 = t * per, n1 = n0 + per < N ? n0 + per : N;
+      if (n0 >= n1) continue;
+      switch (rows) {
+        case 4: dot_rows_range<4>(K, n0, n1, xr, w, yr, N); break;
+        case 3: dot_rows_range<3>(K, n0, n1, xr, w, yr, N); break;
+        case 2: dot_rows_range<2>(K, n0, n1, xr, w, yr, N); break;
+        default: dot_rows_range<1>(K, n0, n1, xr, w, yr, N); break;
+      }
+    }
+  }
+}
+
 EXPORT void TK(layer_norm)(int R, int D, const float* x, const float* g, const float* b, float eps, float* y) {
   layer_norm(R, D, x, g, b, eps, y);
 }
