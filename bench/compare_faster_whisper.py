@@ -45,10 +45,11 @@ PEER = "faster-whisper int8"
 OURS_PY = ROOT / ".venv" / "bin" / "python"
 KERNELS_OFF = {"TRANSCRIBER_KERNELS": "off"}
 # --before: the second row of ours (label, environment): MLX's own ops, or the kernels with
-# MLX's float32 encoder (the state before the native bf16 encoder)
+# MLX's float32 encoder (the state before the native bf16 encoder), cross K/V or prompt pass
 BEFORE = {"off": (", kernels off", KERNELS_OFF),
           "mlx-encoder": (", MLX encoder", {"TRANSCRIBER_KERNEL_ENCODER": "mlx"}),
-          "mlx-cross": (", MLX cross K/V", {"TRANSCRIBER_KERNEL_CROSS": "mlx"})}
+          "mlx-cross": (", MLX cross K/V", {"TRANSCRIBER_KERNEL_CROSS": "mlx"}),
+          "mlx-pass": (", MLX prompt pass", {"TRANSCRIBER_KERNEL_PASS": "mlx"})}
 
 
 def systems(args):

@@ -2,7 +2,8 @@
 
 Per configuration, TRANSCRIBER_KERNELS=off (MLX's float32 ops, the reference), the kernels as
 they serve by default (bfloat16 decoder weights, the bf16 encoder), with MLX's float32 encoder
-(TRANSCRIBER_KERNEL_ENCODER=mlx), and with float32 decoder weights too (``--configs`` picks):
+(TRANSCRIBER_KERNEL_ENCODER=mlx), with float32 decoder weights too, and with MLX's float32
+multi-token passes (TRANSCRIBER_KERNEL_PASS=mlx: prompts, word timing) (``--configs`` picks):
 
 - tiny.en on the dev set (short_en + long_en, exact/exact-ish), one-shot and streaming, by
   bench/dev_set.py: WER, median word start error, files whose words changed, the largest start
@@ -38,7 +39,8 @@ CONFIGS = (("MLX float32 (kernels off)", {"TRANSCRIBER_KERNELS": "off"}),
            ("kernels: bf16 decoder, bf16 encoder (default)", {"TRANSCRIBER_KERNEL_WEIGHTS": "bf16"}),
            ("kernels: bf16 decoder, MLX float32 encoder", {"TRANSCRIBER_KERNEL_ENCODER": "mlx"}),
            ("kernels, f32 decoder weights, MLX float32 encoder",
-            {"TRANSCRIBER_KERNEL_WEIGHTS": "f32", "TRANSCRIBER_KERNEL_ENCODER": "mlx"}))
+            {"TRANSCRIBER_KERNEL_WEIGHTS": "f32", "TRANSCRIBER_KERNEL_ENCODER": "mlx"}),
+           ("kernels, MLX float32 prompt pass", {"TRANSCRIBER_KERNEL_PASS": "mlx"}))
 
 
 def dev_set(env: dict, out: Path) -> dict:

@@ -56,6 +56,7 @@ def test_linear_rows_and_widths_match_mlx(kernels, rows, width, out):
     np.testing.assert_allclose(kernels.linear(x, kernels.pack(w, "f32"), b, res), want, rtol=1e-4, atol=1e-4)
     want_bf16 = np.array(mx.array(x) @ mx.array(w).astype(mx.bfloat16).astype(mx.float32).T)
     np.testing.assert_allclose(kernels.linear(x, kernels.pack(w, "bf16")), want_bf16, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(kernels.linear(x, kernels.gemm_pack(w)), want_bf16, rtol=1e-4, atol=1e-4)
 
 
 def test_softmax_masked_and_minus_inf_match_mlx(kernels):
@@ -102,6 +103,32 @@ def test_attention_with_masks_matches_mlx(kernels, rows):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(w, np.array(weights[:, :, 0]), rtol=1e-4, atol=1e-6)
         assert np.all(w[~np.broadcast_to(valid[:, None], w.shape)] == 0.0)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 5, 8])
+@pytest.mark.parametrize("t", [1500, 77])
+def test_attention_of_rows_sharing_one_window_matches_mlx(kernels, rows, t):
+    """Beams over one window: the keys (transposed) and values broadcast (row stride 0), in
+    bf16 bits, read in groups of rows; per-row masks, positions off the 64-position tiles."""
+    rng = np.random.default_rng(rows + t)
+    heads, dh = 6, 64
+    q = rng.standard_normal((rows, heads, dh), dtype=np.float32)
+    k = rng.standard_normal((1, heads, t, dh), dtype=np.float32)
+    v = rng.standard_normal((1, heads, t, dh), dtype=np.float32)
+    lo = np.array([r for r in range(rows)], np.int32)
+    hi = np.array([t - 5 * r for r in range(rows)], np.int32)
+    valid = (np.arange(t)[None] >= lo[:, None]) & (np.arange(t)[None] < hi[:, None])
+    kb, vb = _bf(k), _bf(v)
+    scores = mx.where(mx.array(valid)[:, None, None], (mx.array(q)[:, :, None] / 8) @ kb.swapaxes(-1, -2), -mx.inf)
+    weights = mx.softmax(scores, axis=-1, precise=True)
+    want = np.array((weights @ vb)[:, :, 0])
+    share = lambda a: np.broadcast_to(a, (rows, *a.shape[1:]))  # noqa: E731
+    k_t = kernels.to_bf16(np.ascontiguousarray(k.transpose(0, 1, 3, 2)))
+    got, w = kernels.attend(q, share(k_t).transpose(0, 1, 3, 2), share(kernels.to_bf16(v)), lo=lo, hi=hi,
+                            want_weights=True)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(w, np.array(weights[:, :, 0]), rtol=1e-4, atol=1e-6)
+    assert np.all(w[~np.broadcast_to(valid[:, None], w.shape)] == 0.0)
 
 
 def test_a_failing_self_check_disables_that_kernel_only(monkeypatch):

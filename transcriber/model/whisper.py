@@ -453,6 +453,14 @@ class TextDecoder(nn.Module):
         step = self.native_step()
         if step is not None and step.supports(tokens, state, want_logits):
             return step.step(tokens, state, layers)
+        prefill = self.native_pass()
+        if prefill is not None and prefill.supports(tokens, state):
+            return prefill(tokens, state, layers, want_logits, lambda: self.mlx_pass(tokens, state, layers, want_logits))
+        return self.mlx_pass(tokens, state, layers, want_logits)
+
+    def mlx_pass(self, tokens: mx.array, state: DecoderState, layers: Collection[int],
+                 want_logits: Union[bool, Sequence[int]] = True):
+        """``__call__`` on MLX's float32 ops (``layers``: the layers whose weights are wanted)."""
         offset = state.offset
         t = tokens.shape[1]
         mask = None
@@ -480,6 +488,11 @@ class TextDecoder(nn.Module):
         else:
             logits = self.project(self.ln(x if want_logits is True else x[:, mx.array(list(want_logits))]))
         return logits, DecoderState(state.cross_kv, new_kv, state.pad, state.audio_len), (weights if layers else None)
+
+    def native_pass(self):
+        """The native kernels' multi-token pass at batch 1 (transcriber/native/prefill.py), or None."""
+        ops = native.ops() if mx.default_device() == mx.cpu else None
+        return ops.decoder_pass(self, native.weights_precision()) if ops is not None else None
 
     def native_step(self):
         """The native kernels' one-token step for this decoder (transcriber/native), or None:

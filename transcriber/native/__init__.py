@@ -67,6 +67,21 @@ class Ops:
                 self._steps[key] = DecoderStep(self.kernels, decoder, precision, cross_gemm=cross)
             return self._steps[key]
 
+    def decoder_pass(self, decoder, precision: str = "bf16"):
+        """A DecoderPass (prefill.py) for this decoder's multi-token passes at batch 1, or None:
+        a kernel it needs is disabled, f32 weights (the measurement mode), or
+        $TRANSCRIBER_KERNEL_PASS=mlx (MLX's float32 pass: for comparisons)."""
+        step = self.decoder_step(decoder, precision)
+        if (step is None or precision != "bf16" or pass_choice() != "bf16"
+                or not all(self.status.serves(k) for k in PASS_KINDS)):
+            return None
+        with _lock:
+            if getattr(step, "prefill", None) is None:
+                from .prefill import DecoderPass
+
+                step.prefill = DecoderPass(self.kernels, decoder, step, encoder_threads)
+            return step.prefill
+
     def encoder(self, encoder):
         """A NativeEncoder for this AudioEncoder (weights packed once per encoder), or None: a
         kernel it needs is disabled, or $TRANSCRIBER_KERNEL_ENCODER=mlx. Once packed, MLX's
@@ -118,6 +133,17 @@ def encoder_choice() -> str:
     """The encoder on the kernels: $TRANSCRIBER_KERNEL_ENCODER, bf16 (the default: the native
     bf16 GEMM) or mlx (MLX's float32 ops, the native attention: for measurements)."""
     value = os.environ.get(ENCODER_ENV, "").strip().lower() or "bf16"
+    return value if value in ("bf16", "mlx") else "bf16"
+
+
+PASS_ENV = "TRANSCRIBER_KERNEL_PASS"
+PASS_KINDS = ("gemm", "attention_packed", "layer_norm")
+
+
+def pass_choice() -> str:
+    """The decoder's multi-token passes (prompts, word timing): $TRANSCRIBER_KERNEL_PASS, bf16
+    (the default: the native pass) or mlx (MLX's float32 decoder: for measurements)."""
+    value = os.environ.get(PASS_ENV, "").strip().lower() or "bf16"
     return value if value in ("bf16", "mlx") else "bf16"
 
 

@@ -37,7 +37,9 @@ def check_linear(k: Kernels) -> bool:
         res = rng.standard_normal((rows, out), dtype=np.float32)
         ref = mx.array(x) @ mx.array(w).astype(mx.bfloat16).astype(mx.float32).T + mx.array(b) + mx.array(res)
         if not (_close(k.linear(x, k.pack(w, "bf16"), b, res), ref)
-                and _close(k.linear(x, k.pack(w, "f32")), mx.array(x) @ mx.array(w).T)):
+                and _close(k.linear(x, k.gemm_pack(w), b, res), ref)  # bf16 pairs: the step's layout
+                and _close(k.linear(x, k.pack(w, "f32")), mx.array(x) @ mx.array(w).T)
+                and _close(k.dot_rows(x, w), mx.array(x) @ mx.array(w).T)):
             return False
         packed = from_bf16(k.pack(w, "bf16").data).transpose(0, 2, 1).reshape(-1, width)[:out]
         if not np.array_equal(packed, np.array(mx.array(w).astype(mx.bfloat16).astype(mx.float32))):
@@ -107,6 +109,23 @@ def check_attend(k: Kernels) -> bool:
         got_bp, _ = k.attend(q, k.to_bf16(keys), v16, lo=lo, hi=hi)
         if not (_close(got_bf, ref_bf) and _close(got_bp, ref_bf)):
             return False
+        if not _check_shared_rows(k, q, keys[:1], vals[:1], lo, hi):
+            return False
+    return True
+
+
+def _check_shared_rows(k: Kernels, q, keys, vals, lo, hi) -> bool:
+    """Rows that read one window's keys (transposed) and values, broadcast (row stride 0):
+    beams over one window, in the kernel's groups of rows; float32 and bf16 bits."""
+    rows, t = q.shape[0], keys.shape[2]
+    valid = (np.arange(t)[None] >= lo[:, None]) & (np.arange(t)[None] < np.minimum(hi, t)[:, None])
+    share = lambda a: np.broadcast_to(a, (rows, *a.shape[1:]))  # noqa: E731
+    k_t = np.ascontiguousarray(keys.transpose(0, 1, 3, 2))
+    for cast, ref_k, ref_v in ((lambda a: a, keys, vals), (k.to_bf16, np.array(_bf16(keys)), np.array(_bf16(vals)))):
+        ref = _attention(q, share(ref_k), share(ref_v), valid)
+        got, w = k.attend(q, share(cast(k_t)).transpose(0, 1, 3, 2), share(cast(vals)), lo=lo, hi=hi, want_weights=True)
+        if not (_close(got, ref) and bool(np.all(w[~valid[:, None, :].repeat(q.shape[1], 1)] == 0))):
+            return False
     return True
 
 
@@ -166,8 +185,42 @@ def check_attention_bf16(k: Kernels) -> bool:
     return True
 
 
+def _masked_attention(q: mx.array, keys: mx.array, vals: mx.array, causal: int):
+    """MLX's reference: q (H, T, Dh) already scaled by Dh^-1/2, keys/values (H, N, Dh); causal
+    as ``attention_packed`` -> out (T, H*Dh), weights (H, T, N)."""
+    h, t, dh = q.shape
+    scores = q @ keys.swapaxes(-1, -2)
+    if causal >= 0:
+        visible = mx.arange(keys.shape[1])[None, :] <= (causal + mx.arange(t))[:, None]
+        scores = mx.where(visible, scores, -mx.inf)
+    weights = mx.softmax(scores, axis=-1, precise=True)
+    return np.array((weights @ vals).transpose(1, 0, 2).reshape(t, h * dh)), np.array(weights)
+
+
+def check_attention_packed(k: Kernels) -> bool:
+    """T query rows over N positions (T, N not multiples of 16 or of the 48-row blocks), causal
+    after cached positions and unmasked, with the probabilities; against MLX's attention over
+    the bf16-rounded query, keys and values (2^-8 of the output's scale: bf16 probabilities)."""
+    rng = _rng()
+    bf = lambda a: mx.array(a).astype(mx.bfloat16).astype(mx.float32)  # noqa: E731
+    for t, n, h, dh, causal in ((5, 5, 2, 16, 0), (50, 57, 3, 24, 7), (3, 301, 2, 64, -1), (1, 19, 1, 17, -1)):
+        q = rng.standard_normal((t, h * dh), dtype=np.float32)
+        keys = rng.standard_normal((h, n, dh), dtype=np.float32)
+        vals = rng.standard_normal((h, n, dh), dtype=np.float32)
+        # the kernel rounds the scaled query to bf16, as here
+        ref, ref_w = _masked_attention(bf(q * dh ** -0.5).reshape(t, h, dh).transpose(1, 0, 2), bf(keys), bf(vals), causal)
+        kp, vp = k.pack_heads(keys, 1), k.pack_heads(np.ascontiguousarray(vals.transpose(0, 2, 1)).transpose(0, 2, 1), 2)
+        for dot in ((True, False) if k.dot else (False,)):
+            got, w = k.attention_packed(q, kp, vp, causal=causal, want_weights=True, dot=dot)
+            if got.shape != ref.shape or np.abs(got - ref).max() > np.abs(ref).max() / 256:
+                return False
+            if np.abs(w - ref_w).max() > 2e-4 or bool(np.any(w[ref_w == 0] != 0)):
+                return False  # masked positions exactly 0, the rest float32 softmax of bf16 scores
+    return True
+
+
 CHECKS: dict[str, Callable[[Kernels], bool]] = {
-    "attention_bf16": check_attention_bf16,
+    "attention_bf16": check_attention_bf16, "attention_packed": check_attention_packed,
     "gemm": check_gemm,
     "linear": check_linear, "layer_norm": check_layer_norm, "gelu": check_gelu,
     "softmax": check_softmax, "attend": check_attend, "encoder_attention": check_encoder_attention,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Collection, Optional
 
 import mlx.core as mx
@@ -34,6 +35,30 @@ class _Layer(ctypes.Structure):  # struct Layer in src/kernels.cpp, field for fi
         "ln1_g", "ln1_b", "ln2_g", "ln2_b", "ln3_g", "ln3_b")]
 
 
+@dataclass(frozen=True)
+class LayerWeights:
+    """A decoder layer's packed weights ((N, K) linears) and float32 biases and norms."""
+
+    query: GemmWeight | Packed
+    key: GemmWeight | Packed
+    value: GemmWeight | Packed
+    out: GemmWeight | Packed
+    cross_query: GemmWeight | Packed
+    cross_out: GemmWeight | Packed
+    mlp1: GemmWeight | Packed
+    mlp2: GemmWeight | Packed
+    query_bias: np.ndarray
+    value_bias: np.ndarray
+    out_bias: np.ndarray
+    cross_query_bias: np.ndarray
+    cross_out_bias: np.ndarray
+    mlp1_bias: np.ndarray
+    mlp2_bias: np.ndarray
+    ln1: tuple[np.ndarray, np.ndarray]
+    ln2: tuple[np.ndarray, np.ndarray]
+    ln3: tuple[np.ndarray, np.ndarray]
+
+
 def _host(a: mx.array) -> np.ndarray:
     """An evaluated MLX array as a numpy view (no copy; its strides as MLX has them)."""
     return np.asarray(a)
@@ -50,17 +75,19 @@ class DecoderStep:
         self.cross = [self._cross_weight(b.cross_attn) for b in decoder.blocks] if cross_gemm else None
         self.n_head = decoder.blocks[0].attn.n_head
         self._keep = []  # every array a pointer in a _Layer refers to
+        self.packed: list[LayerWeights] = []  # the same per layer, by name (the prompt pass reads them)
         self.layers = [self._layer(b) for b in decoder.blocks]
         self.embedding = _host(decoder.token_embedding.weight)
         self.positions = _host(decoder.positional_embedding)
         self.projection = self._weight(decoder.token_embedding.weight)
         self.ln = (self._vector(decoder.ln.weight), self._vector(decoder.ln.bias))
         self._fn = kernels.fn("decoder_layer")
-        self._wtype = int(precision == "bf16")
+        self._wtype = 2 if precision == "bf16" else 0  # src/kernels.cpp linear(): bf16 pairs or float32
         self.cache = GrowingCache(len(self.layers))
         # id(keys) -> (keys, values, their bf16 copies): the windows being decoded
         self._audio: OrderedDict[int, tuple] = OrderedDict()
         self._audio_lock = threading.Lock()
+        self.prefill = None  # its multi-token pass (prefill.DecoderPass), made on first use
 
     def _cross_weight(self, attn) -> tuple[GemmWeight, np.ndarray]:
         w = np.concatenate([np.asarray(attn.key.weight, np.float32), np.asarray(attn.value.weight, np.float32)])
@@ -84,8 +111,13 @@ class DecoderStep:
             out.append((mx.array(k_t), mx.array(v)))
         return out
 
-    def _weight(self, w: mx.array) -> Packed:
-        packed = self.k.pack(np.asarray(w), self.precision)
+    def _weight(self, w: mx.array) -> Packed | GemmWeight:
+        """bf16: the GEMM's layout (bf16 pairs of k), which the prompt pass reads too; f32:
+        ``Packed`` float32."""
+        if self.precision == "bf16":
+            packed = self.k.gemm_pack(np.asarray(w, np.float32))
+        else:
+            packed = self.k.pack(np.asarray(w), self.precision)
         self._keep.append(packed)
         return packed
 
@@ -99,6 +131,7 @@ class DecoderStep:
         w = [self._weight(m.weight) for m in (a.query, a.key, a.value, a.out, c.query, c.out, block.mlp1, block.mlp2)]
         b = [self._vector(m.bias) for m in (a.query, a.value, a.out, c.query, c.out, block.mlp1, block.mlp2)]
         n = [self._vector(p) for ln in (block.attn_ln, block.cross_attn_ln, block.mlp_ln) for p in (ln.weight, ln.bias)]
+        self.packed.append(LayerWeights(*w, *b, *[tuple(n[i:i + 2]) for i in (0, 2, 4)]))
         return _Layer(*[x.data.ctypes.data for x in w] + [x.ctypes.data for x in b + n])
 
     def project(self, x: np.ndarray) -> np.ndarray:

@@ -30,12 +30,16 @@ _SIGNATURES = {
     "gemm_pack": [_i, _i, _f, _f],
     "gemm_has_dot": [],
     "attention_bf16": [_i, _i, _i, _f, _l, _f, _l, _i, _i],
+    "gemm_pack_heads": [_i, _i, _i, _f, _l, _l, _l, _f, _i],
+    "attention_packed": [_i, _i, _i, _f, _l, _f, _f, _i, _i, _f, _l, _f, _i, _i],
     "decoder_layer": [_f, _i, _i, _i, _i, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f, _f, _i, _f, _f, _i],
     "to_bf16": [_l, _f, _f],
+    "dot_rows": [_i, _i, _i, _f, _f, _f, _i],
 }
 
 
-_INT_RESULT = ("encoder_attention", "encoder_attention_threads", "gemm", "gemm_has_dot", "attention_bf16")
+_INT_RESULT = ("encoder_attention", "encoder_attention_threads", "gemm", "gemm_has_dot", "attention_bf16",
+               "attention_packed")
 
 
 def from_bf16(h: np.ndarray) -> np.ndarray:
@@ -64,11 +68,21 @@ class GemmWeight:
     """A weight (N, K) for ``Kernels.gemm``, packed once (by the native ``gemm_pack``): bfloat16
     pairs of k in 32-bit words, (ceil(N/16), ceil(K/2), 16), column blocks zero-padded."""
 
+    wtype = 2  # for ``linear``: its small-row path reads this layout too
+
     def __init__(self, kernels: "Kernels", w: np.ndarray):
         w = np.ascontiguousarray(w, dtype=np.float32)
         self.n, self.k = w.shape
         self.data = np.empty((-(-self.n // LANES), -(-self.k // 2), LANES), np.uint32)
         kernels.fn("gemm_pack")(self.n, self.k, _ptr(w), _ptr(self.data))
+
+
+class HeadsPacked:
+    """Per head, an operand packed for ``attention_packed``: data (H, ceil(N/16), ceil(K/2), 16)
+    bf16 pairs of k in 32-bit words (``gemm_pack``'s layout); n, k its sizes."""
+
+    def __init__(self, data: np.ndarray, n: int, k: int):
+        self.data, self.n, self.k = data, n, k
 
 
 def _ptr(a: np.ndarray | None):
@@ -111,9 +125,10 @@ class Kernels:
             self._fns[name] = f
         return f
 
-    def linear(self, x: np.ndarray, w: Packed, b: np.ndarray | None = None,
+    def linear(self, x: np.ndarray, w: "Packed | GemmWeight", b: np.ndarray | None = None,
                res: np.ndarray | None = None) -> np.ndarray:
-        """x (R, K) @ w.T (w: the packed (N, K)) + b (N,) + res (R, N) -> (R, N)."""
+        """x (R, K) @ w.T (w: the packed (N, K), either layout) + b (N,) + res (R, N) -> (R, N),
+        x kept float32 (the GEMM rounds it to bf16)."""
         r, k = _check(x).shape
         if k != w.k:
             raise ValueError(f"linear: x has {k} columns, the weight {w.k}")
@@ -121,6 +136,16 @@ class Kernels:
         b = None if b is None else _check(b)
         self.fn("linear")(r, k, w.n, _ptr(x), _ptr(w.data), w.wtype, _ptr(b),
                           _ptr(None if res is None else _check(res)), _ptr(y))
+        return y
+
+    def dot_rows(self, x: np.ndarray, w: np.ndarray, threads: int = 1) -> np.ndarray:
+        """x (R, K) @ w.T for a float32 w (N, K) as stored (row-major, not packed) -> (R, N)
+        float32: each weight row read once for all rows."""
+        r, k = _check(x).shape
+        if _check(w).shape[1] != k:
+            raise ValueError(f"dot_rows: x has {k} columns, w {w.shape[1]}")
+        y = np.empty((r, w.shape[0]), np.float32)
+        self.fn("dot_rows")(r, k, w.shape[0], _ptr(x), _ptr(w), _ptr(y), max(1, int(threads)))
         return y
 
     def to_bf16(self, x: np.ndarray) -> np.ndarray:
@@ -168,6 +193,43 @@ class Kernels:
         use_dot = self.dot if dot is None else dot
         self.fn("attention_bf16")(s, heads, d // heads, _ptr(qkv), d3, _ptr(out), d, int(use_dot), max(1, int(threads)))
         return out
+
+    def pack_heads(self, a: np.ndarray, n_axis: int, threads: int = 1) -> "HeadsPacked":
+        """Per head, a (H, X, Y) float32 array (any strides) packed as ``gemm_pack`` packs a
+        weight (N, K): n_axis 1 takes X as N (keys (H, positions, Dh)), 2 takes Y (values
+        (H, positions, Dh) as (Dh, positions)). For ``attention_packed``."""
+        if a.dtype != np.float32 or a.ndim != 3 or n_axis not in (1, 2):
+            raise ValueError(f"pack_heads: a (H, X, Y) float32 and n_axis 1 or 2, got {a.dtype} {a.shape}, {n_axis}")
+        h, x, y = a.shape
+        sh, sx, sy = (s // a.itemsize for s in a.strides)
+        n, k, sn, sk = (x, y, sx, sy) if n_axis == 1 else (y, x, sy, sx)
+        out = np.empty((h, -(-n // LANES), -(-k // 2), LANES), np.uint32)
+        self.fn("gemm_pack_heads")(h, n, k, _ptr(a), sh, sn, sk, _ptr(out), max(1, int(threads)))
+        return HeadsPacked(out, n, k)
+
+    def attention_packed(self, q: np.ndarray, keys: "HeadsPacked", values: "HeadsPacked", *,
+                         causal: int = -1, want_weights: bool = False, threads: int = 1,
+                         dot: bool | None = None, q_cols: int | None = None):
+        """T query rows over N positions per head on the bf16 GEMM: q (T, >= H*Dh) (its first
+        ``q_cols`` = H*Dh columns: the query of a fused q/k/v product), keys packed from
+        (H, N, Dh) with n_axis 1, values from (H, N, Dh) with n_axis 2 (``pack_heads``).
+        causal >= 0: row t sees positions [0, causal + t] (after ``causal`` cached ones); -1:
+        all. -> out (T, H*Dh), weights (H, T, N) float32 probabilities or None."""
+        t, width = q.shape
+        if q.dtype != np.float32 or q.strides[1] != 4:
+            raise ValueError("attention_packed: q must be float32 with unit column stride")
+        h, n, dh = keys.data.shape[0], keys.n, keys.k
+        if values.n != dh or values.k != n or values.data.shape[0] != h or (q_cols or width) != h * dh:
+            raise ValueError(f"attention_packed: keys {h}x{n}x{dh}, values {values.k}x{values.n}, q {q.shape} disagree")
+        out = np.empty((t, h * dh), np.float32)
+        weights = np.empty((h, t, n), np.float32) if want_weights else None
+        use_dot = self.dot if dot is None else dot
+        failed = self.fn("attention_packed")(t, h, dh, _ptr(q), q.strides[0] // 4, _ptr(keys.data), _ptr(values.data),
+                                             n, int(causal), _ptr(out), h * dh, _ptr(weights), int(use_dot),
+                                             max(1, int(threads)))
+        if failed:
+            raise ValueError(f"attention_packed: vdpbf16ps asked on the {self.path} path, which lacks it")
+        return out, weights
 
     def layer_norm(self, x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
         """Over the last axis of x (R, D)."""

@@ -79,14 +79,33 @@ class GrowingCache:
                 self._known.popitem(last=False)
         return out
 
+    def start(self, data: np.ndarray) -> mx.array:
+        """A cache of data (B, H, T, D/H) (a prompt pass's keys or values), in a buffer with room
+        for the steps that extend it in place."""
+        with self._lock:
+            b, h, t, dh = data.shape
+            buf = self._allocate((b, h, t + 1 + ROOM, dh))
+            buf.host[:, :, :t] = data
+            buf.fill = t
+            out = buf.array[:, :, :t]
+            self._known[id(out)] = (out, buf)
+            while len(self._known) > self._limit:
+                self._known.popitem(last=False)
+        return out
+
     def _fresh(self, entry: Optional[mx.array], shape: tuple, t: int) -> _Buffer:
         b, h, dh = shape
-        data = np.zeros((b, h, t + 1 + ROOM, dh), np.float32)
+        buf = self._allocate((b, h, t + 1 + ROOM, dh))
         if t:
-            data[:, :, :t] = self.past(entry)
-        array = mx.array(data)
+            buf.host[:, :, :t] = self.past(entry)
+        buf.fill = t
+        return buf
+
+    def _allocate(self, shape: tuple) -> _Buffer:
+        """An evaluated MLX buffer of zeros (B, H, capacity, D/H) and its writable numpy view."""
+        array = mx.array(np.zeros(shape, np.float32))
         mx.eval(array)
         host = np.asarray(array)
         if not host.flags.writeable or host.ctypes.data != np.asarray(array).ctypes.data:
             raise RuntimeError("MLX did not expose its buffer to numpy")
-        return _Buffer(array, host, t)
+        return _Buffer(array, host, 0)

@@ -276,3 +276,57 @@ EXPORT int TK(attention_bf16)(int S, int H, int Dh, const float* qkv, long ld, f
   }
   return 0;
 }
+
+// Per head, a float32 operand packed as gemm_pack packs a weight: head h's w[n, k] at
+// src + h * sh + n * sn + k * sk (strides in floats) -> out + h * ceil(N/16) * ceil(K/2) * 16.
+// A prompt pass's keys (n: position, k: dim) and values (n: dim, k: position) per head.
+EXPORT void TK(gemm_pack_heads)(int H, int N, int K, const float* src, long sh, long sn, long sk, uint32_t* out,
+                                int threads) {
+  const long per = (long)((N + LANES - 1) / LANES) * ((K + 1) / 2) * LANES;
+  threads = threads < 1 ? 1 : threads;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int h = 0; h < H; h++) pack_weight(N, K, src + h * sh, sn, sk, out + h * per);
+}
+
+// Attention of T query rows over N positions per head on the bf16 GEMM (a decoder prompt pass),
+// keys and values packed per head by gemm_pack_heads (keys as N x Dh, values as Dh x N).
+// q (T, H*Dh) at row stride ldq; causal >= 0: row t sees positions [0, causal + t] (self-
+// attention after `causal` cached positions), -1: all N (cross-attention over the audio).
+// out (T, H*Dh) at row stride ldo; weights (H, T, N) or null: the float32 probabilities (word
+// timing). Scores and probabilities are rounded to bf16 for the products, the softmax is float32.
+EXPORT int TK(attention_packed)(int T, int H, int Dh, const float* q, long ldq, const uint32_t* keys,
+                                const uint32_t* values, int N, int causal, float* out, long ldo, float* weights,
+                                int dot, int threads) {
+#if !defined(TK_BF16)
+  if (dot) return 1;
+#endif
+  const int Pq = (Dh + 1) / 2, Pn = (N + 1) / 2;
+  const int nbn = (N + LANES - 1) / LANES, nbd = (Dh + LANES - 1) / LANES;
+  const long kw = (long)nbn * Pq * LANES, vw = (long)nbd * Pn * LANES;
+  const float scale = 1.0f / __builtin_sqrtf((float)Dh);
+  const int blocks = (T + ATTENTION_ROWS - 1) / ATTENTION_ROWS;
+  threads = threads < 1 ? 1 : threads;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    std::vector<uint32_t> qp((long)ATTENTION_ROWS * Pq), p((long)ATTENTION_ROWS * Pn);
+    std::vector<float> s((long)ATTENTION_ROWS * N);
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int h = 0; h < H; h++)
+      for (int b = 0; b < blocks; b++) {
+        const int m0 = b * ATTENTION_ROWS, rows = T - m0 < ATTENTION_ROWS ? T - m0 : ATTENTION_ROWS;
+        pack_rows(rows, Dh, q + m0 * ldq + h * Dh, ldq, qp.data(), 1, scale);
+        const Epilogue scores{nullptr, nullptr, 0, 0, s.data(), N, N};
+        row_block(dot, 0, rows, Pq, nbn, qp.data(), keys + h * kw, scores);
+        for (int r = 0; r < rows; r++) {
+          float* sr = s.data() + (long)r * N;
+          for (int n = causal < 0 ? N : causal + m0 + r + 1; n < N; n++) sr[n] = -__builtin_inff();
+          softmax_row(N, sr);
+          if (weights) memcpy(weights + ((long)h * T + m0 + r) * N, sr, N * sizeof(float));
+        }
+        pack_rows(rows, N, s.data(), N, p.data(), 1);
+        const Epilogue o{nullptr, nullptr, 0, 0, out + m0 * ldo + h * Dh, ldo, Dh};
+        row_block(dot, 0, rows, Pn, nbd, p.data(), values + h * vw, o);
+      }
+  }
+  return 0;
+}

@@ -55,6 +55,49 @@ void linear_blocks(int K, int j0, int blocks, const float* x, const T* w, const 
   }
 }
 
+// The same product with the weights in gemm_pack's layout (gemm.cpp): bf16 pairs of k in one
+// 32-bit word, (ceil(N/16), ceil(K/2), 16). One load gives two k's for 16 columns, widened by a
+// shift (even k) and a mask (odd k): half the widening work of the (N/16, K, 16) layout per
+// weight, the same products and float32 sums. The encoder-side GEMM and the prompt pass share
+// these packed weights.
+template <int R, int B>
+void linear_pairs(int K, int j0, int blocks, const float* x, const uint32_t* w, const float* b, const float* res,
+                  float* y, int N) {
+  constexpr int V = B * S;
+  const int P = (K + 1) / 2, even = K / 2;
+  for (int j = j0; j < blocks; j += B) {
+    const int nb = blocks - j < B ? blocks - j : B;
+    vf acc[R][V] = {};
+    const uint32_t* wj = w + (long)j * P * LANES;
+    for (int p = 0; p < P; p++) {
+      vf lo[V], hi[V];
+      for (int c = 0; c < nb * S; c++) {
+        vu u;
+        memcpy(&u, wj + ((long)(c / S) * P + p) * LANES + (c % S) * W, sizeof u);
+        vu l = u << 16, h = u & 0xFFFF0000u;
+        memcpy(&lo[c], &l, sizeof l);
+        memcpy(&hi[c], &h, sizeof h);
+      }
+      for (int r = 0; r < R; r++) {
+        const float x0 = x[(long)r * K + 2 * p], x1 = p < even ? x[(long)r * K + 2 * p + 1] : 0.0f;
+        if (nb == B)
+          for (int c = 0; c < V; c++) acc[r][c] += x0 * lo[c] + x1 * hi[c];
+        else
+          for (int c = 0; c < nb * S; c++) acc[r][c] += x0 * lo[c] + x1 * hi[c];
+      }
+    }
+    for (int r = 0; r < R; r++) {
+      float out[V * W];
+      memcpy(out, acc[r], sizeof out);
+      const int n0 = j * LANES, valid = N - n0 < nb * LANES ? N - n0 : nb * LANES;
+      float* yr = y + (long)r * N + n0;
+      const float* rr = res ? res + (long)r * N + n0 : nullptr;
+      const float* bb = b ? b + n0 : nullptr;
+      for (int i = 0; i < valid; i++) yr[i] = out[i] + (bb ? bb[i] : 0.0f) + (rr ? rr[i] : 0.0f);
+    }
+  }
+}
+
 // Blocks at a time for R rows: as many accumulators as the registers hold (32 zmm; 16 ymm/xmm).
 constexpr int MAX_ROWS = S == 1 ? 8 : S == 2 ? 6 : 3;
 template <int R>
@@ -62,6 +105,20 @@ constexpr int blocks_for() {
   if (S == 1) return R <= 4 ? 4 : R <= 6 ? 3 : 2;
   const int b = 12 / (R * S);
   return b < 1 ? 1 : b > 4 ? 4 : b;
+}
+
+void linear_range(int R, int K, int N, int j0, int blocks, const float* x, const uint32_t* w, const float* b,
+                  const float* res, float* y) {
+  switch (R) {
+    case 1: return linear_pairs<1, blocks_for<1>()>(K, j0, blocks, x, w, b, res, y, N);
+    case 2: return linear_pairs<2, blocks_for<2>()>(K, j0, blocks, x, w, b, res, y, N);
+    case 3: return linear_pairs<3, blocks_for<3>()>(K, j0, blocks, x, w, b, res, y, N);
+    case 4: return linear_pairs<4, blocks_for<4>()>(K, j0, blocks, x, w, b, res, y, N);
+    case 5: return linear_pairs<5, blocks_for<5>()>(K, j0, blocks, x, w, b, res, y, N);
+    case 6: return linear_pairs<6, blocks_for<6>()>(K, j0, blocks, x, w, b, res, y, N);
+    case 7: return linear_pairs<7, blocks_for<7>()>(K, j0, blocks, x, w, b, res, y, N);
+    default: return linear_pairs<8, blocks_for<8>()>(K, j0, blocks, x, w, b, res, y, N);
+  }
 }
 
 template <typename T>
@@ -99,14 +156,17 @@ void linear_any(int R, int K, int N, const float* x, const T* w, const float* b,
   }
 }
 
-// w: packed (ceil(N/16), K, 16) in wtype (1 bf16, 0 float32); res may be y (in place).
+// w: packed (ceil(N/16), K, 16) in wtype (1 bf16, 0 float32), or (wtype 2) gemm_pack's bf16
+// pairs (ceil(N/16), ceil(K/2), 16); res may be y (in place).
 void linear(int R, int K, int N, const float* x, const void* w, int wtype, const float* b, const float* res,
             float* y) {
   for (int r0 = 0; r0 < R; r0 += MAX_ROWS) {  // rows beyond what the registers hold: in turns
     int rows = R - r0 < MAX_ROWS ? R - r0 : MAX_ROWS;
     const float* xr = x + (long)r0 * K;
     const float* rr = res ? res + (long)r0 * N : nullptr;
-    if (wtype == 1)
+    if (wtype == 2)
+      linear_any(rows, K, N, xr, (const uint32_t*)w, b, rr, y + (long)r0 * N);
+    else if (wtype == 1)
       linear_any(rows, K, N, xr, (const uint16_t*)w, b, rr, y + (long)r0 * N);
     else
       linear_any(rows, K, N, xr, (const float*)w, b, rr, y + (long)r0 * N);
@@ -160,6 +220,99 @@ inline float tof(uint16_t h) {  // bfloat16 bits -> float
   return f;
 }
 
+// RR rows of one head that read the same keys, transposed (dim-major, positions contiguous),
+// and values (the cross-attention: one row, or beams over one window): scores in register tiles
+// of RR rows x 4 vectors of positions, so each key and value vector is loaded and widened once
+// for all the rows. Then per row the [first, last) mask and the softmax (weights copied out when
+// asked), and the values' product in register tiles of RR rows x 4 vectors of dims. Dh is a
+// multiple of W. q[r], s[r] (T floats of scratch), out[r], weights[r] (or null): per row.
+template <int RR, typename KV>
+void attend_shared(int T, int Dh, float scale, const float* const* q, const KV* kt, long kdim, const KV* v, long vpos,
+                   const int* first, const int* last, float* const* s, float* const* out, float* const* weights) {
+  int t = 0;
+  for (; t + 4 * W <= T; t += 4 * W) {
+    vf acc[RR][4] = {};
+    for (int d = 0; d < Dh; d++) {
+      const KV* kd = kt + d * kdim + t;
+      vf k[4] = {load_w(kd), load_w(kd + W), load_w(kd + 2 * W), load_w(kd + 3 * W)};
+      for (int r = 0; r < RR; r++) {
+        const float qd = q[r][d] * scale;
+        for (int c = 0; c < 4; c++) acc[r][c] += qd * k[c];
+      }
+    }
+    for (int r = 0; r < RR; r++)
+      for (int c = 0; c < 4; c++) store(s[r] + t + c * W, acc[r][c]);
+  }
+  for (; t < T; t++)  // the last positions, one at a time
+    for (int r = 0; r < RR; r++) {
+      float sum = 0.0f;
+      for (int d = 0; d < Dh; d++) sum += q[r][d] * tof(kt[d * kdim + t]);
+      s[r][t] = sum * scale;
+    }
+  for (int r = 0; r < RR; r++) {
+    for (int u = 0; u < first[r] && u < T; u++) s[r][u] = -__builtin_inff();
+    for (int u = last[r] > 0 ? last[r] : 0; u < T; u++) s[r][u] = -__builtin_inff();
+    softmax_row(T, s[r]);
+    if (weights[r]) memcpy(weights[r], s[r], T * sizeof(float));
+  }
+  for (int d0 = 0; d0 < Dh; d0 += 4 * W) {
+    const int nv = (Dh - d0) / W < 4 ? (Dh - d0) / W : 4;
+    vf acc[RR][4] = {};
+    for (int u = 0; u < T; u++) {
+      const KV* vu = v + u * vpos + d0;
+      vf vv[4];
+      for (int c = 0; c < nv; c++) vv[c] = load_w(vu + c * W);
+      for (int r = 0; r < RR; r++) {
+        const float p = s[r][u];
+        for (int c = 0; c < nv; c++) acc[r][c] += p * vv[c];
+      }
+    }
+    for (int r = 0; r < RR; r++)
+      for (int c = 0; c < nv; c++) store(out[r] + d0 + c * W, acc[r][c]);
+  }
+}
+
+// Rows sharing keys at a time in attend_shared: RR x 4 accumulators + 4 keys in the registers.
+constexpr int SHARED_ROWS = S == 1 ? 4 : 2;
+
+// attend() for keys transposed and no `extra` position, Dh a multiple of W: rows that share
+// their keys and values (row stride 0) in groups, others one at a time.
+template <typename KV>
+void attend_transposed(int R, int H, int Dh, float scale, const float* q, const KV* k, Strides ks, const KV* v,
+                       Strides vs, int T, const int* lo, const int* hi, float* out, float* weights) {
+  const int D = H * Dh;
+  const bool shared = ks.row == 0 && vs.row == 0;
+  const int group = shared ? SHARED_ROWS : 1;
+  const int threads = (long)T * Dh * H >= (1L << 16) ? g_threads : 1;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int h = 0; h < H; h++) {
+    std::vector<float> scratch((long)group * T);
+    for (int r0 = 0; r0 < R; r0 += group) {
+      const int rr = R - r0 < group ? R - r0 : group;
+      const float* qs[SHARED_ROWS];
+      float *ss[SHARED_ROWS], *os[SHARED_ROWS], *ws[SHARED_ROWS];
+      int first[SHARED_ROWS], last[SHARED_ROWS];
+      for (int i = 0; i < rr; i++) {
+        const int r = r0 + i;
+        qs[i] = q + (long)r * D + h * Dh;
+        ss[i] = scratch.data() + (long)i * T;
+        os[i] = out + (long)r * D + h * Dh;
+        ws[i] = weights ? weights + ((long)r * H + h) * T : nullptr;
+        first[i] = lo ? lo[r] : 0;
+        last[i] = hi ? (hi[r] < T ? hi[r] : T) : T;
+      }
+      const KV* kh = k + r0 * ks.row + h * ks.head;
+      const KV* vh = v + r0 * vs.row + h * vs.head;
+      switch (rr) {
+        case 4: attend_shared<4>(T, Dh, scale, qs, kh, ks.dim, vh, vs.pos, first, last, ss, os, ws); break;
+        case 3: attend_shared<3>(T, Dh, scale, qs, kh, ks.dim, vh, vs.pos, first, last, ss, os, ws); break;
+        case 2: attend_shared<2>(T, Dh, scale, qs, kh, ks.dim, vh, vs.pos, first, last, ss, os, ws); break;
+        default: attend_shared<1>(T, Dh, scale, qs, kh, ks.dim, vh, vs.pos, first, last, ss, os, ws); break;
+      }
+    }
+  }
+}
+
 // One query per row and head over T positions (and one more, `extra`, when given: the new
 // token's own key/value in self-attention), in one pass: scores, masked softmax, values.
 // q, extra_k, extra_v, out: (R, H*Dh); k, v: strided as given (v's dim stride is 1), float32
@@ -170,6 +323,8 @@ template <typename KV>
 void attend(int R, int H, int Dh, float scale, const float* q, const KV* k, Strides ks, const KV* v,
             Strides vs, int T, const float* extra_k, const float* extra_v, const int* lo, const int* hi,
             float* out, float* weights) {
+  if (ks.dim != 1 && ks.pos == 1 && vs.dim == 1 && !extra_k && Dh % W == 0 && T > 0)
+    return attend_transposed(R, H, Dh, scale, q, k, ks, v, vs, T, lo, hi, out, weights);
   const int total = T + (extra_k ? 1 : 0);
   const int D = H * Dh;
   const int threads = (long)T * Dh * H >= (1L << 16) ? g_threads : 1;  // the audio, not a short cache
@@ -370,6 +525,48 @@ EXPORT void TK(to_bf16)(long n, const float* x, uint16_t* y) {
     uint32_t u;
     memcpy(&u, x + i, 4);
     y[i] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+
+// y (R, N) = x (R, K) w^T for a float32 weight (N, K) as it is stored, row-major, unpacked (the
+// tied vocabulary projection of a prompt pass's few rows, kept float32: the no-speech
+// probability is read there): each weight row read once for all R rows (<= 8), a dot product
+// per row and output. Memory-bound: threads over the outputs.
+template <int R>
+void dot_rows_range(int K, int n0, int n1, const float* x, const float* w, float* y, int N) {
+  const int kv = K - K % W;
+  for (int n = n0; n < n1; n++) {
+    const float* wn = w + (long)n * K;
+    vf acc[R] = {};
+    for (int k = 0; k < kv; k += W) {
+      const vf wv = load(wn + k);
+      for (int r = 0; r < R; r++) acc[r] += load(x + (long)r * K + k) * wv;
+    }
+    for (int r = 0; r < R; r++) {
+      float sum = hsum(acc[r]);
+      for (int k = kv; k < K; k++) sum += x[(long)r * K + k] * wn[k];
+      y[(long)r * N + n] = sum;
+    }
+  }
+}
+
+EXPORT void TK(dot_rows)(int R, int K, int N, const float* x, const float* w, float* y, int threads) {
+  threads = threads < 1 ? 1 : threads;
+  for (int r0 = 0; r0 < R; r0 += 4) {  // 4 rows at a time: their accumulators in the registers
+    const int rows = R - r0 < 4 ? R - r0 : 4;
+    const float* xr = x + (long)r0 * K;
+    float* yr = y + (long)r0 * N;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int t = 0; t < threads; t++) {
+      const int per = (N + threads - 1) / threads, n0 = t * per, n1 = n0 + per < N ? n0 + per : N;
+      if (n0 >= n1) continue;
+      switch (rows) {
+        case 4: dot_rows_range<4>(K, n0, n1, xr, w, yr, N); break;
+        case 3: dot_rows_range<3>(K, n0, n1, xr, w, yr, N); break;
+        case 2: dot_rows_range<2>(K, n0, n1, xr, w, yr, N); break;
+        default: dot_rows_range<1>(K, n0, n1, xr, w, yr, N); break;
+      }
+    }
   }
 }
 
