@@ -82,3 +82,20 @@ def test_without_kernels_jfk_transcribes_to_the_same_words(model, elsewhere):
     with_kernels = transcriber.transcribe(JFK, model)
     assert [w.text for w in without.words] == [w.text for w in with_kernels.words]
     assert [round(w.start, 2) for w in without.words] == [round(w.start, 2) for w in with_kernels.words]
+
+
+def test_doctor_names_the_path_and_self_check_of_every_kernel_kind():
+    """With the kernels built: one line per kind with the ISA serving it and its self-check, and
+    what serves the encoder and the decoder's passes."""
+    native.reset()
+    status = native.status()
+    if status.path is None:
+        pytest.skip(f"kernels not built here: {status.line()}")
+    from transcriber.doctor import report
+
+    text = report()
+    assert status.checks, "no kernel kind was checked"
+    for kind, note in status.checks.items():
+        assert f"  {kind}: {status.isa}, self-check {'passed' if note is None else note}" in text
+    assert "encoder: native bf16 GEMM on " in text
+    assert "decoder passes (prompts, word timing; batch 1): native bf16 GEMM and attention on " in text

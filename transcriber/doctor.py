@@ -45,7 +45,7 @@ def _blas(probe: bool) -> list[str]:
     lines.append(f"  MLX's sgemm is served by: {serving or 'unknown (no cblas_sgemm slot found)'}")
     threads = blas.threads()
     lines.append(f"  threads: {threads if threads is not None else 'n/a (not settable)'}")
-    lines.append("  decoder's vocabulary projection: "
+    lines.append("  vocabulary projection of MLX's decoder passes (kernels off, padded batches): "
                  + ("that library's sgemv" if blas.host_matvec() else "MLX's own matmul"))
     lines.append(f"  measured now: {blas.measure():.1f} GFLOP/s (float32 matmul, Whisper shapes)")
     results = blas.probe_results()
@@ -77,6 +77,7 @@ def _kernels() -> list[str]:
         for kind, note in status.checks.items():
             lines.append(f"  {kind}: {status.isa}, self-check {'passed' if note is None else note}")
         lines.append(f"  {native.encoder_line()}")
+        lines.append(f"  {native.pass_line()}")
         lines.append(f"  decoder weights: {native.weights_precision()} ({native.PRECISION_ENV}); "
                      f"{loader.ENV}=avx512|avx2|portable|off forces a path")
     return lines

@@ -171,6 +171,19 @@ def encoder_line() -> str:
             f"{ENCODER_ENV}=mlx for MLX's float32")
 
 
+def pass_line() -> str:
+    """What serves the decoder's multi-token passes (prompts, word timing), for `transcribe doctor`."""
+    st = status()
+    if st.path is None:
+        return "decoder passes: MLX's float32 ops"
+    if pass_choice() != "bf16" or weights_precision() != "bf16":
+        return f"decoder passes: MLX's float32 ops ({PASS_ENV}={pass_choice()}, weights {weights_precision()})"
+    if not all(st.serves(k) for k in PASS_KINDS):
+        return "decoder passes: MLX's float32 ops (a kernel they need is disabled)"
+    return (f"decoder passes (prompts, word timing; batch 1): native bf16 GEMM and attention on {st.path}, "
+            f"float32 logits; {PASS_ENV}=mlx for MLX's float32")
+
+
 def encoder_threads() -> int:
     """Threads for the encoder's GEMMs and attention: as many as the BLAS serving MLX uses
     (probed, or set by ``blas.set_threads``: the encoder's products ran there before), else
