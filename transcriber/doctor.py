@@ -34,7 +34,7 @@ def _ffmpeg() -> str:
 
 
 def _blas(probe: bool) -> list[str]:
-    from . import blas
+    from .native import blas
 
     if probe:
         blas.apply(reprobe=True)
@@ -104,7 +104,7 @@ def report(probe: bool = False) -> str:
     import mlx.core as mx
     import numpy as np
 
-    from . import blas
+    from .native import blas
     from .model.loader import cache_root
 
     lines = [

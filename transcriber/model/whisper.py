@@ -20,7 +20,8 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_map, tree_unflatten
 
-from .. import blas, native
+from .. import native
+from ..native import blas
 
 # One layer's attention keys and values, each (B, H, T, D/H).
 LayerCache = tuple[mx.array, mx.array]
