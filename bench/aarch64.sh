@@ -55,6 +55,7 @@ make_root() {
   printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' >"$ROOT/etc/pip.conf"
   mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
   mountpoint -q "$ROOT/dev" || mount --rbind /dev "$ROOT/dev"
+  mountpoint -q "$ROOT/sys" || mount -t sysfs sysfs "$ROOT/sys"
   mountpoint -q "$ROOT/tmp" || mount -t tmpfs tmpfs "$ROOT/tmp"
   chroot "$ROOT" update-ca-certificates
   # the README's prerequisites, nothing more
