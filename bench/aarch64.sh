@@ -61,7 +61,7 @@ make_root() {
   # the README's prerequisites, nothing more
   chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive sh -c \
     'apt-get update -q && apt-get install -y -q --no-install-recommends python3 python3-venv g++ make git'
-  id -u user >/dev/null 2>&1 || chroot "$ROOT" useradd -m -s /bin/bash user
+  chroot "$ROOT" id -u user >/dev/null 2>&1 || chroot "$ROOT" useradd -m -s /bin/bash user
   rm -rf "$ROOT/home/user/transcriber" "$ROOT/home/user/.cache/transcriber"
   git clone -q "$REPO" "$ROOT/home/user/transcriber"
   chroot "$ROOT" chown -R user:user /home/user
