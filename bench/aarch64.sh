@@ -80,7 +80,7 @@ step native-tests as_user '.venv/bin/pip install -q pytest && .venv/bin/python -
 echo
 echo "aarch64 under qemu-aarch64 $(qemu-aarch64-static --version | head -1 | awk '{print $3}') (-cpu $CPU), Debian bookworm arm64, load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%s\n' "${SUMMARY[@]}"
-echo "native kernels: $(grep -m1 '^native kernels' "$LOG/doctor.log" || echo '?')"
-echo "BLAS: $(grep -m1 '^BLAS' "$LOG/doctor.log" || echo '?')"
+grep -m1 "^native kernels" "$LOG/doctor.log" || echo "native kernels: ?"
+grep -m1 "^BLAS" "$LOG/doctor.log" || echo "BLAS: ?"
 echo "jfk: $(tail -2 "$LOG/jfk-offline.log" | tr '\n' ' ')"
 echo "logs: $LOG/"
