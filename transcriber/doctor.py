@@ -79,7 +79,7 @@ def _kernels() -> list[str]:
         lines.append(f"  {native.encoder_line()}")
         lines.append(f"  {native.pass_line()}")
         lines.append(f"  decoder weights: {native.weights_precision()} ({native.PRECISION_ENV}); "
-                     f"{loader.ENV}=avx512|avx2|portable|off forces a path")
+                     f"{loader.ENV}={'|'.join([*info['paths'], 'off'])} forces a path")
     return lines
 
 

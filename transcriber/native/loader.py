@@ -39,8 +39,14 @@ class Loaded:
     reason: str | None = None
 
 
+# aarch64: getauxval(AT_HWCAP) bit 1 is HWCAP_ASIMD (NEON), as the kernel gives it to this process
+_AT_HWCAP, _HWCAP_ASIMD = 16, 1 << 1
+
+
 def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags from /proc/cpuinfo (x86 "flags", aarch64 "Features")."""
+    """The CPU's feature flags from /proc/cpuinfo (x86 "flags"); on aarch64 from AT_HWCAP."""
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        return _arm_flags()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -50,6 +56,17 @@ def cpu_flags() -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
+
+
+def _arm_flags() -> frozenset[str]:
+    """NEON from the auxiliary vector, not /proc/cpuinfo: under qemu user emulation that file
+    is the host's (x86 "flags", no "Features"), so NEON looked absent and x86 flags present."""
+    try:
+        getauxval = ctypes.CDLL(None).getauxval
+        getauxval.restype, getauxval.argtypes = ctypes.c_ulong, [ctypes.c_ulong]
+        return frozenset(["asimd"]) if getauxval(_AT_HWCAP) & _HWCAP_ASIMD else frozenset()
+    except (OSError, AttributeError):
+        return frozenset()
 
 
 def runnable(path: str, flags: frozenset[str]) -> bool:
