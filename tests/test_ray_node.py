@@ -10,11 +10,9 @@ from its checkpoint, one line naming the node, exit 0.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import time
-from pathlib import Path
 
 import pytest
 
