@@ -14,6 +14,21 @@
 
 namespace {
 
+// The R rows' sums of nb column blocks from block j on, plus the bias and the residual, into y
+// (only the valid columns of the last block).
+template <int R, int V>
+inline void store_blocks(const vf (&acc)[R][V], int j, int nb, const float* b, const float* res, float* y, int N) {
+  for (int r = 0; r < R; r++) {
+    float out[V * W];
+    memcpy(out, acc[r], sizeof out);
+    const int n0 = j * LANES, valid = N - n0 < nb * LANES ? N - n0 : nb * LANES;
+    float* yr = y + (long)r * N + n0;
+    const float* rr = res ? res + (long)r * N + n0 : nullptr;
+    const float* bb = b ? b + n0 : nullptr;
+    for (int i = 0; i < valid; i++) yr[i] = out[i] + (bb ? bb[i] : 0.0f) + (rr ? rr[i] : 0.0f);
+  }
+}
+
 // y[r, n] = sum_k x[r, k] w[n, k] + b[n] + res[r, n]. The weights come packed once at load
 // (kernels.py ``Packed``): blocks of 16 output columns, (N/16, K, 16), so a vector holds
 // adjacent columns at one k and the sums need no horizontal reduction. B blocks at a time for
@@ -43,15 +58,7 @@ void linear_blocks(int K, int j0, int blocks, const float* x, const T* w, const 
           for (int r = 0; r < R; r++) acc[r][c] += x[(long)r * K + k] * wv;
         }
     }
-    for (int r = 0; r < R; r++) {
-      float out[V * W];
-      memcpy(out, acc[r], sizeof out);
-      const int n0 = j * LANES, valid = N - n0 < nb * LANES ? N - n0 : nb * LANES;
-      float* yr = y + (long)r * N + n0;
-      const float* rr = res ? res + (long)r * N + n0 : nullptr;
-      const float* bb = b ? b + n0 : nullptr;
-      for (int i = 0; i < valid; i++) yr[i] = out[i] + (bb ? bb[i] : 0.0f) + (rr ? rr[i] : 0.0f);
-    }
+    store_blocks<R, V>(acc, j, nb, b, res, y, N);
   }
 }
 
@@ -86,15 +93,7 @@ void linear_pairs(int K, int j0, int blocks, const float* x, const uint32_t* w, 
           for (int c = 0; c < nb * S; c++) acc[r][c] += x0 * lo[c] + x1 * hi[c];
       }
     }
-    for (int r = 0; r < R; r++) {
-      float out[V * W];
-      memcpy(out, acc[r], sizeof out);
-      const int n0 = j * LANES, valid = N - n0 < nb * LANES ? N - n0 : nb * LANES;
-      float* yr = y + (long)r * N + n0;
-      const float* rr = res ? res + (long)r * N + n0 : nullptr;
-      const float* bb = b ? b + n0 : nullptr;
-      for (int i = 0; i < valid; i++) yr[i] = out[i] + (bb ? bb[i] : 0.0f) + (rr ? rr[i] : 0.0f);
-    }
+    store_blocks<R, V>(acc, j, nb, b, res, y, N);
   }
 }
 
