@@ -237,6 +237,10 @@ EXPORT int TK(gemm)(int M, int N, int K, const float* a, long lda, const uint32_
 // Rows of attention at a time: their float32 scores (48 x 1500) and bf16 probabilities stay in L2.
 constexpr int ATTENTION_ROWS = 48;
 
+EXPORT int TK(attention_packed)(int T, int H, int Dh, const float* q, long ldq, const uint32_t* keys,
+                                const uint32_t* values, int N, int causal, float* out, long ldo, float* weights,
+                                int dot, int threads);
+
 // Unmasked self-attention on the bf16 GEMM: per head, scores = (scale q) k^T, softmax in
 // float32, then probabilities x values, 48 query rows at a time. qkv (S, 3D) at row stride ld
 // (query, key, value side by side, heads of Dh inside each); out (S, D) at row stride ldo.
@@ -255,26 +259,8 @@ EXPORT int TK(attention_bf16)(int S, int H, int Dh, const float* qkv, long ld, f
     pack_weight(S, Dh, qkv + D + h * Dh, ld, 1, keys.data() + h * kw);           // n: position, k: dim
     pack_weight(Dh, S, qkv + 2 * D + h * Dh, 1, ld, values.data() + h * vw);     // n: dim, k: position
   }
-  const float scale = 1.0f / __builtin_sqrtf((float)Dh);
-  const int blocks = (S + ATTENTION_ROWS - 1) / ATTENTION_ROWS;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    std::vector<uint32_t> q((long)ATTENTION_ROWS * Pq), p((long)ATTENTION_ROWS * Ps);
-    std::vector<float> s((long)ATTENTION_ROWS * S);
-#pragma omp for collapse(2) schedule(dynamic)
-    for (int h = 0; h < H; h++)
-      for (int b = 0; b < blocks; b++) {
-        const int m0 = b * ATTENTION_ROWS, rows = S - m0 < ATTENTION_ROWS ? S - m0 : ATTENTION_ROWS;
-        pack_rows(rows, Dh, qkv + m0 * ld + h * Dh, ld, q.data(), 1, scale);
-        const Epilogue scores{nullptr, nullptr, 0, 0, s.data(), S, S};
-        row_block(dot, 0, rows, Pq, nbs, q.data(), keys.data() + h * kw, scores);
-        for (int r = 0; r < rows; r++) softmax_row(S, s.data() + (long)r * S);
-        pack_rows(rows, S, s.data(), S, p.data(), 1);
-        const Epilogue o{nullptr, nullptr, 0, 0, out + m0 * ldo + h * Dh, ldo, Dh};
-        row_block(dot, 0, rows, Ps, nbd, p.data(), values.data() + h * vw, o);
-      }
-  }
-  return 0;
+  // the prompt pass's kernel over these packed heads, every position seen, no weights kept
+  return TK(attention_packed)(S, H, Dh, qkv, ld, keys.data(), values.data(), S, -1, out, ldo, nullptr, dot, threads);
 }
 
 // Per head, a float32 operand packed as gemm_pack packs a weight: head h's w[n, k] at
