@@ -90,8 +90,8 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
     batch = batch or Batch()
     store.expire_dead_leases(owner_is_dead)  # a killed runner's jobs are resumed, not "busy"
     requests, files = [], list(files)
-    # every file's stat and content key read in one thread with a bound per file: a file on a
-    # hung mount fails alone (ReadTimeout), the others are queued
+    # every file's stat and content key read in a child process (bounded_each) with a bound per
+    # file: a file on a hung mount fails alone (ReadTimeout), the others are queued
     made = bounded_each(lambda file: request_for(*file, output_dir, spec), files, path_of=lambda file: file[0])
     for (source, _), request in zip(files, made):
         if isinstance(request, OSError):
