@@ -83,6 +83,20 @@ def test_no_speech_gives_no_words(model, name):
     assert transcript.text == ""
 
 
+def test_closing_music_after_the_last_words_stays_silent(model, data_dir, tmp_path):
+    """A reading, a pause, jfk.flac, then 15 s of the Brahms to the end (the full podcast's
+    close). The last window's " Thank you." was refused by the gate, and the seconds after it,
+    decoded again on their own, wrote " Thank you." once more and kept it: the walk now ends
+    with a last window whose every segment was refused."""
+    from transcriber import podcast
+
+    layout = ("osr_us_000_0034_harvard.flac", podcast.Silence(4.0, -55.0), "jfk.flac", podcast.Music(30.0, 15.0))
+    cast = podcast.build_podcast(data_dir, layout)
+    card = podcast.score(cast, transcriber.transcribe(cast.write_wav(tmp_path / "close.wav"), model=model).words)
+    assert [w.text for w in card.words_in_nonspeech] == [] and card.cues_in_nonspeech == 0
+    assert card.lost_at_boundaries == 0 and card.wer < 0.05, card.readings
+
+
 def test_containers_give_the_same_words(model, tmp_path):
     source = JFK
     video = tmp_path / "jfk video.mp4"

@@ -17,7 +17,7 @@ from typing import Iterator, Optional, Union
 import numpy as np
 
 from . import audio as audio_io
-from .constants import FRAMES_PER_SECOND, HOP_LENGTH, INPUT_STRIDE, N_SAMPLES, SAMPLE_RATE, TIME_PRECISION
+from .constants import FRAMES_PER_SECOND, HOP_LENGTH, INPUT_STRIDE, N_FRAMES, N_SAMPLES, SAMPLE_RATE, TIME_PRECISION
 from .context import WhisperContext
 from .decoding.batch import GreedyBatch, batchable
 from .decoding.options import TranscribeOptions
@@ -233,7 +233,14 @@ class OneShotEngine:
             segments = [_segment(p, []) for p in pieces]
         segments = [s for s in segments if s.text.strip()]
         if opts.word_timestamps:  # sound captions and guesses over music (nonspeech.py)
-            segments = _speech_segments(segments, state.last_speech)
+            decoded, segments = segments, _speech_segments(segments, state.last_speech)
+            # A window holding the end of the audio (under N_FRAMES) whose every segment the
+            # gate refused ends the walk: the model heard all that is left and wrote nothing
+            # believable. Seeking to the refused segment's end decoded the last seconds again
+            # with less context: on the podcast's closing music the window wrote " you" (0.16,
+            # refused), the 3.5 s after it " you" again (0.30, kept).
+            if decoded and not segments and n_frames < N_FRAMES:
+                next_seek = state.seek + n_frames
         prompt = state.prompt_tokens
         if not opts.condition_on_previous_text or result.temperature > 0.5:
             prompt = []
