@@ -10,7 +10,7 @@ from transcriber.decoding.options import DecodingOptions
 from transcriber.decoding.search import BeamSearchDecoder, GreedyDecoder, MaximumLikelihoodRanker
 from transcriber.decoding.task import compression_ratio
 from transcriber.model import loader
-from transcriber.timing import dtw, median_filter
+from transcriber.timing import WordTiming, dtw, median_filter, snap_to_sound
 from transcriber.tokenizer import load_tokenizer
 
 
@@ -179,3 +179,29 @@ def test_the_loop_step_ends_a_window_by_its_budget_text_context_or_end_of_text()
     assert done.reason is Ending.EOT and done.candidates[0].tokens[:2] == (1, eot)
     full = Decode([1, 2], GreedyDecoder(0.0, eot), [], 1, max_new=9, n_ctx=3).choose(logits(4))
     assert full.reason is Ending.LENGTH
+
+
+def _timed(*spans):
+    return [WordTiming(text, [], start, end, 0.9) for text, start, end in spans]
+
+
+def test_words_snap_to_the_sound_around_them():
+    """20 ms frames from 10.0 s: sound from 10.2 to 11.0 s, silence after it (the podcast's
+    " and" stretched over the pause and " Roman." placed wholly inside it)."""
+    loud = np.zeros(100, dtype=bool)
+    loud[10:50] = True
+    words = _timed((" gothic", 10.1, 10.5), (" and", 10.5, 11.9), (" Roman.", 11.9, 11.9))
+    snap_to_sound(words, loud, 10.0, 0.3, floor=9.0)
+    assert [(w.word, round(w.start, 2), round(w.end, 2)) for w in words] == [
+        (" gothic", 10.2, 10.5), (" and", 10.5, 10.7), (" Roman.", 10.7, 11.0)]
+
+
+def test_a_word_with_no_sound_before_it_stays_and_all_silence_changes_nothing():
+    loud = np.zeros(100, dtype=bool)
+    loud[60:] = True
+    words = _timed((" Well,", 10.2, 10.6), (" then", 11.1, 11.5))
+    snap_to_sound(words, loud, 10.0, 0.3, floor=0.0)  # " Well," has no sound before it: kept
+    assert [(round(w.start, 2), round(w.end, 2)) for w in words] == [(10.2, 10.6), (11.2, 11.5)]
+    silent = _timed((" a", 1.0, 2.0))
+    snap_to_sound(silent, np.zeros(100, dtype=bool), 0.0, 0.3, floor=0.0)
+    assert (silent[0].start, silent[0].end) == (1.0, 2.0)

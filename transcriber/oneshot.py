@@ -26,7 +26,7 @@ from .engine import Step
 from .model.whisper import DecoderState, Whisper
 from .nonspeech import GATE, ISOLATION
 from .timing import (WordTiming, clamp_edge_words, clamp_long_words, find_alignment, fix_segment_edges,
-                     merge_punctuations)
+                     merge_punctuations, snap_to_sound)
 from .tokenizer import Tokenizer
 from .types import Segment, Word
 
@@ -197,7 +197,8 @@ class OneShotEngine:
                 if seek.language is None:  # detected once per file, on its first window with sound
                     seek.language, seek.language_probability, _ = self.context.detect_language(base)
                 segments, seek = yield from self._decode_window(base, n_frames, seek,
-                                                                self.context.tokenizer(seek.language))
+                                                                self.context.tokenizer(seek.language),
+                                                                GATE.loud_frames(samples))
             yield Step(tuple(w for s in segments for w in s.words), tuple(segments), seek.to_dict(),
                        seek.seek / FRAMES_PER_SECOND, seek.language or "en", seek.language_probability,
                        audio.warnings)
@@ -214,9 +215,11 @@ class OneShotEngine:
                 return seek, N_SAMPLES if last is None else min(N_SAMPLES, (last - seek) * HOP_LENGTH)
         return None
 
-    def _decode_window(self, base: DecoderState, n_frames: int, state: SeekState, tokenizer: Tokenizer):
+    def _decode_window(self, base: DecoderState, n_frames: int, state: SeekState, tokenizer: Tokenizer,
+                       loud: np.ndarray):
         """One encoded window -> its segments (with words) and the state after it. A generator
-        (``yield from`` it): it asks its driver for the first decoding (a ``_Decode``)."""
+        (``yield from`` it): it asks its driver for the first decoding (a ``_Decode``).
+        loud: (F,) bool, the window's 20 ms frames that are sound (``GATE.loud_frames``)."""
         opts = self.options
         time_offset = state.seek / FRAMES_PER_SECOND
         task = self._task(opts.temperatures[0], state.prompt_tokens, tokenizer, n_frames)
@@ -228,7 +231,7 @@ class OneShotEngine:
         pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
         if opts.word_timestamps and pieces:
             segments, next_seek = self._add_words(pieces, tokenizer, base, n_frames, time_offset,
-                                                  state, next_seek, result)
+                                                  state, next_seek, result, loud)
         else:
             segments = [_segment(p, []) for p in pieces]
         segments = [s for s in segments if s.text.strip()]
@@ -293,9 +296,10 @@ class OneShotEngine:
         return segments, next_seek
 
     def _add_words(self, segments, tokenizer, base, n_frames, time_offset, state: SeekState, next_seek,
-                   result) -> tuple[list[Segment], int]:
-        """Time every word of the window's segments (one DTW for the window), then turn the
-        segment dicts into ``Segment``s; a window ending mid-segment resumes after its last word."""
+                   result, loud: np.ndarray) -> tuple[list[Segment], int]:
+        """Time every word of the window's segments (one DTW for the window; kept out of the
+        window's silence, ``loud``), then turn the segment dicts into ``Segment``s; a window
+        ending mid-segment resumes after its last word."""
         all_tokens = [t for s in segments for t in s["tokens"]]
         all_probs = [p for s in segments for p in s["probs"]]
         alignment = find_alignment(self.model, tokenizer, base, all_tokens, all_probs, n_frames)
@@ -314,6 +318,7 @@ class OneShotEngine:
                 index += 1
             if words:
                 edges = fix_segment_edges(words, seg["start"], seg["end"], median, max_duration, last_speech)
+                snap_to_sound(words, loud, time_offset, median, last_speech)
                 seg["start"], seg["end"] = clamp_edge_words(words, *edges, max_duration)
                 last_speech = seg["end"]
             out.append(_segment(seg, words))

@@ -211,6 +211,43 @@ def fix_segment_edges(words: list[WordTiming], start: float, end: float, median:
     return start, end
 
 
+SOUND_FRAME = 0.02  # seconds: one frame of ``nonspeech.NonSpeechGate.loud_frames`` (20 ms)
+
+
+def snap_to_sound(words: list[WordTiming], loud: np.ndarray, offset: float, duration: float,
+                  floor: float) -> None:
+    """Keep a segment's words out of silence. DTW stretches a sentence's last words over the
+    pause after it and can put the last one wholly inside it (on the podcast: " and" over
+    1.4 s, then " Roman." at its end, 0.7 s into digital silence).
+
+    loud: (F,) bool, whether each 20 ms frame of the window (from ``offset`` s) reaches the
+    gate's silence level; music and room noise are sound, digital silence and near-silence are
+    not. A word's start moves forward to the first sound inside it, its end back to the last;
+    a word with no sound inside moves back to end where the sound before it ended, lasting
+    ``duration`` (its own if longer), not before ``floor`` or the word before it, which ends
+    where it starts. A word with no sound before it in the window stays where it is."""
+    sound = np.flatnonzero(loud)
+    if not len(sound):
+        return
+    frame = lambda t: int(np.clip(round((t - offset) / SOUND_FRAME), 0, len(loud)))  # noqa: E731
+    for i, w in enumerate(words):
+        a, b = frame(w.start), frame(w.end)
+        inside = sound[(sound >= a) & (sound < max(b, a + 1))]
+        if len(inside):
+            w.start = max(w.start, offset + inside[0] * SOUND_FRAME)
+            w.end = max(w.start, min(w.end, offset + (inside[-1] + 1) * SOUND_FRAME))
+            continue
+        before = sound[sound < a]
+        if not len(before):
+            continue
+        length = max(w.end - w.start, duration)
+        w.end = offset + (before[-1] + 1) * SOUND_FRAME
+        w.start = max(floor, words[i - 1].start if i else floor, w.end - length)
+        for prev in words[:i]:
+            prev.end = min(prev.end, w.start)
+            prev.start = min(prev.start, prev.end)
+
+
 def clamp_edge_words(words: list[WordTiming], start: float, end: float,
                      max_duration: float) -> tuple[float, float]:
     """Cut a stretched word that starts a segment or a sentence from its start, one that ends a
