@@ -97,6 +97,22 @@ def test_closing_music_after_the_last_words_stays_silent(model, data_dir, tmp_pa
     assert card.lost_at_boundaries == 0 and card.wer < 0.05, card.readings
 
 
+def test_the_full_podcast_in_the_default_mode(model, data_dir, tmp_path):
+    """The whole podcast (6.3 min: nine readings between music, silence and near-silence), as
+    `transcribe podcast.wav` writes it: no word in music or silence, no cue reaching half a
+    second into them (a " Roman." once sat 0.7 s into a pause, a " you" in the closing music),
+    nothing lost at the edges, the sentence ends kept (28 of the references' 26 measured)."""
+    from transcriber import podcast
+
+    cast = podcast.build_podcast(data_dir, podcast.FULL)
+    card = podcast.score(cast, transcriber.transcribe(cast.write_wav(tmp_path / "podcast.wav"), model=model).words)
+    assert [w.text for w in card.words_in_nonspeech] == [] and card.cues_in_nonspeech == 0
+    assert card.cue_intrusion < 0.5 and card.past_end == 0
+    assert card.lost_at_boundaries == 0 and card.wer < 0.05, card.readings
+    written, reference = card.sentence_ends
+    assert written >= reference - 1, card.readings
+
+
 def test_containers_give_the_same_words(model, tmp_path):
     source = JFK
     video = tmp_path / "jfk video.mp4"
