@@ -62,21 +62,26 @@ void linear_blocks(int K, int j0, int blocks, const float* x, const T* w, const 
   }
 }
 
-// Bytes ahead of each weight stream that linear_pairs prefetches: the hardware prefetchers stop
-// at every 4 KiB page, and a step reads ~16k pages of weights, each a restart; prefetching in
-// software runs across them (a 40 MB product 2.2 -> 1.3 ms on Zen 5, bench/kernels.md).
-constexpr int PREFETCH_BYTES = 2048;
+// Packed rows (p steps, 64 bytes of a block each) ahead of each weight stream that linear_pairs
+// prefetches: the hardware prefetchers stop at every 4 KiB page, and a step reads ~16k pages of
+// weights, each a restart; prefetching in software runs across them. Near a block's end the
+// stream goes on where it continues: the same block of the next group (a group's four blocks
+// are only 12 KB each at K 384, so each group would start cold). bench/kernels.md: the 40 MB
+// projection 2.2 -> 1.3 ms on Zen 5.
+constexpr int AHEAD_ROWS = 32;
 
 // NB blocks of the pairs layout from wj on, for R rows: sums into acc. NB is a compile-time
 // constant so lo/hi/acc stay in registers (a run-time count kept them on the stack).
 template <int R, int NB>
 inline void pairs_blocks(int P, int even, int K, const float* x, const uint32_t* wj, vf (&acc)[R][NB * S]) {
   constexpr int V = NB * S;
+  const long group = (long)NB * P * LANES;  // words from a block to the same block of the next group
   for (int p = 0; p < P; p++) {
     vf lo[V], hi[V];
+    const long ahead = p + AHEAD_ROWS < P ? (long)AHEAD_ROWS * LANES : group - (long)(P - AHEAD_ROWS) * LANES;
     for (int c = 0; c < V; c++) {
       const uint32_t* a = wj + ((long)(c / S) * P + p) * LANES + (c % S) * W;
-      if (c % S == 0) __builtin_prefetch((const char*)a + PREFETCH_BYTES, 0, 3);
+      if (c % S == 0) __builtin_prefetch(a + ahead, 0, 3);
       vu u;
       memcpy(&u, a, sizeof u);
       vu l = u << 16, h = u & 0xFFFF0000u;
@@ -223,7 +228,7 @@ void gelu(long n, const float* x, float* y) {
 
 // Software prefetch of n elements from p on (every cache line of them): the audio's keys are
 // read 64 dims x 64 positions a tile, 64 strided streams, more than the hardware prefetchers
-// follow, and every stream crosses a 4 KiB page each ~20 tiles.
+// follow, and every stream crosses a 4 KiB page each 32 tiles.
 template <typename T>
 inline void prefetch_span(const T* p, int n) {
   for (int b = 0; b < n * (int)sizeof(T); b += 64) __builtin_prefetch((const char*)p + b, 0, 3);
@@ -258,7 +263,7 @@ void attend_shared(int T, int Dh, float scale, const float* const* q, const KV* 
     vf acc[RR][4] = {};
     for (int d = 0; d < Dh; d++) {
       const KV* kd = kt + d * kdim + t;
-      prefetch_span(kd + 4 * W, 4 * W);  // the next tile's positions of this dim
+      prefetch_span(kd + 8 * W, 4 * W);  // this dim's positions two tiles on
       vf k[4] = {load_w(kd), load_w(kd + W), load_w(kd + 2 * W), load_w(kd + 3 * W)};
       for (int r = 0; r < RR; r++) {
         const float qd = q[r][d] * scale;
