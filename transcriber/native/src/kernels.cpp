@@ -233,7 +233,8 @@ template <typename T>
 inline void prefetch_span(const T* p, int n) {
   for (int b = 0; b < n * (int)sizeof(T); b += 64) __builtin_prefetch((const char*)p + b, 0, 3);
 }
-// Value positions ahead that attend_shared prefetches (~2 KiB of bf16 at Dh 64).
+// Positions ahead that the attention loops prefetch: ~2 KiB of bf16 values at Dh 64 (the
+// audio), 4 KiB of float32 keys or values (the self-attention cache, position-major).
 constexpr int AHEAD_POSITIONS = 16;
 
 // Strides in elements of a (rows, heads, positions, head dim) tensor; one of pos/dim is 1.
@@ -373,6 +374,7 @@ void attend(int R, int H, int Dh, float scale, const float* q, const KV* k, Stri
       if (ks.dim == 1) {  // keys position-major: a dot product per position
         for (int t = 0; t < T; t++) {
           const KV* kt = kh + t * ks.pos;
+          prefetch_span(kt + AHEAD_POSITIONS * ks.pos, Dh);
           vf acc = {};
           int d = 0;
           for (; d + W <= Dh; d += W) acc += load(qh + d) * load_w(kt + d);
@@ -407,6 +409,7 @@ void attend(int R, int H, int Dh, float scale, const float* q, const KV* k, Stri
       for (int t = 0; t < T; t++) {
         if (s[t] == 0.0f) continue;  // masked (and underflowed) positions add nothing
         const KV* vt = vh + t * vs.pos;
+        prefetch_span(vt + AHEAD_POSITIONS * vs.pos, Dh);
         const float pt = s[t];
         int d = 0;
         for (; d < dv; d += W) store(o + d, load(o + d) + pt * load_w(vt + d));
