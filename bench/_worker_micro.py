@@ -1,8 +1,10 @@
 """Our micro figures for the bench table: a decoder step (1 and 4 rows) and a 30 s encoder window.
 
-Run with the repository's .venv/bin/python; job on stdin {"model": "tiny.en", "steps": 40},
-one JSON line out: {"step_ms": {"1": {"wall", "cpu"}, "4": ...}, "encoder_s": {"wall", "cpu"},
-"kernels": the doctor's line, "blas", "cpu"}. Medians over the steps (and 5 encoder runs).
+Run with the repository's .venv/bin/python; job on stdin {"model": "tiny.en", "steps": 40}
+(and "encoder": false to skip the encoder window), one JSON line out: {"step_ms": {"1": {"wall",
+"cpu"}, "4": ...}, "encoder_s": {"wall", "cpu"} (or null), "step_mb": the MB a 1-row step reads
+(null when MLX's ops serve), "kernels": the doctor's line, "blas", "cpu"}. Medians over the
+steps (and 5 encoder runs).
 The rows of a 4-row step share one window, as beams do (decoding.loop.expand).
 TRANSCRIBER_KERNELS in the environment decides which ops serve, as everywhere.
 """
@@ -49,17 +51,33 @@ def step_ms(model, base, rows: int, steps: int) -> dict:
     return {"wall": _median(walls), "cpu": _median(cpus)}
 
 
+def step_mb(model, features) -> float | None:
+    """MB a 1-row native step reads at least: the packed layer weights and projection, the
+    window's cross-attention keys and values as the step reads them (bf16 or float32); the
+    short self-attention cache, biases and norms left out. None when the native step does not serve."""
+    ops = native.ops()
+    step = ops.decoder_step(model.decoder, native.weights_precision()) if ops else None
+    if step is None:
+        return None
+    weights = sum(getattr(p, f).data.nbytes for p in step.packed
+                  for f in ("query", "key", "value", "out", "cross_query", "cross_out", "mlp1", "mlp2"))
+    layers, positions, width = len(step.packed), features.shape[1], features.shape[2]
+    cross = 2 * layers * positions * width * (2 if step.cross is not None else 4)
+    return (weights + step.projection.data.nbytes + cross) / 1e6
+
+
 def main():
     job = json.load(sys.stdin)
     model = transcriber.load_model(job.get("model", "tiny.en"))
     mel = mx.array(np.random.default_rng(0).standard_normal((1, 3000, model.dims.n_mels), dtype=np.float32))
     features = model.encoder(mel)
     mx.eval(features)
-    runs = [_clocked(lambda: mx.eval(model.encoder(mel))) for _ in range(5)]
+    runs = [_clocked(lambda: mx.eval(model.encoder(mel))) for _ in range(5 if job.get("encoder", True) else 0)]
     base = model.decoder.start(features)
     steps = job.get("steps", 40)
     result = {"step_ms": {str(r): step_ms(model, base, r, steps) for r in (1, 4)},
-              "encoder_s": {"wall": _median([r[0] for r in runs]), "cpu": _median([r[1] for r in runs])},
+              "encoder_s": {"wall": _median([r[0] for r in runs]), "cpu": _median([r[1] for r in runs])} if runs else None,
+              "step_mb": step_mb(model, features),
               "kernels": native.status().line(), "blas": transcriber.blas.describe(),
               "cpu": transcriber.blas.cpu_model()}
     print(json.dumps(result))

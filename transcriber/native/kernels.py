@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 import numpy as np
 
+from . import aligned
+
 _f = ctypes.c_void_p  # every array goes as its data pointer
 _i, _l, _fl = ctypes.c_int, ctypes.c_long, ctypes.c_float
 
@@ -60,7 +62,7 @@ class Packed:
         w = np.ascontiguousarray(w, dtype=np.float32)
         n, k = w.shape
         self.n, self.k, self.wtype = n, k, int(precision == "bf16")
-        self.data = np.empty((-(-n // LANES), k, LANES), np.uint16 if self.wtype else np.float32)
+        self.data = aligned.empty((-(-n // LANES), k, LANES), np.uint16 if self.wtype else np.float32)
         kernels.fn("pack")(n, k, _ptr(w), self.wtype, _ptr(self.data))
 
 
@@ -73,7 +75,7 @@ class GemmWeight:
     def __init__(self, kernels: "Kernels", w: np.ndarray):
         w = np.ascontiguousarray(w, dtype=np.float32)
         self.n, self.k = w.shape
-        self.data = np.empty((-(-self.n // LANES), -(-self.k // 2), LANES), np.uint32)
+        self.data = aligned.empty((-(-self.n // LANES), -(-self.k // 2), LANES), np.uint32)
         kernels.fn("gemm_pack")(self.n, self.k, _ptr(w), _ptr(self.data))
 
 
@@ -152,7 +154,7 @@ class Kernels:
         """x (any shape) float32 -> bfloat16 bits (uint16) of the same shape, C-contiguous,
         rounded to nearest even as MLX rounds."""
         x = np.ascontiguousarray(x, dtype=np.float32)
-        y = np.empty(x.shape, np.uint16)
+        y = aligned.empty(x.shape, np.uint16)
         self.fn("to_bf16")(x.size, _ptr(x), _ptr(y))
         return y
 
@@ -203,7 +205,7 @@ class Kernels:
         h, x, y = a.shape
         sh, sx, sy = (s // a.itemsize for s in a.strides)
         n, k, sn, sk = (x, y, sx, sy) if n_axis == 1 else (y, x, sy, sx)
-        out = np.empty((h, -(-n // LANES), -(-k // 2), LANES), np.uint32)
+        out = aligned.empty((h, -(-n // LANES), -(-k // 2), LANES), np.uint32)
         self.fn("gemm_pack_heads")(h, n, k, _ptr(a), sh, sn, sk, _ptr(out), max(1, int(threads)))
         return HeadsPacked(out, n, k)
 

@@ -21,11 +21,14 @@ from typing import Optional
 import mlx.core as mx
 import numpy as np
 
+from . import aligned
+
 ROOM = 64  # positions added when a buffer is full (a 30 s window is ~100-200 tokens)
 # Slices remembered per layer: a key and a value slice for each of a few live states (a decode
 # and the state it may rewind to). A forgotten one only costs a copy; a remembered one keeps its
 # buffer alive, so not more (512 in all kept ~190 MB of abandoned streaming passes).
 TRACKED_PER_LAYER = 8
+LINE_FLOATS = aligned.LINE // 4  # the slack that lets a buffer start on a line
 
 
 @dataclass
@@ -102,10 +105,18 @@ class GrowingCache:
         return buf
 
     def _allocate(self, shape: tuple) -> _Buffer:
-        """An evaluated MLX buffer of zeros (B, H, capacity, D/H) and its writable numpy view."""
-        array = mx.array(np.zeros(shape, np.float32))
+        """An evaluated MLX buffer of zeros (B, H, capacity, D/H) and its writable numpy view,
+        starting on a 64-byte line: MLX's own buffers start 24 bytes into one, so every
+        vector of a position (D/H floats) would span two lines. A slice of a slightly larger
+        MLX buffer (a view of it, no copy) gives the alignment."""
+        count = int(np.prod(shape))
+        flat = mx.array(np.zeros(count + LINE_FLOATS, np.float32))
+        mx.eval(flat)
+        skew = -np.asarray(flat).ctypes.data % aligned.LINE // 4
+        array = flat[skew:skew + count].reshape(shape)
         mx.eval(array)
         host = np.asarray(array)
-        if not host.flags.writeable or host.ctypes.data != np.asarray(array).ctypes.data:
+        if (not host.flags.writeable or host.ctypes.data != np.asarray(array).ctypes.data
+                or host.ctypes.data != np.asarray(flat).ctypes.data + 4 * skew):
             raise RuntimeError("MLX did not expose its buffer to numpy")
         return _Buffer(array, host, 0)
