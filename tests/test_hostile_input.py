@@ -30,7 +30,7 @@ from jobs.progress import printable
 from jobs.store import JobStore
 from transcriber.model import loader
 
-from transcriber import AudioError
+from transcriber import AudioError, ReadTimeout, bounded
 from transcriber.audio import iter_audio
 
 from .conftest import JFK, PRESS_YARD, ROOT, ffmpeg
@@ -880,3 +880,117 @@ def test_watch_of_a_folder_whose_stat_hangs_is_one_line(tmp_path, hung_tree, mon
     no_traceback(result)
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [f"error: cannot watch {folder}: its stat() got no answer for 1 s {HUNG}"]
+
+
+# --- a file that hangs once its job has begun: the job's own reads -------------------------------
+#
+# The reads a job makes of its input in the runner's process (the content key at its start and
+# before each checkpoint commit, the probe's stat) go through the reader child
+# (transcriber/bounded.py): one stuck is abandoned, and the command can exit with the mount hung.
+
+
+def process_state(pid: int) -> str:
+    """``pid``'s state letter in /proc ("T": stopped, "Z": ended); "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def at_each_stop(proc: subprocess.Popen, first) -> threading.Thread:
+    """Each time ``proc`` stops itself (SIGSTOP at a test point), let it go on; ``first()``
+    runs before the first such SIGCONT (the fault set while the process waits)."""
+    def loop() -> None:
+        pending = True
+        while process_state(proc.pid) not in ("", "Z", "X"):
+            if process_state(proc.pid) == "T":
+                if pending:
+                    first()
+                    pending = False
+                os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
+def run_until_exit(proc: subprocess.Popen, seconds: float) -> str:
+    """stderr, once ``proc`` exited; AssertionError if it has not within ``seconds`` (the mount
+    still hung: a read of the command's own stuck in the kernel keeps it from exiting)."""
+    try:
+        _, stderr = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired as e:
+        proc.kill()  # ends once the fixture unmounts (a thread stuck on the mount holds it)
+        said = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr
+        raise AssertionError(f"the command did not exit within {seconds} s while the mount hung; "
+                             f"it said: {said!r}") from None
+    return stderr
+
+
+def test_a_file_that_hangs_after_it_was_enqueued_fails_alone_and_the_command_exits(tmp_path, hung_wav, monkeypatch):
+    """The mount answers at enqueue and hangs before the job's first read (its content key at
+    the start): the job fails in one line naming the file and the bound, the other file is done,
+    exit 1, and the command exits while the mount still hangs."""
+    other = tmp_path / "press yard.flac"
+    shutil.copy(PRESS_YARD, other)
+    db = tmp_path / "jobs.db"
+    # the other file's first step (it is first in line): every read of the hung file hangs from then on
+    monkeypatch.setenv("TRANSCRIBER_TEST_SIGNAL_AT", "SIGSTOP@step:1")
+    proc = transcribe_cli("--db", str(db), str(other), str(hung_wav.path), "--mode", "oneshot", "-f", "json",
+                          "--max-attempts", "1", "-q", seconds=2)
+    at_each_stop(proc, lambda: hung_wav.hang(0, hung_wav.size))
+    stderr = run_until_exit(proc, 90)
+    assert proc.returncode == 1, stderr
+    path = str(hung_wav.path)
+    assert stderr.splitlines() == [
+        f"error: cannot read audio from {path!r}: a read got no answer for 2 s {HUNG}", "1 done, 0 skipped, 1 failed"]
+    with JobStore(db) as store:
+        job = next(j for j in store.jobs() if j.path == path)
+    assert job.status == "failed" and job.retryable and job.progress == 0 and job.duration is None  # never probed
+    assert other.with_suffix(".json").exists() and hung_wav.hung.is_set()
+
+
+def test_a_file_that_hangs_before_a_checkpoint_fails_alone_and_the_command_exits(tmp_path, hung_wav, monkeypatch):
+    """The job has begun (its first window decoded) when its file's tail stops answering: the
+    content key read before the checkpoint commit hangs. The job fails in one line, nothing of
+    it committed, the next file is done, and the command exits while the mount still hangs."""
+    other = tmp_path / "press yard.flac"
+    shutil.copy(PRESS_YARD, other)
+    db = tmp_path / "jobs.db"
+    monkeypatch.setenv("TRANSCRIBER_TEST_SIGNAL_AT", "SIGSTOP@step:1")  # the hung file's first window
+    proc = transcribe_cli("--db", str(db), str(hung_wav.path), str(other), "--mode", "oneshot", "-f", "json",
+                          "--max-attempts", "1", "--checkpoint-seconds", "1", "-q", seconds=2)
+    # the content key's last sample (ffmpeg is ~30 s into the 60 s file: it does not read there yet)
+    at_each_stop(proc, lambda: hung_wav.hang(hung_wav.size - 64 * 1024, hung_wav.size))
+    stderr = run_until_exit(proc, 90)
+    assert proc.returncode == 1, stderr
+    path = str(hung_wav.path)
+    assert stderr.splitlines() == [
+        f"error: cannot read audio from {path!r}: a read got no answer for 2 s {HUNG}", "1 done, 0 skipped, 1 failed"]
+    with JobStore(db) as store:
+        job = next(j for j in store.jobs() if j.path == path)
+    assert job.status == "failed" and job.retryable and job.progress == 0 and job.duration == pytest.approx(60, abs=0.1)
+    assert other.with_suffix(".json").exists() and hung_wav.hung.is_set()
+
+
+def test_the_reader_child_answers_each_call_and_is_replaced_when_stuck_or_killed(tmp_path, monkeypatch):
+    """``bounded``'s calls go to one long-lived child (no fork per call); an error raised there
+    is raised here; a call that passes the bound abandons that child (killed, never waited for)
+    and the next call gets a new one; so does a call after the child was killed from outside."""
+    reader = sys.modules["transcriber.bounded"]
+    monkeypatch.setenv("TRANSCRIBER_READ_TIMEOUT", "0.5")
+    reader.start_reader()
+    pids = {bounded(os.getpid) for _ in range(50)}
+    assert len(pids) == 1 and pids != {os.getpid()}  # one child answered all 50
+    with pytest.raises(FileNotFoundError):
+        bounded(os.stat, str(tmp_path / "none"))
+    start = time.monotonic()
+    with pytest.raises(ReadTimeout) as hung:
+        bounded(time.sleep, 30, path="slow.wav")
+    assert time.monotonic() - start < 5
+    assert str(hung.value) == f"cannot read audio from 'slow.wav': a read got no answer for 0.5 s {HUNG}"
+    (first,) = pids
+    assert bounded(os.getpid) != first  # a new child
+    os.kill(bounded(os.getpid), signal.SIGKILL)
+    assert bounded(os.stat, str(tmp_path)).st_ino == tmp_path.stat().st_ino  # made again, in a new child
