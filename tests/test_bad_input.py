@@ -7,6 +7,8 @@ The model is never loaded: a scripted engine (tests/test_jobs_runner.py's) stand
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import re
@@ -460,24 +462,42 @@ def converted_tiny() -> Path:
     return folder
 
 
+MS_RDONLY, MS_REMOUNT, MS_BIND, MNT_DETACH = 1, 32, 4096, 2
+
+
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """``folder`` read-only for every process: mode 0o500, and where this user writes anyway
+    (root), a read-only bind mount of it over itself (what root cannot write either)."""
+    folder.chmod(0o500)
+    libc, mounted = ctypes.CDLL(None, use_errno=True), False
+    try:
+        if os.access(folder, os.W_OK):
+            name = os.fsencode(folder)
+            mounted = libc.mount(name, name, None, MS_BIND, None) == 0
+            if not mounted or libc.mount(None, name, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None) != 0:
+                pytest.skip(f"this user writes anywhere and cannot mount: {os.strerror(ctypes.get_errno())}")
+        assert not os.access(folder, os.W_OK)
+        yield folder
+    finally:
+        if mounted:
+            libc.umount2(os.fsencode(folder), MNT_DETACH)
+        folder.chmod(0o700)
+
+
 @pytest.mark.parametrize("fault", ["not a folder", "read-only"])
 def test_an_unusable_cache_folder_is_one_line_and_fails_no_job(tmp_path, media, fault):
     """$TRANSCRIBER_CACHE a file, or a read-only folder without the conversion: one line naming
     the cache folder and what to do, exit 1; the job is still queued, no attempt counted."""
     cache = tmp_path / "cache"
-    if fault == "not a folder":
-        cache.write_text("")
-    else:
-        cache.mkdir()
-        cache.chmod(0o500)
-        if os.access(cache, os.W_OK):
-            pytest.skip("this user writes anywhere (root)")
     db = tmp_path / "jobs.db"
-    try:
+    with contextlib.ExitStack() as stack:
+        if fault == "not a folder":
+            cache.write_text("")
+        else:
+            cache.mkdir()
+            stack.enter_context(read_only(cache))
         result = cli("--db", str(db), str(media), "-q", env={"TRANSCRIBER_CACHE": str(cache)})
-    finally:
-        if cache.is_dir():
-            cache.chmod(0o700)
     assert result.returncode == 1, result.stderr
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"error: the cache folder {cache} cannot be used (") and line.endswith(
