@@ -412,10 +412,15 @@ class JobStore:
         except StoreError:
             raise
         except OSError as e:  # its folder: not a folder, not writable...
-            raise StoreError(f"cannot open job database {self.path} ({e.strerror or e}): make its folder "
-                             f"{self.path.parent} writable, or put it elsewhere with --db or $TRANSCRIBER_DB") from e
+            raise self._unusable_folder(e.strerror or str(e)) from e
         except sqlite3.Error as e:
+            if not os.access(self.path.parent, os.W_OK | os.X_OK):  # SQLite makes its -wal, -shm files there
+                raise self._unusable_folder("its folder is read-only") from e
             raise StoreError(f"cannot open job database {self.path}: {e}") from e
+
+    def _unusable_folder(self, why: str) -> StoreError:
+        return StoreError(f"cannot open job database {self.path} ({why}): make its folder {self.path.parent} "
+                          f"writable, or put it elsewhere with --db or $TRANSCRIBER_DB")
 
     def _migrate(self) -> None:
         if not migrations.pending(self.db):

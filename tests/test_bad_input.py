@@ -485,6 +485,26 @@ def read_only(folder: Path):
         folder.chmod(0o700)
 
 
+@pytest.mark.parametrize("fault", ["under a file", "read-only"])
+def test_an_unusable_database_folder_is_one_line_saying_what_to_do(tmp_path, media, fault):
+    """--db in a folder that cannot be made (under a file) or written: one line naming the
+    database and its folder and what to do, exit 1, nothing written."""
+    folder = tmp_path / "a-file" / "db" if fault == "under a file" else tmp_path / "db"
+    if fault == "under a file":
+        folder.parent.write_text("")
+    else:
+        folder.mkdir()
+    db = folder / "jobs.db"
+    with read_only(folder) if fault == "read-only" else contextlib.nullcontext():
+        result = cli("--db", str(db), str(media), "-q")
+    why = "Not a directory" if fault == "under a file" else "its folder is read-only"
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: cannot open job database {db} ({why}): make its folder {folder} writable, or put it elsewhere "
+        f"with --db or $TRANSCRIBER_DB"]
+    assert not db.exists() and not media.with_suffix(".srt").exists()
+
+
 @pytest.mark.parametrize("fault", ["not a folder", "read-only"])
 def test_an_unusable_cache_folder_is_one_line_and_fails_no_job(tmp_path, media, fault):
     """$TRANSCRIBER_CACHE a file, or a read-only folder without the conversion: one line naming
