@@ -252,6 +252,13 @@ def resolved(path: Path) -> str:
     return os.path.join(_resolved_folder(os.path.dirname(absolute)), os.path.basename(absolute))
 
 
+def resolved_place(path: Path) -> str:
+    """``path`` in its folder resolved (``resolved``'s folder, once per process): the place of
+    a name that is not a file yet (an outputs' stem), so no lstat of the name itself."""
+    absolute = os.path.abspath(path)
+    return os.path.join(_resolved_folder(os.path.dirname(absolute)), os.path.basename(absolute))
+
+
 @functools.lru_cache(maxsize=1024)
 def _resolved_folder(folder: str) -> str:
     return os.path.realpath(folder)

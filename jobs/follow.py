@@ -37,7 +37,7 @@ from transcriber import FOLLOW_MODES, AudioError, LiveSource, Segment, Step, bou
 
 from .attempt import Attempt, RunResult, build_engine
 from .batch import refusals
-from .discover import output_stem, present_outputs, resolved
+from .discover import output_stem, present_outputs, resolved, resolved_place
 from .engines import EngineCache
 from .flags import FollowSettings
 from .lease import CheckpointClock, Heartbeat, owner_is_dead, worker_name
@@ -99,7 +99,7 @@ def follow_source(runner: Runner, live: LiveSource, stem: Path, spec: JobSpec,
         with contextlib.closing(live):
             key = FOLLOW_KEY + live.key()  # waits for the first seconds of audio (or fails)
             identity = resolved(Path(live.source)) if live.kind == "file" else live.source
-            request = Request(identity, key, spec.fingerprint(), spec.stored(), resolved(stem))
+            request = Request(identity, key, spec.fingerprint(), spec.stored(), resolved_place(stem))
             job, action = _enqueue(runner.store, request, spec, settings.force, runner.reporter)
             if action == SKIP:
                 return RunResult()
