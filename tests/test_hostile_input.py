@@ -962,50 +962,47 @@ def run_until_exit(proc: subprocess.Popen, seconds: float) -> str:
     return stderr
 
 
-def test_a_file_that_hangs_after_it_was_enqueued_fails_alone_and_the_command_exits(tmp_path, hung_wav, monkeypatch):
-    """The mount answers at enqueue and hangs before the job's first read (its content key at
-    the start): the job fails in one line naming the file and the bound, the other file is done,
-    exit 1, and the command exits while the mount still hangs."""
+def hang_at_the_first_step(tmp_path: Path, hung_wav, monkeypatch, hung_first: bool, hang: tuple[int, int],
+                           *args: str):
+    """Run the hung file and another, one-shot, one attempt each; at the first file's first
+    step (SIGSTOP there) the hung file's bytes ``hang`` stop answering. The job of the hung file
+    fails in one line, the other is done, exit 1, and the command exits while the mount still
+    hangs (bounded: a read stuck in a thread of its own would keep it from exiting). The
+    hung file's job."""
     other = tmp_path / "press yard.flac"
     shutil.copy(PRESS_YARD, other)
-    db = tmp_path / "jobs.db"
-    # the other file's first step (it is first in line): every read of the hung file hangs from then on
+    db, path = tmp_path / "jobs.db", str(hung_wav.path)
     monkeypatch.setenv("TRANSCRIBER_TEST_SIGNAL_AT", "SIGSTOP@step:1")
-    proc = transcribe_cli("--db", str(db), str(other), str(hung_wav.path), "--mode", "oneshot", "-f", "json",
-                          "--max-attempts", "1", "-q", seconds=2)
-    at_each_stop(proc, lambda: hung_wav.hang(0, hung_wav.size))
+    files = [path, str(other)] if hung_first else [str(other), path]
+    proc = transcribe_cli("--db", str(db), *files, "--mode", "oneshot", "-f", "json", "--max-attempts", "1", "-q",
+                          *args, seconds=2)
+    at_each_stop(proc, lambda: hung_wav.hang(*hang))
     stderr = run_until_exit(proc, 90)
     assert proc.returncode == 1, stderr
-    path = str(hung_wav.path)
     assert stderr.splitlines() == [
         f"error: cannot read audio from {path!r}: a read got no answer for 2 s {HUNG}", "1 done, 0 skipped, 1 failed"]
+    assert other.with_suffix(".json").exists() and hung_wav.hung.is_set()
     with JobStore(db) as store:
         job = next(j for j in store.jobs() if j.path == path)
-    assert job.status == "failed" and job.retryable and job.progress == 0 and job.duration is None  # never probed
-    assert other.with_suffix(".json").exists() and hung_wav.hung.is_set()
+    assert job.status == "failed" and job.retryable and job.progress == 0
+    return job
+
+
+def test_a_file_that_hangs_after_it_was_enqueued_fails_alone_and_the_command_exits(tmp_path, hung_wav, monkeypatch):
+    """The mount answers at enqueue and hangs before the job's first read (its content key at
+    the start): the other file is first in line, and at its first step every read of the hung
+    file stops answering. Its job never got to the probe."""
+    job = hang_at_the_first_step(tmp_path, hung_wav, monkeypatch, False, (0, hung_wav.size))
+    assert job.duration is None
 
 
 def test_a_file_that_hangs_before_a_checkpoint_fails_alone_and_the_command_exits(tmp_path, hung_wav, monkeypatch):
-    """The job has begun (its first window decoded) when its file's tail stops answering: the
-    content key read before the checkpoint commit hangs. The job fails in one line, nothing of
-    it committed, the next file is done, and the command exits while the mount still hangs."""
-    other = tmp_path / "press yard.flac"
-    shutil.copy(PRESS_YARD, other)
-    db = tmp_path / "jobs.db"
-    monkeypatch.setenv("TRANSCRIBER_TEST_SIGNAL_AT", "SIGSTOP@step:1")  # the hung file's first window
-    proc = transcribe_cli("--db", str(db), str(hung_wav.path), str(other), "--mode", "oneshot", "-f", "json",
-                          "--max-attempts", "1", "--checkpoint-seconds", "1", "-q", seconds=2)
-    # the content key's last sample (ffmpeg is ~30 s into the 60 s file: it does not read there yet)
-    at_each_stop(proc, lambda: hung_wav.hang(hung_wav.size - 64 * 1024, hung_wav.size))
-    stderr = run_until_exit(proc, 90)
-    assert proc.returncode == 1, stderr
-    path = str(hung_wav.path)
-    assert stderr.splitlines() == [
-        f"error: cannot read audio from {path!r}: a read got no answer for 2 s {HUNG}", "1 done, 0 skipped, 1 failed"]
-    with JobStore(db) as store:
-        job = next(j for j in store.jobs() if j.path == path)
-    assert job.status == "failed" and job.retryable and job.progress == 0 and job.duration == pytest.approx(60, abs=0.1)
-    assert other.with_suffix(".json").exists() and hung_wav.hung.is_set()
+    """The job has begun (probed, its first window decoded) when its file's tail stops
+    answering: the content key read before the checkpoint commit hangs; nothing of it is
+    committed. (ffmpeg is ~30 s into the 60 s file: it does not read the tail yet.)"""
+    job = hang_at_the_first_step(tmp_path, hung_wav, monkeypatch, True, (hung_wav.size - 64 * 1024, hung_wav.size),
+                                 "--checkpoint-seconds", "1")
+    assert job.duration == pytest.approx(60, abs=0.1)
 
 
 def test_the_reader_child_answers_each_call_and_is_replaced_when_stuck_or_killed(tmp_path, monkeypatch):
