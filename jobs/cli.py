@@ -259,14 +259,14 @@ def stop_flag(reporter, ray: Optional[RaySettings]) -> StopFlag:
 def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettings,
               ray: Optional[RaySettings] = None) -> None:
     """Run a batch's jobs (in this process, or on Ray), print the summary, exit with its status."""
-    from transcriber import blas
-
     from .batch import summary
     from .progress import Reporter, printable
     from .runner import RunResult
 
     result = RunResult()
     if batch.to_run:
+        from transcriber import blas  # its probe, numpy's matmul: only for a run that decodes
+
         if not quiet and sys.platform.startswith("linux") and not blas.loaded_path:
             click.echo(f"note: {blas.describe()}", err=True)
         reporter = Reporter(total_files=len(batch.to_run), quiet=quiet)

@@ -405,6 +405,28 @@ def test_a_queued_file_deleted_since_is_gone_in_every_view(tmp_path, media):
     assert invoke("status", "--db", str(db), "-s", "gone").stdout.splitlines()[-1] == "1 gone"
 
 
+def test_status_json_is_written_job_by_job(tmp_path, media, monkeypatch):
+    """``status --json`` writes each job as it reads it (flat memory for any number of jobs):
+    when the store hands out its Nth job, the N - 1 before it are on stdout already."""
+    db = tmp_path / "jobs.db"
+    with JobStore(db) as store:
+        for i in range(30):
+            store.enqueue(request_for(media, None, Path(tmp_path / f"out{i}"), JobSpec()))
+    written_before = []
+    each_job = JobStore.each_job
+
+    def watched(self):
+        for job in each_job(self):
+            sys.stdout.flush()
+            written_before.append(sys.stdout.buffer.getvalue().count(b'"id": '))
+            yield job
+
+    monkeypatch.setattr(JobStore, "each_job", watched)
+    result = invoke("--db", str(db), "status", "--json")
+    assert result.exit_code == 0 and len(json.loads(result.stdout)) == 30
+    assert written_before == list(range(30))
+
+
 def test_a_name_of_241_bytes_and_more_gets_its_outputs(tmp_path, monkeypatch):
     """A 250-byte name (255 is the usual limit): its outputs (249 bytes) fit, and so must the
     atomic writer's temporary names."""
