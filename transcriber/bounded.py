@@ -80,11 +80,11 @@ def bounded(call: Callable[..., T], *args, path=None, what: str = READ) -> T:
         return call(*args)
     if not hasattr(os, "fork"):
         return _bounded_thread(call, args, path, what)
-    seconds = read_seconds()
+    seconds, request = read_seconds(), pickle.dumps((call, args))
     for tries in (1, 2):
         reader = _take_reader()
         try:
-            ok, value = reader.call(call, args, seconds)
+            ok, value = reader.call(request, seconds)
         except _ReaderGone:  # killed from outside (the OOM killer...): once more, in a new child
             if tries == 2:
                 raise OSError(errno.EIO, "the reader process ended", str(path)) from None
@@ -138,12 +138,12 @@ class Reader:
         os.close(requests)
         os.close(answers)
 
-    def call(self, call: Callable, args: tuple, seconds: float) -> tuple[bool, object]:
-        """(True, the result) or (False, the exception raised); _ReaderStuck after ``seconds``
-        without an answer, _ReaderGone if the child ended: this reader is then closed."""
-        data = pickle.dumps((call, args))
+    def call(self, request: bytes, seconds: float) -> tuple[bool, object]:
+        """For a pickled ``(call, args)``: (True, the result) or (False, the exception raised);
+        _ReaderStuck after ``seconds`` without an answer, _ReaderGone if the child ended: this
+        reader is then closed."""
         try:
-            _write(self._requests, data)
+            _write(self._requests, request)
             answer = _read(self._answers, seconds)
         except BrokenPipeError:
             answer = b""
@@ -156,7 +156,10 @@ class Reader:
         if not answer:
             self.abandon()
             raise _ReaderGone
-        return pickle.loads(answer)
+        try:
+            return pickle.loads(answer)
+        except Exception as e:  # an exception whose class does not unpickle: told as what it was
+            return False, OSError(errno.EIO, f"the reader's answer: {e!r}")
 
     def abandon(self) -> None:
         """Kill the child and forget it: never waited for (it may be stuck in the kernel)."""
@@ -200,6 +203,8 @@ def _become_child() -> None:
     not hold the parent's pipes open), the objects inherited never collected (a finalizer could
     close a descriptor the child reuses), calls made as is."""
     global _direct
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a Ctrl-C reaches the process group: the parent's to handle
+        signal.signal(sig, signal.SIG_IGN)
     _direct = True
     gc.freeze()
     null = os.open(os.devnull, os.O_RDWR)
@@ -209,8 +214,6 @@ def _become_child() -> None:
 
 def _answer(requests: int, answers: int) -> None:
     """The reader child's loop: each request ``(call, args)`` answered ``(ok, value)``."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
     while True:
         data = _read(requests, None)
         if not data:
