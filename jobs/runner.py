@@ -19,8 +19,7 @@ from __future__ import annotations
 import contextlib
 from typing import Optional
 
-from transcriber import Step
-from transcriber.bounded import start_reader
+from transcriber import Step, start_reader
 
 from .attempt import DEFAULT_MAX_ATTEMPTS, Attempt, Ledger, RunResult, build_engine
 from .engines import EngineCache
