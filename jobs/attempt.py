@@ -27,12 +27,15 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from transcriber import (AudioError, ModelError, ReadTimeout, Segment, Step, TranscriberError, assemble, bounded, probe,
-                         write_outputs)
+import transcriber
+from transcriber import AudioError, ModelError, ReadTimeout, Segment, TranscriberError, bounded
 
-from .discover import content_key, remove_stale_temporaries
+if TYPE_CHECKING:
+    from transcriber import Step
+
+from .discover import content_key, first_sweep, present_outputs
 from .engines import EngineCache
 from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS
 from .progress import FileBar, Reporter
@@ -59,6 +62,12 @@ class SourceChanged(TranscriberError):
 
 class OutputConflict(TranscriberError):
     """An output file is the user's (not written by this job, or changed since): not replaced."""
+
+
+class OutputsHung(TranscriberError):
+    """The outputs' folder did not answer in time (a hung mount): retried, as a ReadTimeout is."""
+
+    retryable = True
 
 
 class EnvironmentFault(TranscriberError):
@@ -210,12 +219,12 @@ class Attempt:
         start; the checkpoint to decode from, or None when the words are complete."""
         job = self.job
         try:
-            key = bounded(lambda: content_key(self.path), self.path)
+            key = bounded(content_key, self.path)
         except ReadTimeout:
             raise  # one line already, and retryable: the mount may come back
         except OSError as e:
             raise AudioError(f"cannot read audio from {job.path!r}: {e.strerror or e}") from e
-        duration = job.duration if key == job.content_key and job.duration is not None else probe(self.path)
+        duration = job.duration if key == job.content_key and job.duration is not None else transcriber.probe(self.path)
         return self.resume_from(key, duration)
 
     def resume_from(self, key: str, duration: Optional[float]) -> Optional[Resume]:
@@ -271,26 +280,32 @@ class Attempt:
 
     def _write(self, segments: list[Segment]) -> list[str]:
         """Write the outputs, each one only if it is not the user's (see ``_check_ours``)."""
-        transcript = assemble(segments, self.language, self.duration, self.model or "", self.probability,
-                              self.spec.task)
+        # by name when used (numpy, the writers): a rerun that only skips files never imports them
+        transcript = transcriber.assemble(segments, self.language, self.duration, self.model or "", self.probability,
+                                          self.spec.task)
         language = "en" if self.spec.task == "translate" else self.language
         paths = self.spec.output_paths(self.job.output_stem, language)
         self._check_ours(paths)
         self.store.expect_outputs(self.job.id, [str(p) for p in paths])
         stem = Path(self.spec.named_stem(self.job.output_stem, language))
-        return [str(p) for p in write_outputs(transcript, stem, self.spec.formats, self.spec.output_options())]
+        return [str(p) for p in transcriber.write_outputs(transcript, stem, self.spec.formats, self.spec.output_options())]
 
     def _check_ours(self, paths: list[Path]) -> None:
         """OutputConflict when an output exists that this job did not write, or that changed
         since (a hand-made subtitle, another file's transcript): the user's, left as it is.
-        Also removes the temporary files a killed writer left in the outputs' folder."""
-        remove_stale_temporaries(paths[0].parent)
-        present = [p for p in paths if os.path.lexists(p)]
-        records = self.store.output_records([str(p) for p in present]) if present else {}
-        for path in present:
-            why = refusal(path, records.get(str(path)), self.job.path, self.job.output_stem, self.job.outputs)
-            if why:
-                raise OutputConflict(f"not written: {why}")
+        Also removes the temporary files a killed writer left in the outputs' folder. Each
+        read is the reader child's, with the bound (an output folder on a hung mount)."""
+        folder = paths[0].parent
+        try:
+            present = bounded(present_outputs, paths, folder if first_sweep(folder) else None, path=folder)
+            records = self.store.output_records([str(p) for p in present]) if present else {}
+            for path in present:
+                why = bounded(refusal, path, records.get(str(path)), self.job.path, self.job.output_stem,
+                              self.job.outputs)
+                if why:
+                    raise OutputConflict(f"not written: {why}")
+        except ReadTimeout as e:  # not the input's fault: said of the outputs' folder
+            raise OutputsHung(f"cannot check the outputs in {str(folder)!r}: {e.strerror}") from None
 
     def check_source(self) -> None:
         """The file still holds what this attempt started on; SourceChanged if not.
@@ -301,7 +316,7 @@ class Attempt:
         One that does not answer in time (a hung mount) ends the attempt: ReadTimeout.
         """
         try:
-            now = bounded(lambda: content_key(self.path), self.path)
+            now = bounded(content_key, self.path)
         except ReadTimeout:
             raise
         except OSError:

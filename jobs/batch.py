@@ -9,7 +9,7 @@ from typing import Iterable, Optional
 
 from transcriber import bounded_each
 
-from .discover import content_key, output_stem, resolved
+from .discover import content_key, output_stem, resolved, resolved_place
 from .attempt import RunResult, with_path
 from .lease import owner_is_dead
 from .spec import JobSpec
@@ -46,7 +46,7 @@ def request_for(source: Path, root: Optional[Path], output_dir: Optional[Path], 
         raise ValueError("the file name is not valid UTF-8; rename it") from None
     stem = output_stem(source, root, output_dir)
     return Request(path=path, content_key=content_key(path), fingerprint=spec.fingerprint(),
-                   spec=spec.stored(), output_stem=resolved(stem))
+                   spec=spec.stored(), output_stem=resolved_place(stem))
 
 
 class NameClash(ValueError):

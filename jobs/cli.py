@@ -99,14 +99,24 @@ class DefaultGroup(click.Group):
                 for opt in param.opts}
 
     def invoke(self, ctx):
-        from .ray_worker import ClusterError
-        from .store import StoreError
-
         try:
             return super().invoke(ctx)
-        except (StoreError, ModelError, ClusterError) as e:  # the database, the model, Ray: one line
+        except Exception as e:  # the database, the model, Ray: one line
+            if not isinstance(e, one_line_errors()):
+                raise
             click.echo(f"error: {e}", err=True)
             sys.exit(1)
+
+
+def one_line_errors() -> tuple[type, ...]:
+    """The errors told in one line: the database's, the model's and, once Ray's module is
+    imported (a --ray run), the cluster's. Not imported to be checked: Ray's module costs a
+    second of imports to a command that never uses it."""
+    errors: list[type] = [ModelError]
+    for module, name in (("jobs.store", "StoreError"), ("jobs.ray_worker", "ClusterError")):
+        if module in sys.modules:
+            errors.append(getattr(sys.modules[module], name))
+    return tuple(errors)
 
 
 # Options whose value may be left out (``--ray`` alone: a local instance), and what that means.
@@ -249,14 +259,14 @@ def stop_flag(reporter, ray: Optional[RaySettings]) -> StopFlag:
 def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettings,
               ray: Optional[RaySettings] = None) -> None:
     """Run a batch's jobs (in this process, or on Ray), print the summary, exit with its status."""
-    from transcriber import blas
-
     from .batch import summary
     from .progress import Reporter, printable
     from .runner import RunResult
 
     result = RunResult()
     if batch.to_run:
+        from transcriber import blas  # its probe, numpy's matmul: only for a run that decodes
+
         if not quiet and sys.platform.startswith("linux") and not blas.loaded_path:
             click.echo(f"note: {blas.describe()}", err=True)
         reporter = Reporter(total_files=len(batch.to_run), quiet=quiet)

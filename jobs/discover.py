@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from transcriber import ReadTimeout, TranscriberError, bounded_each, probe
+import transcriber
+from transcriber import ReadTimeout, TranscriberError, bounded_each
 
 # What a folder walk takes without asking ffmpeg. A file named explicitly is always tried.
 MEDIA_EXTENSIONS = frozenset("""
@@ -56,7 +57,7 @@ def is_media_name(path: Path) -> bool:
 def has_audio(path: Path) -> bool:
     """ffmpeg's verdict for a file of unknown extension: does it hold an audio stream?"""
     try:
-        probe(path)
+        transcriber.probe(path)  # by name when used: the audio module (numpy) is not needed to list files
         return True
     except (TranscriberError, OSError):
         return False
@@ -251,6 +252,13 @@ def resolved(path: Path) -> str:
     return os.path.join(_resolved_folder(os.path.dirname(absolute)), os.path.basename(absolute))
 
 
+def resolved_place(path: Path) -> str:
+    """``path`` in its folder resolved (``resolved``'s folder, once per process): the place of
+    a name that is not a file yet (an outputs' stem), so no lstat of the name itself."""
+    absolute = os.path.abspath(path)
+    return os.path.join(_resolved_folder(os.path.dirname(absolute)), os.path.basename(absolute))
+
+
 @functools.lru_cache(maxsize=1024)
 def _resolved_folder(folder: str) -> str:
     return os.path.realpath(folder)
@@ -299,15 +307,19 @@ def _media_stems(folder: str, mtime_ns: int) -> Counter:
 _OUR_TEMPORARY = re.compile(r"\..{1,32}-[0-9a-f]{6}\.[a-z0-9_]{8}\.part|\..+\.(srt|vtt|json|txt)\.[a-z0-9_]{8}\.part",
                             re.DOTALL)
 STALE_SECONDS = 60.0
-_cleaned: set[str] = set()  # folders this process has swept already
+_swept: set[str] = set()  # folders this process has swept already
+
+
+def first_sweep(folder: Path) -> bool:
+    """Whether ``folder`` is to be swept of stale temporaries now: once per process and folder."""
+    if str(folder) in _swept:
+        return False
+    _swept.add(str(folder))
+    return True
 
 
 def remove_stale_temporaries(folder: Path, now: Optional[float] = None) -> list[Path]:
-    """Remove the atomic writer's temporary files a kill left in ``folder`` (once per process
-    and folder); the paths removed."""
-    if str(folder) in _cleaned:
-        return []
-    _cleaned.add(str(folder))
+    """Remove the atomic writer's temporary files a kill left in ``folder``; the paths removed."""
     now = time.time() if now is None else now
     removed = []
     try:
@@ -324,6 +336,15 @@ def remove_stale_temporaries(folder: Path, now: Optional[float] = None) -> list[
         except OSError:
             continue
     return removed
+
+
+def present_outputs(paths: list[Path], sweep: Optional[Path] = None) -> list[Path]:
+    """The paths that exist (a dangling link too), once ``sweep`` (a folder, if given) is rid
+    of its stale temporaries: the reads before writing outputs, in one call for the reader
+    child (``transcriber.bounded``)."""
+    if sweep is not None:
+        remove_stale_temporaries(sweep)
+    return [p for p in paths if os.path.lexists(p)]
 
 
 @dataclass(frozen=True)

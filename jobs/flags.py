@@ -163,7 +163,7 @@ def ray_options(f):
         click.option("--worker-threads", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Ray: BLAS threads of each worker (the CPUs it reserves). One thread per worker "
                           "does more audio per hour than one worker with all the threads."),
-        click.option("--worker-timeout", type=click.FloatRange(min=1), default=_later("ray_worker", "DEFAULT_WORKER_TIMEOUT"),
+        click.option("--worker-timeout", type=click.FloatRange(min=1), default=_later("lease", "DEFAULT_WORKER_TIMEOUT"),
                      show_default=True, cls=LazyHelp,
                      help="Ray: seconds without progress after which a worker is taken for dead (killed, "
                           "its file resumed on another)."),

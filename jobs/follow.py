@@ -33,11 +33,11 @@ from typing import Optional
 
 import click
 
-from transcriber import FOLLOW_MODES, AudioError, LiveSource, Segment, Step, probe
+from transcriber import FOLLOW_MODES, AudioError, LiveSource, Segment, Step, bounded, probe
 
 from .attempt import Attempt, RunResult, build_engine
 from .batch import refusals
-from .discover import output_stem, resolved
+from .discover import output_stem, present_outputs, resolved, resolved_place
 from .engines import EngineCache
 from .flags import FollowSettings
 from .lease import CheckpointClock, Heartbeat, owner_is_dead, worker_name
@@ -99,7 +99,7 @@ def follow_source(runner: Runner, live: LiveSource, stem: Path, spec: JobSpec,
         with contextlib.closing(live):
             key = FOLLOW_KEY + live.key()  # waits for the first seconds of audio (or fails)
             identity = resolved(Path(live.source)) if live.kind == "file" else live.source
-            request = Request(identity, key, spec.fingerprint(), spec.stored(), resolved(stem))
+            request = Request(identity, key, spec.fingerprint(), spec.stored(), resolved_place(stem))
             job, action = _enqueue(runner.store, request, spec, settings.force, runner.reporter)
             if action == SKIP:
                 return RunResult()
@@ -134,8 +134,8 @@ def _enqueue(store: JobStore, request: Request, spec: JobSpec, force: bool, repo
     if action == FAILED_BEFORE:  # the source is live: try it again, from its checkpoint
         ((job, _),) = store.retry([job.id])
     if force:  # what it replaces is the job's now
-        store.record_outputs(job.id, [str(p) for p in spec.output_paths(job.output_stem, spec.named_language())
-                                      if p.exists()])
+        paths = spec.output_paths(job.output_stem, spec.named_language())
+        store.record_outputs(job.id, [str(p) for p in bounded(present_outputs, paths, path=paths[0].parent)])
     return job, action
 
 

@@ -18,6 +18,7 @@ from .store import JobStore
 
 DEFAULT_LEASE_SECONDS = 60.0  # a runner that stops heartbeating loses its job after this long
 DEFAULT_CHECKPOINT_SECONDS = 10.0
+DEFAULT_WORKER_TIMEOUT = 300.0  # seconds without an item from a Ray worker (a model load included): dead
 
 
 def worker_name() -> str:

@@ -48,9 +48,9 @@ from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 from transcriber import TranscriberError
 
 from .progress import Reporter
-from .ray_worker import DEFAULT_WORKER_TIMEOUT, ClusterError, Started, Worker
+from .ray_worker import ClusterError, Started, Worker
 from .attempt import DEFAULT_MAX_ATTEMPTS, Attempt, EnvironmentFault, Ledger, RunResult
-from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, Heartbeat, owner_is_dead
+from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_WORKER_TIMEOUT, Heartbeat, owner_is_dead
 from .signals import StopFlag, Stopped
 from .store import JobStore
 

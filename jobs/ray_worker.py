@@ -32,7 +32,6 @@ from .attempt import build_engine
 from .lease import CheckpointClock, worker_name
 from .spec import JobSpec
 
-DEFAULT_WORKER_TIMEOUT = 300.0  # seconds without an item from a worker (a model load included): dead
 
 # Test-only: "SIGNAL@NAME:N" (e.g. "SIGSTOP@talk.flac:3"): a worker decoding the file named NAME
 # from its start sends itself SIGNAL at its Nth step, before yielding it; a resumed run never

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -263,6 +264,16 @@ def segments_from_json(text: str) -> list[Segment]:
     return [Segment(**{**d, "words": tuple(Word(**w) for w in d["words"])}) for d in json.loads(text)]
 
 
+@functools.lru_cache(maxsize=64)
+def _parsed_spec(text: str) -> dict:
+    """A spec's JSON, parsed once: the 10,000 jobs of a folder share one (status, a rerun)."""
+    return json.loads(text)
+
+
+def _json_tuple(text: Optional[str]) -> tuple:
+    return () if not text or text == "[]" else tuple(json.loads(text))
+
+
 _FLOAT_COLUMNS = ("progress", "duration", "lease_expires", "created_at", "queued_at", "started_at",
                   "updated_at", "finished_at")
 
@@ -302,9 +313,9 @@ class Job:
     @classmethod
     def from_row(cls, row: dict) -> "Job":
         d = dict(row)
-        d["spec"] = json.loads(d["spec"])
-        d["outputs"] = tuple(json.loads(d["outputs"] or "[]"))
-        d["warnings"] = tuple(json.loads(d["warnings"] or "[]"))
+        d["spec"] = dict(_parsed_spec(d["spec"]))  # a copy: each job's own dict (its values are not changed)
+        d["outputs"] = _json_tuple(d["outputs"])
+        d["warnings"] = _json_tuple(d["warnings"])
         d["words_complete"] = bool(d["words_complete"])
         d["retryable"] = bool(d["retryable"])
         for name in _FLOAT_COLUMNS:  # UPDATE ... RETURNING can hand back a whole REAL as an int
@@ -412,10 +423,15 @@ class JobStore:
         except StoreError:
             raise
         except OSError as e:  # its folder: not a folder, not writable...
-            raise StoreError(f"cannot open job database {self.path} ({e.strerror or e}): make its folder "
-                             f"{self.path.parent} writable, or put it elsewhere with --db or $TRANSCRIBER_DB") from e
+            raise self._unusable_folder(e.strerror or str(e)) from e
         except sqlite3.Error as e:
+            if not os.access(self.path.parent, os.W_OK | os.X_OK):  # SQLite makes its -wal, -shm files there
+                raise self._unusable_folder("its folder is read-only") from e
             raise StoreError(f"cannot open job database {self.path}: {e}") from e
+
+    def _unusable_folder(self, why: str) -> StoreError:
+        return StoreError(f"cannot open job database {self.path} ({why}): make its folder {self.path.parent} "
+                          f"writable, or put it elsewhere with --db or $TRANSCRIBER_DB")
 
     def _migrate(self) -> None:
         if not migrations.pending(self.db):

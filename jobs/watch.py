@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from transcriber import ReadTimeout, bounded_each
+from transcriber import ReadTimeout, bounded, bounded_each
 
 from .batch import refusals, request_for
 from .discover import LISTING, has_audio, looks_like_media, temporary_name
@@ -81,7 +81,7 @@ class StableFiles:
     def mark_followed(self, path: Path) -> None:
         """Followed to its end: taken as it is now (not transcribed again once it settles)."""
         try:
-            st = path.stat()
+            st = bounded(os.stat, path)  # the reader child's, with the bound: a hung mount
         except OSError:
             return
         self.seen[path] = ((st.st_size, st.st_mtime_ns), time.monotonic())

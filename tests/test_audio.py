@@ -205,7 +205,7 @@ def test_closing_the_generator_early_leaves_no_ffmpeg_behind():
     assert offset == 0 and samples.size == SAMPLE_RATE
     assert any("ffmpeg" in c for c in _children())
     gen.close()
-    assert _children() == []
+    assert [c for c in _children() if "ffmpeg" in c] == []  # (the reads' reader child may be there: transcriber/bounded.py)
 
 
 def test_ffprobe_json_parsing():

@@ -7,6 +7,8 @@ The model is never loaded: a scripted engine (tests/test_jobs_runner.py's) stand
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import re
@@ -403,6 +405,28 @@ def test_a_queued_file_deleted_since_is_gone_in_every_view(tmp_path, media):
     assert invoke("status", "--db", str(db), "-s", "gone").stdout.splitlines()[-1] == "1 gone"
 
 
+def test_status_json_is_written_job_by_job(tmp_path, media, monkeypatch):
+    """``status --json`` writes each job as it reads it (flat memory for any number of jobs):
+    when the store hands out its Nth job, the N - 1 before it are on stdout already."""
+    db = tmp_path / "jobs.db"
+    with JobStore(db) as store:
+        for i in range(30):
+            store.enqueue(request_for(media, None, Path(tmp_path / f"out{i}"), JobSpec()))
+    written_before = []
+    each_job = JobStore.each_job
+
+    def watched(self):
+        for job in each_job(self):
+            sys.stdout.flush()
+            written_before.append(sys.stdout.buffer.getvalue().count(b'"id": '))
+            yield job
+
+    monkeypatch.setattr(JobStore, "each_job", watched)
+    result = invoke("--db", str(db), "status", "--json")
+    assert result.exit_code == 0 and len(json.loads(result.stdout)) == 30
+    assert written_before == list(range(30))
+
+
 def test_a_name_of_241_bytes_and_more_gets_its_outputs(tmp_path, monkeypatch):
     """A 250-byte name (255 is the usual limit): its outputs (249 bytes) fit, and so must the
     atomic writer's temporary names."""
@@ -460,24 +484,62 @@ def converted_tiny() -> Path:
     return folder
 
 
+MS_RDONLY, MS_REMOUNT, MS_BIND, MNT_DETACH = 1, 32, 4096, 2
+
+
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """``folder`` read-only for every process: mode 0o500, and where this user writes anyway
+    (root), a read-only bind mount of it over itself (what root cannot write either)."""
+    folder.chmod(0o500)
+    libc, mounted = ctypes.CDLL(None, use_errno=True), False
+    try:
+        if os.access(folder, os.W_OK):
+            name = os.fsencode(folder)
+            mounted = libc.mount(name, name, None, MS_BIND, None) == 0
+            if not mounted or libc.mount(None, name, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None) != 0:
+                pytest.skip(f"this user writes anywhere and cannot mount: {os.strerror(ctypes.get_errno())}")
+        assert not os.access(folder, os.W_OK)
+        yield folder
+    finally:
+        if mounted:
+            libc.umount2(os.fsencode(folder), MNT_DETACH)
+        folder.chmod(0o700)
+
+
+@pytest.mark.parametrize("fault", ["under a file", "read-only"])
+def test_an_unusable_database_folder_is_one_line_saying_what_to_do(tmp_path, media, fault):
+    """--db in a folder that cannot be made (under a file) or written: one line naming the
+    database and its folder and what to do, exit 1, nothing written."""
+    folder = tmp_path / "a-file" / "db" if fault == "under a file" else tmp_path / "db"
+    if fault == "under a file":
+        folder.parent.write_text("")
+    else:
+        folder.mkdir()
+    db = folder / "jobs.db"
+    with read_only(folder) if fault == "read-only" else contextlib.nullcontext():
+        result = cli("--db", str(db), str(media), "-q")
+    why = "Not a directory" if fault == "under a file" else "its folder is read-only"
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: cannot open job database {db} ({why}): make its folder {folder} writable, or put it elsewhere "
+        f"with --db or $TRANSCRIBER_DB"]
+    assert not db.exists() and not media.with_suffix(".srt").exists()
+
+
 @pytest.mark.parametrize("fault", ["not a folder", "read-only"])
 def test_an_unusable_cache_folder_is_one_line_and_fails_no_job(tmp_path, media, fault):
     """$TRANSCRIBER_CACHE a file, or a read-only folder without the conversion: one line naming
     the cache folder and what to do, exit 1; the job is still queued, no attempt counted."""
     cache = tmp_path / "cache"
-    if fault == "not a folder":
-        cache.write_text("")
-    else:
-        cache.mkdir()
-        cache.chmod(0o500)
-        if os.access(cache, os.W_OK):
-            pytest.skip("this user writes anywhere (root)")
     db = tmp_path / "jobs.db"
-    try:
+    with contextlib.ExitStack() as stack:
+        if fault == "not a folder":
+            cache.write_text("")
+        else:
+            cache.mkdir()
+            stack.enter_context(read_only(cache))
         result = cli("--db", str(db), str(media), "-q", env={"TRANSCRIBER_CACHE": str(cache)})
-    finally:
-        if cache.is_dir():
-            cache.chmod(0o700)
     assert result.returncode == 1, result.stderr
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"error: the cache folder {cache} cannot be used (") and line.endswith(

@@ -30,8 +30,9 @@ from jobs.progress import printable
 from jobs.store import JobStore
 from transcriber.model import loader
 
-from transcriber import AudioError
+from transcriber import AudioError, ReadTimeout, bounded
 from transcriber.audio import iter_audio
+from transcriber.engine import Step
 
 from .conftest import JFK, PRESS_YARD, ROOT, ffmpeg
 from .hungfs import HungMount, unavailable
@@ -562,6 +563,39 @@ def test_language_tagged_output_names(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.glob("talk*")) == ["talk.en.json", "talk.en.srt", "talk.flac"]
 
 
+class SpokenEngine(ScriptedEngine):
+    """A ScriptedEngine whose words are in ``language`` (a translation's in English)."""
+
+    def __init__(self, language: str, task: str):
+        super().__init__(n=4)
+        self.language = "en" if task == "translate" else language
+
+    def steps(self, path, state):
+        for step in super().steps(path, state):
+            yield Step(step.words, step.segments, step.state, step.position, self.language)
+
+
+def test_a_translation_leaves_the_russian_transcript_beside_it(tmp_path, monkeypatch):
+    """x.ru.srt from a Russian run, then ``--task translate`` (both ``--tag-language``): the
+    translation is x.en.srt, written beside it; the Russian subtitle is as it was."""
+    import jobs.engines
+    from jobs.engines import EngineCache
+
+    media = tmp_path / "x.flac"
+    shutil.copy(PRESS_YARD, media)
+    monkeypatch.setattr(jobs.engines, "EngineCache",
+                        lambda: EngineCache(lambda spec: SpokenEngine("ru", spec.task)))
+    db = tmp_path / "jobs.db"
+    first = invoke("--db", str(db), str(media), "--model", "base", "--language", "ru", "--tag-language", "-q")
+    assert first.exit_code == 0, first.output
+    russian = (tmp_path / "x.ru.srt").read_text()
+    second = invoke("--db", str(db), str(media), "--model", "base", "--task", "translate", "--tag-language", "-q")
+    assert second.exit_code == 0, second.output
+    assert lines(second) == ["1 done, 0 skipped, 0 failed"]
+    assert sorted(p.name for p in tmp_path.glob("x.*")) == ["x.en.srt", "x.flac", "x.ru.srt"]
+    assert (tmp_path / "x.ru.srt").read_text() == russian
+
+
 def test_a_failed_one_off_run_elsewhere_leaves_the_done_job_as_it_was(tmp_path, monkeypatch):
     """Done; then once more into a folder that cannot be made (under a file): that run fails, but
     the done job (its status, its outputs) is untouched and a rerun of it is a skip."""
@@ -880,3 +914,147 @@ def test_watch_of_a_folder_whose_stat_hangs_is_one_line(tmp_path, hung_tree, mon
     no_traceback(result)
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [f"error: cannot watch {folder}: its stat() got no answer for 1 s {HUNG}"]
+
+
+# --- a file that hangs once its job has begun: the job's own reads -------------------------------
+#
+# The reads a job makes of its input in the runner's process (the content key at its start and
+# before each checkpoint commit, the probe's stat) go through the reader child
+# (transcriber/bounded.py): one stuck is abandoned, and the command can exit with the mount hung.
+
+
+def process_state(pid: int) -> str:
+    """``pid``'s state letter in /proc ("T": stopped, "Z": ended); "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def at_each_stop(proc: subprocess.Popen, first) -> threading.Thread:
+    """Each time ``proc`` stops itself (SIGSTOP at a test point), let it go on; ``first()``
+    runs before the first such SIGCONT (the fault set while the process waits)."""
+    def loop() -> None:
+        pending = True
+        while process_state(proc.pid) not in ("", "Z", "X"):
+            if process_state(proc.pid) == "T":
+                if pending:
+                    first()
+                    pending = False
+                os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
+def run_until_exit(proc: subprocess.Popen, seconds: float) -> str:
+    """stderr, once ``proc`` exited; AssertionError if it has not within ``seconds`` (the mount
+    still hung: a read of the command's own stuck in the kernel keeps it from exiting)."""
+    try:
+        _, stderr = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired as e:
+        proc.kill()  # ends once the fixture unmounts (a thread stuck on the mount holds it)
+        said = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr
+        raise AssertionError(f"the command did not exit within {seconds} s while the mount hung; "
+                             f"it said: {said!r}") from None
+    return stderr
+
+
+def hang_at_the_first_step(tmp_path: Path, hung_wav, monkeypatch, hung_first: bool, hang: tuple[int, int],
+                           *args: str):
+    """Run the hung file and another, one-shot, one attempt each; at the first file's first
+    step (SIGSTOP there) the hung file's bytes ``hang`` stop answering. The job of the hung file
+    fails in one line, the other is done, exit 1, and the command exits while the mount still
+    hangs (bounded: a read stuck in a thread of its own would keep it from exiting). The
+    hung file's job."""
+    other = tmp_path / "press yard.flac"
+    shutil.copy(PRESS_YARD, other)
+    db, path = tmp_path / "jobs.db", str(hung_wav.path)
+    monkeypatch.setenv("TRANSCRIBER_TEST_SIGNAL_AT", "SIGSTOP@step:1")
+    files = [path, str(other)] if hung_first else [str(other), path]
+    proc = transcribe_cli("--db", str(db), *files, "--mode", "oneshot", "-f", "json", "--max-attempts", "1", "-q",
+                          *args, seconds=2)
+    at_each_stop(proc, lambda: hung_wav.hang(*hang))
+    stderr = run_until_exit(proc, 90)
+    assert proc.returncode == 1, stderr
+    assert stderr.splitlines() == [
+        f"error: cannot read audio from {path!r}: a read got no answer for 2 s {HUNG}", "1 done, 0 skipped, 1 failed"]
+    assert other.with_suffix(".json").exists() and hung_wav.hung.is_set()
+    with JobStore(db) as store:
+        job = next(j for j in store.jobs() if j.path == path)
+    assert job.status == "failed" and job.retryable and job.progress == 0
+    return job
+
+
+def test_a_file_that_hangs_after_it_was_enqueued_fails_alone_and_the_command_exits(tmp_path, hung_wav, monkeypatch):
+    """The mount answers at enqueue and hangs before the job's first read (its content key at
+    the start): the other file is first in line, and at its first step every read of the hung
+    file stops answering. Its job never got to the probe."""
+    job = hang_at_the_first_step(tmp_path, hung_wav, monkeypatch, False, (0, hung_wav.size))
+    assert job.duration is None
+
+
+def test_a_file_that_hangs_before_a_checkpoint_fails_alone_and_the_command_exits(tmp_path, hung_wav, monkeypatch):
+    """The job has begun (probed, its first window decoded) when its file's tail stops
+    answering: the content key read before the checkpoint commit hangs; nothing of it is
+    committed. (ffmpeg is ~30 s into the 60 s file: it does not read the tail yet.)"""
+    job = hang_at_the_first_step(tmp_path, hung_wav, monkeypatch, True, (hung_wav.size - 64 * 1024, hung_wav.size),
+                                 "--checkpoint-seconds", "1")
+    assert job.duration == pytest.approx(60, abs=0.1)
+
+
+def test_the_reader_child_answers_each_call_and_is_replaced_when_stuck_or_killed(tmp_path, monkeypatch):
+    """``bounded``'s calls go to one long-lived child (no fork per call); an error raised there
+    is raised here; a call that passes the bound abandons that child (killed, never waited for)
+    and the next call gets a new one; so does a call after the child was killed from outside."""
+    reader = sys.modules["transcriber.bounded"]
+    monkeypatch.setenv("TRANSCRIBER_READ_TIMEOUT", "0.5")
+    reader.start_reader()
+    pids = {bounded(os.getpid) for _ in range(50)}
+    assert len(pids) == 1 and pids != {os.getpid()}  # one child answered all 50
+    with pytest.raises(FileNotFoundError):
+        bounded(os.stat, str(tmp_path / "none"))
+    start = time.monotonic()
+    with pytest.raises(ReadTimeout) as hung:
+        bounded(time.sleep, 30, path="slow.wav")
+    assert time.monotonic() - start < 5
+    assert str(hung.value) == f"cannot read audio from 'slow.wav': a read got no answer for 0.5 s {HUNG}"
+    (first,) = pids
+    assert bounded(os.getpid) != first  # a new child
+    os.kill(bounded(os.getpid), signal.SIGKILL)
+    assert bounded(os.stat, str(tmp_path)).st_ino == tmp_path.stat().st_ino  # made again, in a new child
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["oneshot", "stream"])
+def test_sigterm_during_a_run_over_short_clips_acts_within_2_seconds(tmp_path, mode):
+    """Twenty 1.6 s clips, the real model, in either mode: SIGTERM once the first is done ends
+    the run within 2 s (the issue measured 107 s), exit 128 + SIGTERM; the files not done stay
+    queued, no attempt counted, none left running."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(20):
+        shutil.copy(PRESS_YARD, folder / f"clip{i:02d}.flac")
+    db = tmp_path / "jobs.db"
+    proc = transcribe_cli("--db", str(db), str(folder), "--mode", mode, "-f", "json", seconds=120)
+    try:
+        said = []
+        for line in proc.stderr:  # plain lines on a pipe: a "done:" line per file
+            said.append(line)
+            if line.startswith("done: "):
+                break
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=60)
+        took = time.monotonic() - start
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(said) + rest
+    assert took < 2.5, f"took {took:.1f} s to stop"
+    with JobStore(db) as store:
+        jobs = store.jobs()
+    statuses = [j.status for j in jobs]
+    assert statuses.count("done") >= 1 and statuses.count("queued") >= 1
+    assert set(statuses) == {"done", "queued"} and sum(j.errors for j in jobs) == 0

@@ -11,7 +11,7 @@
 import importlib
 import os
 
-from .bounded import ReadTimeout, bounded, bounded_each
+from .bounded import ReadTimeout, bounded, bounded_each, start_reader
 from .constants import DEFAULT_MODEL
 from .decoding.options import DecodingOptions, TranscribeOptions
 from .errors import AudioError, ModelError, OutputError, TranscriberError
@@ -127,4 +127,5 @@ __all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",
            "StreamingEngine", "StreamingOptions", "StreamingSession", "LiveSource", "FollowOptions", "FOLLOWABLE", "FOLLOW_MODES",
            "CueOptions", "OutputOptions", "FORMATS", "write_outputs", "blas", "doctor_report",
-           "TranscriberError", "AudioError", "ModelError", "OutputError", "ReadTimeout", "bounded", "bounded_each"]
+           "TranscriberError", "AudioError", "ModelError", "OutputError", "ReadTimeout", "bounded", "bounded_each",
+           "start_reader"]

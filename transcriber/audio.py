@@ -141,7 +141,7 @@ def probe(path) -> float:
 def _probe_info(path) -> _MediaInfo:
     name = os.fspath(path)
     try:
-        st = bounded(lambda: os.stat(name), name, "its stat() got no answer")
+        st = bounded(os.stat, name, what="its stat() got no answer")
     except ReadTimeout:
         raise
     except OSError as e:

@@ -8,25 +8,31 @@ call runs elsewhere and its caller waits only ``read_seconds()``: then it gets `
 (an OSError, so every "cannot read" path takes it, and an AudioError: the file's failure, told
 in one line), naming the file and what did not answer, and goes on.
 
-- ``bounded``: one call in a daemon thread. A thread stuck so keeps the whole process from
-  exiting (its other threads are gone, the process stays a zombie), so it is for the calls of a
-  job in flight (``Attempt``, the probe's stat), not for the walk of a command.
-- ``bounded_each``: many calls in one forked child. The child stuck on an item is killed and
-  left to its wait (it ends when the mount answers), and this process can exit. The walks,
-  the watch scans and the enqueue's content keys use it.
+- ``bounded``: one call, made by the reader child (``Reader``): a process forked once that
+  answers calls over a pipe, so a call costs a round trip (~0.1-0.3 ms), not a fork (~49 ms for
+  a process with a model loaded). A reader that does not answer in time is killed and never
+  waited for; the next call gets a new one. The job's reads of its file (``Attempt``'s content
+  keys, the probe's stat) and of its outputs' folder use it.
+- ``bounded_each``: many calls in one forked child. The walks, the watch scans and the
+  enqueue's content keys use it: one child for a whole batch.
 
-The caller's wait is a lock or select() wait: SIGTERM and Ctrl-C still reach it at once.
+Either way no thread of this process waits on a file: a thread stuck so would keep the whole
+process from exiting (its other threads gone, it stays a zombie) until the mount answers.
+The caller's wait is a select(): SIGTERM and Ctrl-C still reach it at once. Where there is no
+fork (not POSIX), the calls run in daemon threads instead.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import os
 import pickle
 import select
 import signal
 import threading
+import time
 from typing import Callable, Iterable, Optional, TypeVar, Union
 
 from .errors import AudioError
@@ -64,14 +70,196 @@ def timeout_error(path, what: str, seconds: float) -> ReadTimeout:
                        str(path))
 
 
-def bounded(call: Callable[[], T], path, what: str = READ) -> T:
-    """``call()`` (which touches ``path``), or ReadTimeout after ``read_seconds()``."""
+def bounded(call: Callable[..., T], *args, path=None, what: str = READ) -> T:
+    """``call(*args)`` (which touches ``path``, else ``args[0]``), made by the reader child, or
+    ReadTimeout after ``read_seconds()``. ``call`` and ``args`` pickle (a module's function:
+    ``os.stat``, ``content_key``), and so should its result; an exception it raises is raised
+    here. The cost is a round trip on a pipe (see ``Reader``), not a fork."""
+    path = args[0] if path is None and args else path
+    if _direct:  # in a child of ours already: the bound is the parent's
+        return call(*args)
+    if not hasattr(os, "fork"):
+        return _bounded_thread(call, args, path, what)
+    seconds, request = read_seconds(), pickle.dumps((call, args))
+    for tries in (1, 2):
+        reader = _take_reader()
+        try:
+            ok, value = reader.call(request, seconds)
+        except _ReaderGone:  # killed from outside (the OOM killer...): once more, in a new child
+            if tries == 2:
+                raise OSError(errno.EIO, "the reader process ended", str(path)) from None
+            continue
+        except _ReaderStuck:
+            raise timeout_error(path, what, seconds) from None
+        _idle.append(reader)
+        if not ok:
+            raise value
+        return value
+    raise AssertionError("unreachable")
+
+
+def start_reader() -> None:
+    """Fork the reader child now, if there is none: before a model is loaded, the fork is cheap
+    (its cost grows with the process's memory: ~49 ms with a model loaded)."""
+    if hasattr(os, "fork") and not _direct and not _idle:
+        _idle.append(Reader())
+
+
+class _ReaderGone(Exception):
+    """The reader child ended (killed from outside): its call may be made again, elsewhere."""
+
+
+class _ReaderStuck(Exception):
+    """The reader child did not answer in time: abandoned (killed, never waited for)."""
+
+
+class Reader:
+    """A child forked once that makes calls for this process, one at a time, on two pipes
+    (length-prefixed pickles): ``call`` costs a round trip (~0.1 ms), where a fork per call of a
+    process with a model loaded costs ~49 ms. One that does not answer in time is killed and left
+    to its wait in the kernel (it ends when the mount answers); the next call gets a new one. So
+    no thread of this process ever waits on a file, and the process can exit while a mount hangs.
+    The child ignores SIGINT/SIGTERM (a Ctrl-C reaches the whole process group: the stop is
+    this process's to handle) and ends when this process closes its pipe (exits, even by kill -9)."""
+
+    def __init__(self):
+        requests, self._requests = os.pipe()
+        self._answers, answers = os.pipe()
+        self.owner = os.getpid()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                os.close(self._requests)
+                os.close(self._answers)
+                _become_child()
+                _answer(requests, answers)
+            finally:
+                os._exit(0)
+        os.close(requests)
+        os.close(answers)
+
+    def call(self, request: bytes, seconds: float) -> tuple[bool, object]:
+        """For a pickled ``(call, args)``: (True, the result) or (False, the exception raised);
+        _ReaderStuck after ``seconds`` without an answer, _ReaderGone if the child ended: this
+        reader is then closed."""
+        try:
+            _write(self._requests, request)
+            answer = _read(self._answers, seconds)
+        except BrokenPipeError:
+            answer = b""
+        except BaseException:  # a Ctrl-C during the wait: the answer would come out of turn
+            self.abandon()
+            raise
+        if answer is None:
+            self.abandon()
+            raise _ReaderStuck
+        if not answer:
+            self.abandon()
+            raise _ReaderGone
+        try:
+            return pickle.loads(answer)
+        except Exception as e:  # an exception whose class does not unpickle: told as what it was
+            return False, OSError(errno.EIO, f"the reader's answer: {e!r}")
+
+    def abandon(self) -> None:
+        """Kill the child and forget it: never waited for (it may be stuck in the kernel)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        for fd in (self._requests, self._answers):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _orphans.append(self.pid)
+
+
+# The readers free to take: one, unless two threads read at once (each call takes one: a
+# thread never waits for another's call).
+_idle: list[Reader] = []
+_direct = False  # True in our children: a call there is made as is (the parent bounds it)
+
+
+def _take_reader() -> Reader:
+    _reap()
+    while _idle:
+        with contextlib.suppress(IndexError):  # another thread took the last one meanwhile
+            reader = _idle.pop()
+            if reader.owner == os.getpid():
+                return reader
+    return Reader()
+
+
+def _forget_readers() -> None:
+    """In a forked child: the parent's readers are not ours (their pipes are the parent's)."""
+    _idle.clear()
+    _orphans.clear()
+    _stuck.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_readers)
+
+
+def _become_child() -> None:
+    """What a child of ours does first: its stdio on /dev/null (a child stuck on a mount must
+    not hold the parent's pipes open), the objects inherited never collected (a finalizer could
+    close a descriptor the child reuses), calls made as is."""
+    global _direct
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a Ctrl-C reaches the process group: the parent's to handle
+        signal.signal(sig, signal.SIG_IGN)
+    _direct = True
+    gc.freeze()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+
+
+def _answer(requests: int, answers: int) -> None:
+    """The reader child's loop: each request ``(call, args)`` answered ``(ok, value)``."""
+    while True:
+        data = _read(requests, None)
+        if not data:
+            return  # the parent closed its end: it has exited
+        try:
+            call, args = pickle.loads(data)
+            answer = (True, call(*args))
+        except Exception as e:  # the call's own failure, raised in the parent
+            answer = (False, e)
+        _write(answers, pickle.dumps((answer[0], _portable(answer[1]))))
+
+
+def _write(fd: int, data: bytes) -> None:
+    view = memoryview(len(data).to_bytes(8, "little") + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read(fd: int, seconds: Optional[float]) -> Optional[bytes]:
+    """One length-prefixed message from ``fd``: b"" at its end, None when ``seconds`` (None:
+    no bound) passed without it. The wait is a select(): a signal's handler runs at once."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    buffer, size = b"", None
+    while size is None or len(buffer) < 8 + size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b""
+        buffer += chunk
+        if size is None and len(buffer) >= 8:
+            size = int.from_bytes(buffer[:8], "little")
+    return buffer[8:8 + size]
+
+
+def _bounded_thread(call: Callable[..., T], args: tuple, path, what: str) -> T:
+    """``bounded`` where there is no fork: the call in a daemon thread (one stuck there keeps
+    the process from exiting until the mount answers)."""
     seconds = read_seconds()
     out: list = []
 
     def run():
         try:
-            out.append((True, call()))
+            out.append((True, call(*args)))
         except BaseException as e:  # handed to the waiting caller
             out.append((False, e))
 
@@ -167,9 +355,7 @@ def _in_child(call, items: list, results: list, seconds: float, stopped: Callabl
     if pid == 0:  # the child: its stdio closed (a stuck child must not hold the parent's pipes)
         try:
             os.close(read_end)
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(null, fd)
+            _become_child()
             _serve(call, items, write_end)
         finally:
             os._exit(0)
