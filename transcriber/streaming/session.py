@@ -297,7 +297,7 @@ class StreamingSession:
             start, end = word_frames(spoken, following, n_frames)
             committed = CommittedWord(tokens, buf.start + 2 * start, buf.start + 2 * end, text)
             s.words.append(committed)
-            s.last_frame = buf.start + 2 * frames[-1]
+            s.last_frame = buf.start + 2 * spoken[-1]  # a mark's frame says little (policy.decide)
             if "\ufffd" in text or not text.strip():
                 continue  # invalid bytes or bare space at the very end: kept as tokens, not shown
             begin = min(max(buf.seconds(committed.start), last_end), now)
