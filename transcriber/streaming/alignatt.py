@@ -134,7 +134,10 @@ class AlignAttPass:
         ids = suppress_ids(tokenizer, SUPPRESS_TOKENS, model.info.suppress_ids)
         self.suppress = [SuppressTokens(ids), SuppressSpecials(tokenizer.eot)]
         self.ranker = MaximumLikelihoodRanker(None)
-        self.marks = mark_tokens(tokenizer)
+        # Transcription only: a translation's marks follow its English words, not the sounds
+        # of the audio, and there the rule changed the German opening's translation ("named
+        # Smelchor Sternfelds" became "name-smell-like, sterrenfels"; test_multilingual)
+        self.marks = mark_tokens(tokenizer) if tokenizer.task == "transcribe" else frozenset()
 
     def run(self, base: DecoderState, prompt: list[int], sot_index: int, sample_begin: int,
             n_frames: int, last_frame: Optional[int], max_new: int, is_last: bool) -> PassResult:
