@@ -54,9 +54,9 @@ MIN_PASS_FRAMES = 10  # the last pass needs at least 0.1 s of audio
 MIN_EARLY_PASS_FRAMES = 150
 # The stream's first words wait for 2 s of audio, and a pass before the first committed word
 # over less than ``PADDED_BELOW`` frames is encoded with ``FIRST_PASS_PAD`` frames of silence
-# after it, as one-shot pads a short window. The first pass used to wait for 4 s, for punctuation: the LJSpeech
-# reading decoded from 2 s began " printing in the only" and the unpunctuated text kept later
-# passes unpunctuated (3 of 13 sentence ends). Since marks are kept (``policy.decide``) the
+# after it, as one-shot pads a short window. The first pass used to wait for 4 s, for
+# punctuation: the LJSpeech reading decoded from 2 s began " printing in the only" and the
+# unpunctuated text kept later passes unpunctuated (3 of 13 sentence ends). Since marks are kept (``policy.decide``) the
 # later passes punctuate anyway: 2 s gives the same podcast (25 of 26 ends, same errors) and
 # dev set within the spread (WER 3.99% vs 4.11%), mean lag 1.13 -> 0.98 s, first words 1.4 s
 # after their audio instead of 2.8 s. Unpadded, base misheard the Russian clip's first word
@@ -193,7 +193,6 @@ class StreamingSession:
 
     def _min_frames(self, is_last: bool) -> int:
         """Mel frames a pass needs; the stream's first words (nothing committed yet) wait longer."""
-        s = self._s
         if is_last:
             return MIN_PASS_FRAMES
         return FIRST_PASS_FRAMES if self._first() else MIN_EARLY_PASS_FRAMES
