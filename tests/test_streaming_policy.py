@@ -111,6 +111,16 @@ def test_rewind_on_a_jump_back():
     assert decide(60, 200, 100, is_last=True, **kw) is Ending.CONTINUE
 
 
+def test_a_mark_after_a_kept_word_is_not_judged():
+    """A mark has no sound: kept after a word wherever it attends (the end of the audio, or
+    back where the word was), and the token after it is judged as any other."""
+    kw = dict(frame_threshold=25, rewind_threshold=30)
+    assert decide(95, 100, 70, **kw) is Ending.STOP
+    assert decide(95, 100, 70, mark=True, **kw) is Ending.CONTINUE  # at the end of the audio
+    assert decide(10, 100, 70, mark=True, **kw) is Ending.CONTINUE  # far back: no rewind
+    assert decide(95, 100, None, mark=True, after_special=True, **kw) is Ending.STOP  # no word before it
+
+
 def test_synthetic_pass_stops_before_the_token_at_the_end():
     """Replay a whole decoding pass the way the session does: tokens attending ever later."""
     token_frames = [4, 12, 20, 31, 44, 52, 63, 71, 80, 92]

@@ -63,9 +63,10 @@ class StreamingOptions:
     audio_keep_len: Optional[float] = None
     max_context_tokens: int = 96  # committed text kept as prompt (<|startofprev|> ...)
     # A prompt that runs on without punctuation is cut back to its last sentence end
-    # (streaming/words.py ``punctuated_context``). Podcast (bench/podcast.py, tiny.en): sentence
-    # ends 17 -> 24-26 of 26, but WER 3.95 -> 4.4-4.5% (3-4 more errors of 709); dev set
-    # (short_en + long_en) 4.23 -> 4.35%, mean lag 1.17 -> 1.19 s. Off until it costs no words.
+    # (streaming/words.py ``punctuated_context``). Measured before marks were kept by default
+    # (``policy.decide``), podcast (bench/podcast.py, tiny.en): sentence ends 17 -> 24-26 of 26,
+    # but WER 3.95 -> 4.4-4.5% (3-4 more errors of 709); dev set (short_en + long_en) 4.23 ->
+    # 4.35%, mean lag 1.17 -> 1.19 s. Off: the default now keeps 25 of the 26 by itself.
     punctuated_prompt: bool = PUNCTUATED_PROMPT.field(False)
     init_prompt: Optional[str] = INITIAL_PROMPT.field(None)  # prompt text at the start; scrolls out as text comes
     static_init_prompt: Optional[str] = None  # prompt text always kept (names, terms)

@@ -29,7 +29,7 @@ from typing import Optional
 import numpy as np
 
 from ..constants import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES
-from ..context import WhisperContext
+from ..context import SHORT_WINDOW_PAD, WhisperContext
 from ..decoding.ending import Ending
 from ..cues import is_attached_mark
 from ..model.whisper import Whisper
@@ -52,12 +52,20 @@ MIN_PASS_FRAMES = 10  # the last pass needs at least 0.1 s of audio
 # Any other pass needs 1.5 s: on less (unpadded), base wrote " C C C C C C C C" for the first
 # second of the French clip and committed it; with 1.5 s it wrote the right text.
 MIN_EARLY_PASS_FRAMES = 150
-# The stream's first words wait for 4 s of audio. Decoded from 2 s (or 3), the LJSpeech reading
-# began " printing in the only", and that unpunctuated text, as decoder prefix and then prompt,
-# kept later passes unpunctuated: 3 of its 13 sentence ends, 5 of 48 commas. From 4 s it begins
-# "Printing, in the only sense ...,": 8 ends, 33 commas. 5 s does the same but costs the dev set
-# 0.7 points of WER (4 s: +0.1, mean lag 1.01 -> 1.17 s).
-FIRST_PASS_FRAMES = 400
+# The stream's first words wait for 2 s of audio, and a pass before the first committed word
+# over less than ``PADDED_BELOW`` frames is encoded with ``FIRST_PASS_PAD`` frames of silence
+# after it, as one-shot pads a short window. The first pass used to wait for 4 s, for
+# punctuation: the LJSpeech reading decoded from 2 s began " printing in the only" and the
+# unpunctuated text kept later passes unpunctuated (3 of 13 sentence ends). Since marks are kept (``policy.decide``) the
+# later passes punctuate anyway: 2 s gives the same podcast (25 of 26 ends, same errors) and
+# dev set within the spread (WER 3.99% vs 4.11%), mean lag 1.13 -> 0.98 s, first words 1.4 s
+# after their audio instead of 2.8 s. Unpadded, base misheard the Russian clip's first word
+# from 2 or 3 s ("Битняга", WER 11 -> 22%); padded it hears it as from 4 s. Longer buffers are
+# not padded: over a music intro (nothing committed, 5 s kept) the padded passes made tiny.en
+# write " Thank you." on the Brahms.
+FIRST_PASS_FRAMES = 200
+FIRST_PASS_PAD = SHORT_WINDOW_PAD // HOP_LENGTH
+PADDED_BELOW = 400
 BUDGET_SLACK = 8  # tokens allowed on top of the per-second budget
 # Silence (``nonspeech.GATE``) is not decoded: once this many mel frames have passed with
 # nothing loud since the last committed word (or the buffer's start), passes stop until sound
@@ -185,10 +193,14 @@ class StreamingSession:
 
     def _min_frames(self, is_last: bool) -> int:
         """Mel frames a pass needs; the stream's first words (nothing committed yet) wait longer."""
-        s = self._s
         if is_last:
             return MIN_PASS_FRAMES
-        return MIN_EARLY_PASS_FRAMES if s.words or s.prompt or s.last_end else FIRST_PASS_FRAMES
+        return FIRST_PASS_FRAMES if self._first() else MIN_EARLY_PASS_FRAMES
+
+    def _first(self) -> bool:
+        """Nothing committed yet in this stream (nor a prompt given)."""
+        s = self._s
+        return not (s.words or s.prompt or s.last_end)
 
     def _quiet(self, is_last: bool) -> bool:
         """Nothing to decode: silence since the last committed word for ``QUIET_FRAMES`` (on the
@@ -231,10 +243,13 @@ class StreamingSession:
     def _mel(self, n_mel: int, is_last: bool) -> np.ndarray:
         """The encoder's input: the buffer's real frames only (cheaper, and Whisper copes), but
         on the last pass padded with silence to a full window as Whisper was trained: seeing
-        the speech end, it ends the text instead of running on over a cut-off."""
+        the speech end, it ends the text instead of running on over a cut-off; before the
+        first committed word, under ``PADDED_BELOW`` frames, ``FIRST_PASS_PAD`` frames of silence."""
         raw = self._s.buffer.raw()[:n_mel]
-        if is_last and n_mel < N_FRAMES:
-            raw = np.concatenate([raw, np.full((N_FRAMES - n_mel, raw.shape[1]), SILENCE, np.float32)])
+        first = self._first() and n_mel < PADDED_BELOW
+        total = N_FRAMES if is_last else min(N_FRAMES, n_mel + FIRST_PASS_PAD) if first else n_mel
+        if total > n_mel:
+            raw = np.concatenate([raw, np.full((total - n_mel, raw.shape[1]), SILENCE, np.float32)])
         return normalize(raw)
 
     def _detect_language(self, base, n_mel: int, is_last: bool) -> bool:
@@ -297,7 +312,7 @@ class StreamingSession:
             start, end = word_frames(spoken, following, n_frames)
             committed = CommittedWord(tokens, buf.start + 2 * start, buf.start + 2 * end, text)
             s.words.append(committed)
-            s.last_frame = buf.start + 2 * frames[-1]
+            s.last_frame = buf.start + 2 * spoken[-1]  # a mark's frame says little (policy.decide)
             if "\ufffd" in text or not text.strip():
                 continue  # invalid bytes or bare space at the very end: kept as tokens, not shown
             begin = min(max(buf.seconds(committed.start), last_end), now)

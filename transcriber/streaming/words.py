@@ -24,7 +24,8 @@ CUT_MARGIN = 10  # mel frames kept before a word the buffer is cut in front of
 # its 13 sentence ends). ``punctuated_context`` cuts such a prompt back to its last sentence
 # end: 11 of 13 (14 tokens: 10). Cutting every prompt back to its last sentence end gave 14-15
 # of 13 but dropped the words just before the buffer: 7-9 more word errors on that reading.
-# Used with ``StreamingOptions.punctuated_prompt`` (off: it still costs words on the podcast).
+# Used with ``StreamingOptions.punctuated_prompt`` (off: it still costs words on the podcast,
+# and since marks are no longer judged by the AlignAtt rule the default keeps its sentence ends).
 RUN_ON_TOKENS = 10
 MARK_TOKENS = 3  # tokens decoded together to read a mark: a UTF-8 character spans up to 3
 
