@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import sys
 import time
@@ -166,7 +167,7 @@ class FollowAttempt(Attempt):
         super().__init__(runner.ledger, job, worker_name())
         self.engines, self.live, self.settings = runner.engines, live, settings
         self.open_words: list = []  # committed words of the segment still open
-        self.last_write = time.monotonic()
+        self.last_write = -math.inf  # the first words are written at once
         self.unwritten = False  # words committed since the outputs were last written
 
     def run(self) -> None:

@@ -254,3 +254,22 @@ def test_ctrl_c_ends_the_stream_with_the_outputs_written(tmp_path):
         (job,) = store.jobs()
     assert job.status == "done" and job.words_complete
     assert words(out / "rec.json") and words(out / "rec.json")[:3] == [" And", " so", " my"]
+
+
+def test_a_growing_wav_chunk_comes_out_when_its_second_is_written(tmp_path):
+    """Each 1 s piece of a WAV written in real time is a whole chunk as soon as it is on disk:
+    with 1024-byte packets ffmpeg held back the last 256 bytes of every 32000-byte write, and
+    with them the chunk, until the next write (1 s late). The first chunks wait for the
+    source's key (2 s of audio) and ffmpeg's start."""
+    path = tmp_path / "rec.wav"
+    writer = GrowingWriter(load_audio(JFK)[:8 * 16000], path, 1.0)
+    writer.start()
+    while not path.exists():
+        time.sleep(0.01)
+    late = []
+    for offset, samples in LiveSource(str(path), FollowOptions(idle_seconds=2)).iter_audio(1.0):
+        second = offset // 16000
+        if 3 <= second < len(writer.written):  # a piece the writer wrote after the source started
+            late.append(time.monotonic() - writer.written[second])
+    writer.join()
+    assert len(late) >= 4 and max(late) < 0.5, late
