@@ -196,12 +196,16 @@ def test_words_snap_to_the_sound_around_them():
         (" gothic", 10.2, 10.5), (" and", 10.5, 10.7), (" Roman.", 10.7, 11.0)]
 
 
-def test_a_word_with_no_sound_before_it_stays_and_all_silence_changes_nothing():
+def test_a_word_in_silence_nearer_the_sound_after_it_moves_to_its_onset():
+    """A first word that DTW started 1 s early, wholly in the pause before its speech (the
+    short podcast's LJ002-0035 once went back into the reading before the pause); silence alone
+    changes nothing."""
     loud = np.zeros(100, dtype=bool)
-    loud[60:] = True
-    words = _timed((" Well,", 10.2, 10.6), (" then", 11.1, 11.5))
-    snap_to_sound(words, loud, 10.0, 0.3, floor=0.0)  # " Well," has no sound before it: kept
-    assert [(round(w.start, 2), round(w.end, 2)) for w in words] == [(10.2, 10.6), (11.2, 11.5)]
+    loud[:5] = loud[60:] = True  # sound until 10.1 s, then from 11.2 s
+    words = _timed((" Well,", 10.8, 11.0), (" then", 11.1, 11.5))
+    snap_to_sound(words, loud, 10.0, 0.3, floor=0.0)
+    assert [(w.word, round(w.start, 2), round(w.end, 2)) for w in words] == [(" Well,", 11.2, 11.2),
+                                                                            (" then", 11.2, 11.5)]
     silent = _timed((" a", 1.0, 2.0))
     snap_to_sound(silent, np.zeros(100, dtype=bool), 0.0, 0.3, floor=0.0)
     assert (silent[0].start, silent[0].end) == (1.0, 2.0)

@@ -222,10 +222,11 @@ def snap_to_sound(words: list[WordTiming], loud: np.ndarray, offset: float, dura
 
     loud: (F,) bool, whether each 20 ms frame of the window (from ``offset`` s) reaches the
     gate's silence level; music and room noise are sound, digital silence and near-silence are
-    not. A word's start moves forward to the first sound inside it, its end back to the last;
-    a word with no sound inside moves back to end where the sound before it ended, lasting
-    ``duration`` (its own if longer), not before ``floor`` or the word before it, which ends
-    where it starts. A word with no sound before it in the window stays where it is."""
+    not. A word's start moves forward to the first sound inside it, its end back to the last.
+    A word with no sound inside goes to the nearer sound, lasting ``duration`` (its own if
+    longer): back to end where the sound before it ended (not before ``floor`` or the word
+    before it, which ends where it starts), or forward to start at the onset of the sound after
+    it (the words after it then start no earlier)."""
     sound = np.flatnonzero(loud)
     if not len(sound):
         return
@@ -237,15 +238,22 @@ def snap_to_sound(words: list[WordTiming], loud: np.ndarray, offset: float, dura
             w.start = max(w.start, offset + inside[0] * SOUND_FRAME)
             w.end = max(w.start, min(w.end, offset + (inside[-1] + 1) * SOUND_FRAME))
             continue
-        before = sound[sound < a]
+        before, after = sound[sound < a], sound[sound >= b]
+        length = max(w.end - w.start, duration)
+        if len(after) and (not len(before) or after[0] - b < a - before[-1] - 1):
+            w.start = offset + after[0] * SOUND_FRAME  # nearer the sound after it: its onset
+            w.end = w.start + length
+            continue
         if not len(before):
             continue
-        length = max(w.end - w.start, duration)
         w.end = offset + (before[-1] + 1) * SOUND_FRAME
         w.start = max(floor, words[i - 1].start if i else floor, w.end - length)
         for prev in words[:i]:
             prev.end = min(prev.end, w.start)
             prev.start = min(prev.start, prev.end)
+    for w, nxt in zip(words, words[1:]):  # in order again after a word moved forward
+        w.end = max(w.start, min(w.end, nxt.start))
+        nxt.start = max(nxt.start, w.start)
 
 
 def clamp_edge_words(words: list[WordTiming], start: float, end: float,
