@@ -242,7 +242,7 @@ def snap_to_sound(words: list[WordTiming], loud: np.ndarray, offset: float, dura
         length = max(w.end - w.start, duration)
         if len(after) and (not len(before) or after[0] - b < a - before[-1] - 1):
             w.start = offset + after[0] * SOUND_FRAME  # nearer the sound after it: its onset
-            w.end = w.start + length
+            w.end = min(w.start + length, offset + len(loud) * SOUND_FRAME)  # not past the audio
             continue
         if not len(before):
             continue
