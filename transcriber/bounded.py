@@ -406,10 +406,7 @@ def _serve(call, items: list, fd: int) -> None:
         while not finished.wait(FLUSH_SECONDS) or sent < len(out):
             end = len(out)
             if end > sent:
-                data = pickle.dumps([_portable(r) for r in out[sent:end]])
-                view = memoryview(len(data).to_bytes(8, "little") + data)
-                while view:
-                    view = view[os.write(fd, view):]
+                _write(fd, pickle.dumps([_portable(r) for r in out[sent:end]]))
                 sent = end
 
     sender = threading.Thread(target=send)

@@ -190,15 +190,15 @@ class OneShotEngine:
             samples = buffer.window(seek.seek * HOP_LENGTH, span[1])
             if len(samples) < HOP_LENGTH:
                 break
-            if GATE.is_silent(samples):  # silence or near-silence: nothing to decode
+            loud = GATE.loud_frames(samples)  # (the silence check reads it again only when no frame is loud)
+            if not loud.any() and GATE.is_silent(samples):  # silence or near-silence: nothing to decode
                 segments, seek = [], replace(seek, seek=seek.seek + len(samples) // HOP_LENGTH)
             else:
                 base, n_frames = self.context.encode_window(samples)
                 if seek.language is None:  # detected once per file, on its first window with sound
                     seek.language, seek.language_probability, _ = self.context.detect_language(base)
                 segments, seek = yield from self._decode_window(base, n_frames, seek,
-                                                                self.context.tokenizer(seek.language),
-                                                                GATE.loud_frames(samples))
+                                                                self.context.tokenizer(seek.language), loud)
             yield Step(tuple(w for s in segments for w in s.words), tuple(segments), seek.to_dict(),
                        seek.seek / FRAMES_PER_SECOND, seek.language or "en", seek.language_probability,
                        audio.warnings)
