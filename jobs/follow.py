@@ -169,6 +169,7 @@ class FollowAttempt(Attempt):
         self.open_words: list = []  # committed words of the segment still open
         self.last_write = -math.inf  # the first words are written at once
         self.unwritten = False  # words committed since the outputs were last written
+        live.on_wait = self.update_if_due  # while the source waits for audio: words out when due
 
     def run(self) -> None:
         resume = self.resume_from(self.job.content_key, None)
@@ -203,6 +204,10 @@ class FollowAttempt(Attempt):
         if self.ledger.stop.requested:  # (watch's stop; follow's own ends the source itself)
             self.live.end()
         self.unwritten = self.unwritten or bool(step.words)
+        self.update_if_due()
+
+    def update_if_due(self) -> None:
+        """``update()`` if words were committed since the last one, ``update_seconds`` ago."""
         if self.unwritten and time.monotonic() - self.last_write >= self.settings.update_seconds:
             self.update()
 

@@ -4,10 +4,12 @@ tiny.en model, real SQLite in tmp dirs; the recording is examples/jfk.flac (11 s
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -51,11 +53,17 @@ def replay(source: Path, tmp: Path) -> Path:
 # -- the library: a live source gives the samples of the finished file ------------------------------
 
 @pytest.mark.parametrize("args", [["-c:a", "pcm_s16le", "x.wav"], ["-ar", "44100", "-ac", "2", "x.wav"],
+                                  ["-c:a", "pcm_u8", "-ar", "8000", "x.wav"], ["-c:a", "pcm_s24le", "-ar", "48000", "x.wav"],
+                                  ["-c:a", "pcm_s32le", "x.wav"], ["-c:a", "pcm_f32le", "x.wav"],
+                                  ["-c:a", "pcm_s16le", "-ac", "6", "x.wav"],
                                   ["x.flac"], ["-c:a", "libvorbis", "x.mkv"], ["-c:a", "libopus", "x.ogg"],
                                   ["-c:a", "aac", "-f", "mpegts", "x.ts"],
                                   ["-c:a", "aac", "-movflags", "+frag_keyframe+empty_moov", "x.mp4"]],
-                         ids=["wav", "wav44k", "flac", "mkv", "ogg", "mpegts", "fmp4"])
+                         ids=["wav", "wav44k", "wav-u8", "wav-s24", "wav-s32", "wav-float", "wav-5.1",
+                              "flac", "mkv", "ogg", "mpegts", "fmp4"])
 def test_live_source_gives_the_samples_of_the_file(tmp_path, args):
+    """The same samples as the finished file's reader. (An integer PCM WAV goes to ffmpeg as
+    float32, converted by the feeder: the samples out are the same all the same.)"""
     path = tmp_path / args[-1]
     subprocess.run([FFMPEG, "-v", "error", "-i", JFK, *args[:-1], path], check=True)
     source = LiveSource(str(path), FollowOptions(idle_seconds=0.3))
@@ -257,10 +265,10 @@ def test_ctrl_c_ends_the_stream_with_the_outputs_written(tmp_path):
 
 
 def test_a_growing_wav_chunk_comes_out_when_its_second_is_written(tmp_path):
-    """Each 1 s piece of a WAV written in real time is a whole chunk as soon as it is on disk:
-    with 1024-byte packets ffmpeg held back the last 256 bytes of every 32000-byte write, and
-    with them the chunk, until the next write (1 s late). The first chunks wait for the
-    source's key (2 s of audio) and ffmpeg's start."""
+    """Each 1 s piece of a WAV written in real time is a whole chunk as soon as it is on disk,
+    the first ones too: with 1024-byte packets ffmpeg held back the last 256 bytes of every
+    32000-byte write, and with them the chunk, until the next write (1 s late); and it gave out
+    nothing of an integer PCM WAV before it held 64 KiB (the first two chunks 2 s late)."""
     path = tmp_path / "rec.wav"
     writer = GrowingWriter(load_audio(JFK)[:8 * 16000], path, 1.0)
     writer.start()
@@ -269,7 +277,38 @@ def test_a_growing_wav_chunk_comes_out_when_its_second_is_written(tmp_path):
     late = []
     for offset, samples in LiveSource(str(path), FollowOptions(idle_seconds=2)).iter_audio(1.0):
         second = offset // 16000
-        if 3 <= second < len(writer.written):  # a piece the writer wrote after the source started
-            late.append(time.monotonic() - writer.written[second])
+        late.append(time.monotonic() - writer.written[second])
     writer.join()
-    assert len(late) >= 4 and max(late) < 0.5, late
+    assert len(late) == 8 and max(late) < 0.5, late
+
+
+@pytest.mark.slow
+def test_words_committed_before_a_pause_are_on_disk_during_it(tmp_path):
+    """The recording pauses (6 s written, then nothing for 8 s: the idle end): the words committed
+    before the pause are in the SRT within --update-seconds (4) of their commit (--jsonl), not
+    when the next audio or the idle end comes. (The outputs were written only after a step: the
+    words of the steps within 4 s of the first write waited for the idle end.)"""
+    source, out = tmp_path / "rec.wav", tmp_path / "out"
+    update = 4.0
+    writer = GrowingWriter(load_audio(JFK)[:6 * 16000], source, piece_seconds=1.0)
+    writer.start()
+    while not source.exists():
+        time.sleep(0.01)
+    follow = start("follow", source, "-o", out, "-f", "srt", "-q", "--idle-seconds", 8, "--update-seconds", update,
+                   "--jsonl", "-", tmp=tmp_path)
+    printed: list[float] = []  # when the k-th word was printed (committed)
+    reader = threading.Thread(target=lambda: [printed.append(time.monotonic()) for _ in follow.stdout], daemon=True)
+    reader.start()
+    on_disk: list[float] = []  # when the SRT first held k + 1 words
+    pause_ends = math.inf
+    while follow.poll() is None and time.monotonic() < pause_ends:
+        n = srt_words(out / "rec.srt")
+        on_disk += [time.monotonic()] * max(0, n - len(on_disk))
+        if pause_ends == math.inf and not writer.is_alive():
+            pause_ends = writer.written[-1] + 7.5
+        time.sleep(0.05)
+    follow.communicate(timeout=60)
+    committed = [t for t in printed if t < pause_ends - update - 0.5]
+    assert len(committed) >= 6, printed
+    waits = [on_disk[k] - t if k < len(on_disk) else math.inf for k, t in enumerate(committed)]
+    assert max(waits) < update + 0.5, waits

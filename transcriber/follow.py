@@ -13,7 +13,8 @@ streaming engine gives the words of a replay of the finished file.
   to ffmpeg's stdin; the file has ended when it has not grown for ``idle_seconds`` (then ffmpeg's
   stdin is closed and it decodes the rest), or when ffmpeg ends on its own (the container said
   so). A WAV header's data size is 0, stale or 0xFFFFFFFF while it is written; through a pipe
-  ffmpeg stops at a stale size, so the feeder hands it 0 there (ffmpeg then reads to the end).
+  ffmpeg stops at a stale size, so the feeder hands it 0 there (ffmpeg then reads to the end),
+  and an integer PCM WAV's samples as float32 (ffmpeg holds its first 64 KiB back: ``_WavFeed``).
   A plain MP4 keeps its index (moov) after the audio, written when the recording stops: it is
   refused at once, naming the container (fragmented MP4 can be followed).
 - ``-``: standard input, until EOF.
@@ -35,7 +36,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
@@ -50,8 +51,8 @@ STDIN = "-"
 # The audio that names a followed source (``LiveSource.key``). Nothing is decoded before it is
 # read, so it is no longer than the streaming session's first pass (2 s).
 KEY_SECONDS = 2.0
-# bytes of a WAV packet (see ``_command``): ffmpeg's CPU for 600 s of 16 kHz mono, 1024 bytes
-# 0.5 s, 128 bytes 4.9 s (0.8% of a core in real time), 64 bytes 8.4 s
+# bytes of a WAV packet (see ``_command``): ffmpeg's CPU for 600 s of 16 kHz mono float32 (the
+# feeder's, see ``_WavFeed``) 5.3 s at 128 bytes (0.9% of a core in real time), 3.0 s at 256
 WAV_PACKET = 128
 _READ_BYTES = 1 << 16
 
@@ -95,6 +96,9 @@ class LiveSource:
         self._served = 0  # samples handed out or dropped so far
         self._is_wav = False  # a WAV file: read in small packets (see _command)
         self.warnings: tuple[str, ...] = ()
+        # called (in the reading thread) every 0.1 s while the source has no new audio: a
+        # follow job writes its outputs then when they are due, not only after a step
+        self.on_wait: Callable[[], None] = lambda: None
 
     # -- setup -------------------------------------------------------------------------------------
 
@@ -118,7 +122,7 @@ class LiveSource:
             self._feeder = _Feeder(self.source, self._proc.stdin, self.options)
             self._feeder.start()
         silence_limit = self.options.idle_seconds if self.kind == "ffmpeg" else None
-        self._pcm = _Pcm(self._proc.stdout, silence_limit)
+        self._pcm = _Pcm(self._proc.stdout, silence_limit, lambda: self.on_wait())
         return self
 
     def _command(self) -> list[str]:
@@ -128,9 +132,9 @@ class LiveSource:
         else:
             # a WAV's packets are small, so that the end of what was written comes out now, not with
             # the next write: the demuxer waits to fill a packet (4 KiB by default). 1024-byte
-            # packets still held back the last 256 bytes of each 1 s write of 16 kHz mono (32000
-            # bytes), and with them the chunk that ends there: 1 s late. WAV_PACKET divides the
-            # writes of 10 ms multiples at 16, 32 and 48 kHz, mono or stereo.
+            # packets held back the last 256 bytes of each 1 s write of 16 kHz mono, and with them
+            # the chunk that ends there: 1 s late. WAV_PACKET divides the writes of 10 ms
+            # multiples at 16, 32 and 48 kHz, mono or stereo, as the feeder gives them (float32).
             source = [*(["-f", "wav", "-max_size", str(WAV_PACKET)] if self._is_wav else []), "-i", "pipe:0"]
         # a small probe: the first samples come out as soon as the container says what it holds,
         # not after the 5 s of audio ffmpeg analyses by default
@@ -281,10 +285,13 @@ class LiveStream:
 
 class _Pcm:
     """ffmpeg's stdout as float32 samples. ``silence_limit``: seconds without a byte after
-    which the input is taken to have ended (``timed_out``); None: wait as long as it takes."""
+    which the input is taken to have ended (``timed_out``); None: wait as long as it takes.
+    ``on_wait()`` is called every ``WAIT_POLL`` seconds while no byte comes."""
 
-    def __init__(self, pipe, silence_limit: Optional[float]):
-        self.fd, self.silence_limit = pipe.fileno(), silence_limit
+    WAIT_POLL = 0.1
+
+    def __init__(self, pipe, silence_limit: Optional[float], on_wait: Callable[[], None]):
+        self.fd, self.silence_limit, self.on_wait = pipe.fileno(), silence_limit, on_wait
         self.pending = b""  # bytes of a sample not complete yet
         self.got = 0  # bytes read so far
         self.timed_out = self.eof = False
@@ -294,7 +301,7 @@ class _Pcm:
         buf = bytearray(self.pending)
         want = 4 * n
         while len(buf) < want and not self.eof:
-            if self.silence_limit is not None and not select.select([self.fd], [], [], self.silence_limit)[0]:
+            if not self._wait():
                 self.timed_out = self.eof = True
                 break
             data = os.read(self.fd, want - len(buf))
@@ -307,6 +314,17 @@ class _Pcm:
         np.clip(samples, -1.0, 1.0, out=samples)  # lossy decoders overshoot a little
         return samples
 
+    def _wait(self) -> bool:
+        """Until there are bytes to read (True), or ``silence_limit`` has passed without (False)."""
+        deadline = None if self.silence_limit is None else time.monotonic() + self.silence_limit
+        while True:
+            wait = self.WAIT_POLL if deadline is None else min(self.WAIT_POLL, deadline - time.monotonic())
+            if wait <= 0:
+                return False
+            if select.select([self.fd], [], [], wait)[0]:
+                return True
+            self.on_wait()
+
 
 class _Feeder(threading.Thread):
     """Copies a growing file into ffmpeg's stdin as it grows, ``tail -f`` style, and closes
@@ -318,7 +336,7 @@ class _Feeder(threading.Thread):
         self.path, self.pipe, self.options = path, pipe, options
         self.error: Optional[str] = None
         self._stopping = threading.Event()
-        self._wav = _WavPatch()
+        self._wav = _WavFeed()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -342,7 +360,7 @@ class _Feeder(threading.Thread):
         while not self._stopping.is_set():
             data = f.read(_READ_BYTES)
             if data:
-                self.pipe.write(self._wav.patch(fed, data))
+                self.pipe.write(self._wav.feed(data))
                 self.pipe.flush()
                 fed += len(data)
                 last_growth = time.monotonic()
@@ -358,46 +376,93 @@ class _Feeder(threading.Thread):
             self._stopping.wait(self.options.poll_seconds)
 
 
-class _WavPatch:
-    """Sets a WAV header's data size to 0 ("to the end of the file", as ffmpeg reads it) in the
-    bytes fed to ffmpeg: while the file is written that size is 0, 0xFFFFFFFF or stale, and
-    through a pipe ffmpeg would stop at a stale one. Bytes of any other file pass as they are."""
+class _WavFeed:
+    """What of a growing file goes to ffmpeg: its bytes, but for a WAV's header and samples.
+
+    - A WAV header's data size is 0, 0xFFFFFFFF or stale while the file is written, and through a
+      pipe ffmpeg would stop at a stale one: ffmpeg is given 0 ("to the end of the file").
+    - A WAV of integer PCM (8, 16, 24 or 32 bits) is given to ffmpeg as a float32 WAV, each sample
+      converted as ffmpeg converts it (``x / 2**(bits - 1)``, so the 16 kHz mono samples out are
+      the same). ffmpeg's WAV demuxer reads the first 64 KiB of an integer PCM WAV before it gives
+      out a sample (it looks for S/PDIF data in it): 2 s of 16 kHz mono, the first words' wait.
+
+    Bytes of any other file pass as they are; so do a header it cannot read within ``LOOK`` bytes
+    and a WAV of another kind (float, compressed, extensible, big-endian RIFX), the size set to 0.
+    """
 
     LOOK = 4096  # a header's chunks before "data" fit in this
+    INTEGER = {8: np.uint8, 16: np.dtype("<i2"), 24: None, 32: np.dtype("<i4")}  # None: 3 bytes, unpacked
 
     def __init__(self):
-        self.head = b""
-        self.done = False
+        self.head = b""  # the start of the file, until the header is read
+        self.passing = False  # the rest passes as it is
+        self.bits = 0  # > 0: integer samples of this many bits, converted to float32
+        self.rest = b""  # bytes of a sample not complete yet
 
-    def patch(self, offset: int, data: bytes) -> bytes:
-        if self.done:
+    def feed(self, data: bytes) -> bytes:
+        """The bytes to give ffmpeg for ``data``, the file's next bytes (b"": not yet)."""
+        if self.passing:
             return data
-        self.head += data[: max(0, self.LOOK - offset)]
+        if self.bits:
+            return self._samples(data)
+        self.head += data
         if len(self.head) < 12:
-            return data  # too short to tell yet
-        if self.head[:4] not in (b"RIFF", b"RIFX") or self.head[8:12] != b"WAVE":
-            self.done = True
-            return data
-        field = _data_size_field(self.head)
-        if field is None:
-            self.done = len(self.head) >= self.LOOK
-            return data
-        self.done = True
-        if not offset <= field < offset + len(data) - 3:
-            return data  # already fed (or split across reads: left as written)
-        i = field - offset
-        return data[:i] + struct.pack("<I", 0) + data[i + 4:]
+            return b""  # too short to tell yet
+        if self.head[:4] != b"RIFF" and self.head[:4] != b"RIFX" or self.head[8:12] != b"WAVE":
+            return self._pass(self.head)
+        header = _wav_header(self.head)
+        if header is None:
+            return self._pass(self.head) if len(self.head) >= self.LOOK else b""
+        start, size_field, fmt = header
+        head, samples = self.head[:start], self.head[start:]
+        tag, channels, rate, bits = fmt
+        if self.head[:4] == b"RIFF" and tag == 1 and bits in self.INTEGER:
+            self.bits, self.channels = bits, channels
+            return _float_wav_header(channels, rate) + self._samples(samples)
+        return self._pass(head[:size_field] + struct.pack("<I", 0) + head[size_field + 4:] + samples)
+
+    def _pass(self, data: bytes) -> bytes:
+        self.passing, self.head = True, b""
+        return data
+
+    def _samples(self, data: bytes) -> bytes:
+        data = self.rest + data
+        width = self.bits // 8
+        whole = len(data) // width * width
+        self.rest = data[whole:]
+        raw = np.frombuffer(data, dtype=np.uint8, count=whole)
+        if self.bits == 24:  # little-endian 3-byte samples, sign-extended through the top byte
+            x = raw.reshape(-1, 3).astype(np.int32)
+            ints = (x[:, 0] | x[:, 1] << 8 | x[:, 2] << 16) << 8 >> 8
+        else:
+            ints = raw.view(self.INTEGER[self.bits])
+        if self.bits == 8:  # unsigned, 128 is 0
+            ints = ints.astype(np.int16) - 128
+        scale = np.float32(2.0 ** -(self.bits - 1))
+        return (ints.astype(np.float32) * scale).astype("<f4").tobytes()
 
 
-def _data_size_field(head: bytes) -> Optional[int]:
-    """The offset of the "data" chunk's size in a WAV header, None if not within ``head``."""
-    pos = 12
+def _wav_header(head: bytes) -> Optional[tuple[int, int, tuple[int, int, int, int]]]:
+    """``(start of the samples, offset of the data size, (format tag, channels, rate, bits))``
+    of a WAV header, None if its "fmt " and "data" chunks are not both within ``head``."""
+    pos, fmt = 12, None
+    unpack = "<" if head[:4] == b"RIFF" else ">"
     while pos + 8 <= len(head):
-        chunk, size = head[pos:pos + 4], struct.unpack("<I", head[pos + 4:pos + 8])[0]
+        chunk, size = head[pos:pos + 4], struct.unpack(unpack + "I", head[pos + 4:pos + 8])[0]
+        if chunk == b"fmt " and size >= 16 and pos + 24 <= len(head):
+            tag, channels, rate, _, _, bits = struct.unpack(unpack + "HHIIHH", head[pos + 8:pos + 24])
+            fmt = (tag, channels, rate, bits)
         if chunk == b"data":
-            return pos + 4
+            return (pos + 8, pos + 4, fmt) if fmt is not None else None
         pos += 8 + size + (size & 1)
     return None
+
+
+def _float_wav_header(channels: int, rate: int) -> bytes:
+    """A WAV header for float32 samples, its sizes 0 (to the end of the stream)."""
+    fmt = struct.pack("<HHIIHH", 3, channels, rate, rate * channels * 4, channels * 4, 32)
+    return b"RIFF" + struct.pack("<I", 0) + b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt \
+        + b"data" + struct.pack("<I", 0)
 
 
 def _check_followable(path: str, options: FollowOptions) -> str:
