@@ -88,7 +88,8 @@ def srt_words(path: Path) -> int:
     return sum(len(ln.split()) for ln in lines)
 
 
-def measure(recording: Path, fmt: str, chunk: float, update: float, piece: float, idle: float) -> dict:
+def measure(recording: Path, fmt: str, chunk: float, update: float, piece: float, idle: float,
+            verbose: bool = False) -> dict:
     samples = load_audio(recording)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -118,6 +119,13 @@ def measure(recording: Path, fmt: str, chunk: float, update: float, piece: float
     after = [seen[k] - writer.written_at(w["emitted_at"] - 1e-6) for k, w in enumerate(words)
              if k < len(seen) and seen[k] <= writer.written[-1] + 0.05]
     emission = [w["emitted_at"] - w["end"] for w in words]
+    if verbose:
+        print("word | end s | emitted at s | written at | first in the SRT | on-disk lag s")
+        for k, w in enumerate(timeline):
+            on_disk = seen[k] - writer.written[0] if k < len(seen) else float("nan")
+            print(f"{w['word']!r} | {w['end']:.2f} | {words[k]['emitted_at']:.2f} | "
+                  f"{writer.written_at(w['end']) - writer.written[0]:.2f} | {on_disk:.2f} | "
+                  f"{on_disk - writer.written_at(w['end']) + writer.written[0]:.2f}")
     return {"words": len(timeline), "live_words": len(live), "disk_mean": float(np.mean(live)) if live else None,
             "disk_max": max(live) if live else None, "after_mean": float(np.mean(after)) if after else None,
             "after_max": max(after) if after else None, "emission_mean": float(np.mean(emission)),
@@ -132,9 +140,10 @@ def main() -> None:
     parser.add_argument("--update-seconds", type=float, default=2.0)
     parser.add_argument("--piece-seconds", type=float, default=1.0)
     parser.add_argument("--idle-seconds", type=float, default=3.0)
+    parser.add_argument("--words", action="store_true", help="a line per word: its times and lag")
     args = parser.parse_args()
     r = measure(args.recording, args.format, args.chunk_seconds, args.update_seconds, args.piece_seconds,
-                args.idle_seconds)
+                args.idle_seconds, args.words)
     cpu = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text()) if Path("/proc/cpuinfo").exists() else None
     print("| recording | format | chunk s | update s | words (live) | on-disk lag mean / max s | after commit mean / max s | "
           "emission lag mean s | load 1/5/15 | CPU |")
