@@ -22,6 +22,7 @@ from jobs.store import JobStore
 from tests.conftest import JFK, ROOT
 from transcriber import FollowOptions, LiveSource
 from transcriber.audio import ffmpeg_binary, load_audio
+from transcriber.follow import _WavFeed
 
 FFMPEG = ffmpeg_binary()
 
@@ -83,6 +84,24 @@ def test_a_stale_wav_header_is_read_to_the_end(tmp_path):
     stale.write_bytes(data)
     got = np.concatenate([s for _, s in LiveSource(str(stale), FollowOptions(idle_seconds=0.3)).iter_audio(1.0)])
     assert np.array_equal(got, load_audio(full))
+
+
+@pytest.mark.parametrize("codec", ["pcm_s16le", "pcm_s24le", "pcm_u8"])
+def test_a_wav_fed_in_any_pieces_gives_the_same_bytes(tmp_path, codec):
+    """The feeder's float32 WAV does not depend on how the file's bytes arrived: a header split
+    over many reads, samples split between two."""
+    path = tmp_path / "x.wav"
+    subprocess.run([FFMPEG, "-v", "error", "-i", JFK, "-c:a", codec, path], check=True)
+    data = path.read_bytes()
+    whole = _WavFeed().feed(data)
+    feed, pieces, at = _WavFeed(), [], 0
+    for size in np.random.default_rng(0).integers(1, 700, size=len(data)):
+        pieces.append(feed.feed(data[at:at + size]))
+        at += size
+        if at >= len(data):
+            break
+    assert whole[:4] == b"RIFF" and whole[20:22] == (3).to_bytes(2, "little")  # float32 samples
+    assert b"".join(pieces) == whole
 
 
 def test_resume_drops_the_samples_before_its_start(tmp_path):

@@ -387,7 +387,8 @@ class _WavFeed:
       out a sample (it looks for S/PDIF data in it): 2 s of 16 kHz mono, the first words' wait.
 
     Bytes of any other file pass as they are; so do a header it cannot read within ``LOOK`` bytes
-    and a WAV of another kind (float, compressed, extensible, big-endian RIFX), the size set to 0.
+    and a WAV of another kind (float, compressed, more than 2 channels, big-endian RIFX), the size
+    set to 0.
     """
 
     LOOK = 4096  # a header's chunks before "data" fit in this
@@ -444,13 +445,19 @@ class _WavFeed:
 
 def _wav_header(head: bytes) -> Optional[tuple[int, int, tuple[int, int, int, int]]]:
     """``(start of the samples, offset of the data size, (format tag, channels, rate, bits))``
-    of a WAV header, None if its "fmt " and "data" chunks are not both within ``head``."""
+    of a WAV header, None if its "fmt " and "data" chunks are not both within ``head``. An
+    extensible header's tag is its format's (1: PCM), when it has 1 channel or 2 as left and
+    right (what a plain header says)."""
     pos, fmt = 12, None
     unpack = "<" if head[:4] == b"RIFF" else ">"
     while pos + 8 <= len(head):
         chunk, size = head[pos:pos + 4], struct.unpack(unpack + "I", head[pos + 4:pos + 8])[0]
-        if chunk == b"fmt " and size >= 16 and pos + 24 <= len(head):
+        if chunk == b"fmt " and size >= 16 and pos + 8 + size <= len(head):
             tag, channels, rate, _, _, bits = struct.unpack(unpack + "HHIIHH", head[pos + 8:pos + 24])
+            if tag == 0xFFFE and size >= 40:  # WAVE_FORMAT_EXTENSIBLE: the format is its GUID's start
+                mask, tag = struct.unpack(unpack + "IH", head[pos + 28:pos + 34])
+                if channels > 2 or channels == 2 and mask not in (0, 3):
+                    tag = 0xFFFE  # a speaker layout a plain header cannot say: left as it is
             fmt = (tag, channels, rate, bits)
         if chunk == b"data":
             return (pos + 8, pos + 4, fmt) if fmt is not None else None
