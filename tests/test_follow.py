@@ -20,6 +20,7 @@ from bench.follow_latency import GrowingWriter, srt_words
 from jobs.cli import shown_status
 from jobs.store import JobStore
 from tests.conftest import JFK, ROOT
+from tests.hungfs import HungMount, unavailable
 from transcriber import FollowOptions, LiveSource
 from transcriber.audio import ffmpeg_binary, load_audio
 from transcriber.follow import _WavFeed
@@ -331,3 +332,28 @@ def test_words_committed_before_a_pause_are_on_disk_during_it(tmp_path):
     assert len(committed) >= 6, printed
     waits = [on_disk[k] - t if k < len(on_disk) else math.inf for k, t in enumerate(committed)]
     assert max(waits) < update + 0.5, waits
+
+
+def test_a_followed_file_whose_reads_hang_fails_with_the_bound_and_the_command_exits(tmp_path):
+    """The file is on a mount that stops answering 40 s in: the feeder's read gets no answer
+    within the bound (its reads are made by the reader child), so the follow ends with one line
+    naming the file and the bound, the job failed and queued again (a mount may come back), and
+    the command exits while the mount still hangs. (The feeder read in a thread of its own: the
+    follow waited for the bytes forever.)"""
+    if why := unavailable():
+        pytest.skip(why)
+    source = tmp_path / "long.wav"
+    subprocess.run([FFMPEG, "-v", "error", "-stream_loop", "5", "-i", JFK, "-t", "60", source], check=True)
+    with HungMount(tmp_path / "mnt", "long.wav", source) as mount:
+        mount.hang(1_300_000, mount.size)
+        follow = start("follow", mount.path, "-o", tmp_path / "out", "-f", "srt", "-q", "--idle-seconds", 30,
+                       tmp=tmp_path, env={"TRANSCRIBER_READ_TIMEOUT": "2"})
+        _, stderr = follow.communicate(timeout=120)
+        assert mount.hung.is_set()
+    assert follow.returncode == 1, stderr
+    path = str(mount.path)
+    assert stderr.splitlines() == [f"error: cannot read audio from {path!r}: a read got no answer for 2 s "
+                                   "(a hung network mount?)"], stderr
+    with JobStore(tmp_path / "jobs.db") as store:
+        (job,) = store.each_job()
+    assert job.status == "failed" and job.retryable

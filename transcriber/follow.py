@@ -36,12 +36,13 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 
 from . import audio as audio_io
 from .audio import _Stderr, _message, _reason, ffmpeg_binary
+from .bounded import ReadTimeout, bounded
 from .constants import SAMPLE_RATE
 from .errors import AudioError
 
@@ -77,7 +78,7 @@ def kind_of(source: str, input_format: Optional[str] = None) -> str:
     device, opened by ffmpeg itself)."""
     if source == STDIN:
         return "stdin"
-    if input_format or "://" in source or (":" in source and not os.path.exists(source)):
+    if input_format or "://" in source or (":" in source and not bounded(os.path.exists, source)):
         return "ffmpeg"
     return "file"
 
@@ -219,6 +220,8 @@ class LiveSource:
             self.warnings = (self._stderr.warning(),)
 
     def _raise_if_failed(self) -> None:
+        if self._feeder is not None and isinstance(self._feeder.error, ReadTimeout):
+            raise self._feeder.error
         if self._feeder is not None and self._feeder.error:
             raise AudioError(_message(self.name, self._feeder.error))
         if self._pcm is not None and self._pcm.timed_out and not self._pcm.got:
@@ -329,12 +332,14 @@ class _Pcm:
 class _Feeder(threading.Thread):
     """Copies a growing file into ffmpeg's stdin as it grows, ``tail -f`` style, and closes
     it once the file has not grown for ``idle_seconds`` (or on ``stop``). ``error``: why the
-    file could not be followed, if it could not."""
+    file could not be followed, if it could not (a ``ReadTimeout`` as it was raised: a file on a
+    hung mount). Its reads are ``bounded`` (made by the reader child): a thread of ours stuck on
+    a hung mount would keep the process from exiting."""
 
     def __init__(self, path: str, pipe, options: FollowOptions):
         super().__init__(name=f"follow-{os.path.basename(path)}", daemon=True)
         self.path, self.pipe, self.options = path, pipe, options
-        self.error: Optional[str] = None
+        self.error: Union[str, ReadTimeout, None] = None
         self._stopping = threading.Event()
         self._wav = _WavFeed()
 
@@ -343,10 +348,11 @@ class _Feeder(threading.Thread):
 
     def run(self) -> None:
         try:
-            with open(self.path, "rb") as f:
-                self._copy(f)
+            self._copy()
         except BrokenPipeError:
             pass  # ffmpeg ended on its own: the container's end (or an error it reports)
+        except ReadTimeout as e:
+            self.error = e
         except OSError as e:
             self.error = e.strerror or str(e)
         finally:
@@ -355,17 +361,16 @@ class _Feeder(threading.Thread):
             except OSError:
                 pass
 
-    def _copy(self, f) -> None:
+    def _copy(self) -> None:
         fed, last_growth = 0, time.monotonic()
         while not self._stopping.is_set():
-            data = f.read(_READ_BYTES)
+            data, size = bounded(_read_at, self.path, fed, _READ_BYTES)
             if data:
                 self.pipe.write(self._wav.feed(data))
                 self.pipe.flush()
                 fed += len(data)
                 last_growth = time.monotonic()
                 continue
-            size = os.fstat(f.fileno()).st_size
             if size < fed:
                 self.error = f"the file shrank while being followed ({size} bytes, {fed} read)"
                 return
@@ -374,6 +379,13 @@ class _Feeder(threading.Thread):
                     self.error = f"nothing was written to it in {self.options.idle_seconds:g} s"
                 return
             self._stopping.wait(self.options.poll_seconds)
+
+
+def _read_at(path: str, offset: int, size: int) -> tuple[bytes, int]:
+    """Up to ``size`` bytes of ``path`` from ``offset``, and the file's size now."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size), os.fstat(f.fileno()).st_size
 
 
 class _WavFeed:
@@ -476,23 +488,32 @@ def _check_followable(path: str, options: FollowOptions) -> str:
     """AudioError for a file that does not exist, is not a file, or cannot be decoded while it
     is written (a plain MP4: its index comes after the audio); else "wav" for a WAV, "fine" for
     any other file (or "wait": nothing written yet)."""
+    deadline = time.monotonic() + options.idle_seconds
     try:
-        if not os.path.isfile(path):
-            raise AudioError(_message(path, "not a file" if os.path.exists(path) else "no such file"))
-        deadline = time.monotonic() + options.idle_seconds
         while True:
-            layout = _mp4_layout(path)
+            layout = bounded(_layout, path)
             if layout != "wait" or time.monotonic() >= deadline:
                 break
             time.sleep(options.poll_seconds)
+    except ReadTimeout:
+        raise
     except OSError as e:
         raise AudioError(_message(path, e.strerror or str(e))) from e
+    if layout in ("no such file", "not a file"):
+        raise AudioError(_message(path, layout))
     if layout == "plain":
         raise AudioError(_message(path, "a plain MP4 (ISO/QuickTime) file cannot be followed while it is written: "
                                         "its index (the moov atom) comes after the audio, written when the "
                                         f"recording stops; record one of {FOLLOWABLE} to follow it, or "
                                         "transcribe the file once it is finished"))
     return layout
+
+
+def _layout(path: str) -> str:
+    """``_mp4_layout``'s answer for a file; "no such file" or "not a file" for anything else."""
+    if not os.path.isfile(path):
+        return "not a file" if os.path.exists(path) else "no such file"
+    return _mp4_layout(path)
 
 
 def _mp4_layout(path: str) -> str:
