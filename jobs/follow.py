@@ -79,7 +79,9 @@ def follow_command(store: JobStore, source: str, spec: JobSpec, output_dir: Opti
         live.end()
 
     stop = StopFlag(on_request, grace=None)
-    runner = Runner(store, engines=EngineCache(), reporter=reporter, stop=stop,
+    # one attempt: nothing in this command would make another (a live source is read once), so a
+    # failure the next follow may get past (a hung mount) is told and ends it, the job resumable
+    runner = Runner(store, engines=EngineCache(), reporter=reporter, stop=stop, max_attempts=1,
                     checkpoint_seconds=settings.checkpoint_seconds)
     with contextlib.suppress(Exception):  # the model loads while the first seconds are written
         runner.engines.get(spec)  # (a failure is the job's, booked when it runs: the cache keeps it)
