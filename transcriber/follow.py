@@ -404,7 +404,8 @@ class _WavFeed:
     """
 
     LOOK = 4096  # a header's chunks before "data" fit in this
-    INTEGER = {8: np.uint8, 16: np.dtype("<i2"), 24: None, 32: np.dtype("<i4")}  # None: 3 bytes, unpacked
+    # the sample types of integer PCM, by bits (24: three bytes, unpacked by hand)
+    INTEGER = {8: np.dtype(np.uint8), 16: np.dtype("<i2"), 24: None, 32: np.dtype("<i4")}
 
     def __init__(self):
         self.head = b""  # the start of the file, until the header is read
@@ -421,16 +422,15 @@ class _WavFeed:
         self.head += data
         if len(self.head) < 12:
             return b""  # too short to tell yet
-        if self.head[:4] != b"RIFF" and self.head[:4] != b"RIFX" or self.head[8:12] != b"WAVE":
+        if self.head[:4] not in (b"RIFF", b"RIFX") or self.head[8:12] != b"WAVE":
             return self._pass(self.head)
         header = _wav_header(self.head)
         if header is None:
             return self._pass(self.head) if len(self.head) >= self.LOOK else b""
-        start, size_field, fmt = header
+        start, size_field, (tag, channels, rate, bits) = header
         head, samples = self.head[:start], self.head[start:]
-        tag, channels, rate, bits = fmt
-        if self.head[:4] == b"RIFF" and tag == 1 and bits in self.INTEGER:
-            self.bits, self.channels = bits, channels
+        if head[:4] == b"RIFF" and tag == 1 and bits in self.INTEGER:
+            self.bits, self.head = bits, b""
             return _float_wav_header(channels, rate) + self._samples(samples)
         return self._pass(head[:size_field] + struct.pack("<I", 0) + head[size_field + 4:] + samples)
 
