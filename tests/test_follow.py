@@ -284,22 +284,29 @@ def test_ctrl_c_ends_the_stream_with_the_outputs_written(tmp_path):
     assert words(out / "rec.json") and words(out / "rec.json")[:3] == [" And", " so", " my"]
 
 
-def test_a_growing_wav_chunk_comes_out_when_its_second_is_written(tmp_path):
-    """Each 1 s piece of a WAV written in real time is a whole chunk as soon as it is on disk,
-    the first ones too: with 1024-byte packets ffmpeg held back the last 256 bytes of every
-    32000-byte write, and with them the chunk, until the next write (1 s late); and it gave out
-    nothing of an integer PCM WAV before it held 64 KiB (the first two chunks 2 s late)."""
-    path = tmp_path / "rec.wav"
-    writer = GrowingWriter(load_audio(JFK)[:8 * 16000], path, 1.0)
+@pytest.mark.parametrize("fmt, piece", [("wav", 1.0), ("flac", 0.25)])
+def test_a_growing_file_s_chunk_comes_out_when_its_audio_is_written(tmp_path, fmt, piece):
+    """Each 1 s chunk of a recording written in real time comes out as soon as the piece that
+    ends it is on disk, the first ones too. A WAV in 1 s pieces: with 1024-byte packets ffmpeg
+    held back the last 256 bytes of every 32000-byte write, and with them the chunk, until the
+    next write (1 s late); and it gave out nothing of an integer PCM WAV before it held 64 KiB
+    (the first two chunks 2 s late). A FLAC in 0.25 s pieces (its encoder holds a frame's
+    worth of each): ffmpeg's FLAC parser held 10 frames (0.8-1.1 s late); now one frame is held
+    until the next one starts, so the last chunk's last frame waits for the file's end (2 s
+    idle)."""
+    path = tmp_path / f"rec.{fmt}"
+    writer = GrowingWriter(load_audio(JFK)[:8 * 16000], path, piece)
     writer.start()
     while not path.exists():
         time.sleep(0.01)
     late = []
     for offset, samples in LiveSource(str(path), FollowOptions(idle_seconds=2)).iter_audio(1.0):
-        second = offset // 16000
-        late.append(time.monotonic() - writer.written[second])
+        last_piece = round((offset + samples.size) / 16000 / piece) - 1
+        if last_piece < len(writer.written):
+            late.append(time.monotonic() - writer.written[last_piece])
     writer.join()
-    assert len(late) == 8 and max(late) < 0.5, late
+    assert len(late) == 8 and max(late[:-1]) < 0.5, late
+    assert late[-1] < (0.5 if fmt == "wav" else 2 + 0.5), late
 
 
 @pytest.mark.slow

@@ -45,6 +45,7 @@ from .audio import _Stderr, _message, _reason, ffmpeg_binary
 from .bounded import ReadTimeout, bounded
 from .constants import SAMPLE_RATE
 from .errors import AudioError
+from .flacogg import FlacToOgg
 
 from .modes import FOLLOW_MODES, FOLLOWABLE  # noqa: F401  (the library's names for them)
 
@@ -95,7 +96,7 @@ class LiveSource:
         self._pcm: Optional[_Pcm] = None
         self._head = np.zeros(0, dtype=np.float32)  # read ahead (key, language), served first
         self._served = 0  # samples handed out or dropped so far
-        self._is_wav = False  # a WAV file: read in small packets (see _command)
+        self._layout: Optional[str] = None  # a file's: "wav", "flac" (fed as they are made, see _command)
         self.warnings: tuple[str, ...] = ()
         # called (in the reading thread) every 0.1 s while the source has no new audio: a
         # follow job writes its outputs then when they are due, not only after a step
@@ -108,7 +109,7 @@ class LiveSource:
         or cannot be followed (plain MP4), ffmpeg that cannot run."""
         if self._proc is not None:
             return self
-        self._is_wav = self.kind == "file" and _check_followable(self.source, self.options) == "wav"
+        self._layout = _check_followable(self.source, self.options) if self.kind == "file" else None
         stdin = {"file": subprocess.PIPE, "stdin": None, "ffmpeg": subprocess.DEVNULL}[self.kind]
         try:
             # its own session: Ctrl-C is ours to handle (end the source), not ffmpeg's to die of
@@ -120,7 +121,8 @@ class LiveSource:
         self._drain = threading.Thread(target=self._stderr.drain, args=(self._proc.stderr,), daemon=True)
         self._drain.start()
         if self.kind == "file":
-            self._feeder = _Feeder(self.source, self._proc.stdin, self.options)
+            self._feeder = _Feeder(self.source, self._proc.stdin, self.options,
+                                   FlacToOgg() if self._layout == "flac" else _WavFeed())
             self._feeder.start()
         silence_limit = self.options.idle_seconds if self.kind == "ffmpeg" else None
         self._pcm = _Pcm(self._proc.stdout, silence_limit, lambda: self.on_wait())
@@ -136,7 +138,9 @@ class LiveSource:
             # packets held back the last 256 bytes of each 1 s write of 16 kHz mono, and with them
             # the chunk that ends there: 1 s late. WAV_PACKET divides the writes of 10 ms
             # multiples at 16, 32 and 48 kHz, mono or stereo, as the feeder gives them (float32).
-            source = [*(["-f", "wav", "-max_size", str(WAV_PACKET)] if self._is_wav else []), "-i", "pipe:0"]
+            # A FLAC is fed as Ogg FLAC (transcriber.flacogg): ffmpeg's FLAC parser holds 10 frames.
+            fmt = {"wav": ["-f", "wav", "-max_size", str(WAV_PACKET)], "flac": ["-f", "ogg"]}.get(self._layout, [])
+            source = [*fmt, "-i", "pipe:0"]
         # a small probe: the first samples come out as soon as the container says what it holds,
         # not after the 5 s of audio ffmpeg analyses by default
         return [ffmpeg_binary(), "-nostdin", "-hide_banner", "-v", "error", "-probesize", "32768",
@@ -336,12 +340,12 @@ class _Feeder(threading.Thread):
     hung mount). Its reads are ``bounded`` (made by the reader child): a thread of ours stuck on
     a hung mount would keep the process from exiting."""
 
-    def __init__(self, path: str, pipe, options: FollowOptions):
+    def __init__(self, path: str, pipe, options: FollowOptions, transform: Union["_WavFeed", FlacToOgg]):
         super().__init__(name=f"follow-{os.path.basename(path)}", daemon=True)
         self.path, self.pipe, self.options = path, pipe, options
         self.error: Union[str, ReadTimeout, None] = None
         self._stopping = threading.Event()
-        self._wav = _WavFeed()
+        self._transform = transform  # what of the file's bytes ffmpeg is given
 
     def stop(self) -> None:
         self._stopping.set()
@@ -349,6 +353,8 @@ class _Feeder(threading.Thread):
     def run(self) -> None:
         try:
             self._copy()
+            self.pipe.write(self._transform.end())  # what it held for more (a FLAC's last frame)
+            self.pipe.flush()
         except BrokenPipeError:
             pass  # ffmpeg ended on its own: the container's end (or an error it reports)
         except ReadTimeout as e:
@@ -366,7 +372,7 @@ class _Feeder(threading.Thread):
         while not self._stopping.is_set():
             data, size = bounded(_read_at, self.path, fed, _READ_BYTES)
             if data:
-                self.pipe.write(self._wav.feed(data))
+                self.pipe.write(self._transform.feed(data))
                 self.pipe.flush()
                 fed += len(data)
                 last_growth = time.monotonic()
@@ -434,6 +440,10 @@ class _WavFeed:
             return _float_wav_header(channels, rate) + self._samples(samples)
         return self._pass(head[:size_field] + struct.pack("<I", 0) + head[size_field + 4:] + samples)
 
+    def end(self) -> bytes:
+        """At the end of the file: nothing more (a sample not complete is dropped)."""
+        return b""
+
     def _pass(self, data: bytes) -> bytes:
         self.passing, self.head = True, b""
         return data
@@ -486,8 +496,8 @@ def _float_wav_header(channels: int, rate: int) -> bytes:
 
 def _check_followable(path: str, options: FollowOptions) -> str:
     """AudioError for a file that does not exist, is not a file, or cannot be decoded while it
-    is written (a plain MP4: its index comes after the audio); else "wav" for a WAV, "fine" for
-    any other file (or "wait": nothing written yet)."""
+    is written (a plain MP4: its index comes after the audio); else "wav" for a WAV, "flac" for
+    a FLAC, "fine" for any other file (or "wait": nothing written yet)."""
     deadline = time.monotonic() + options.idle_seconds
     try:
         while True:
@@ -517,9 +527,9 @@ def _layout(path: str) -> str:
 
 
 def _mp4_layout(path: str) -> str:
-    """"plain" for an MP4 whose audio (mdat) comes before its index, "wav" for a WAV, "fine"
-    for a fragmented (or fast-start) MP4 or any other container, "wait" when too little is
-    written to tell."""
+    """"plain" for an MP4 whose audio (mdat) comes before its index, "wav" for a WAV, "flac" for
+    a FLAC, "fine" for a fragmented (or fast-start) MP4 or any other container, "wait" when too
+    little is written to tell."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         first = f.read(12)
@@ -527,6 +537,8 @@ def _mp4_layout(path: str) -> str:
             return "wait"
         if first[:4] in (b"RIFF", b"RIFX") and first[8:12] == b"WAVE":
             return "wav"
+        if first[:4] == b"fLaC":
+            return "flac"
         if first[4:8] != b"ftyp":
             return "fine"
         pos = 0
