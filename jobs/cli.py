@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
 import click
 
@@ -352,21 +353,70 @@ def _statuses(ctx, param, values: tuple[str, ...]) -> tuple[str, ...]:
     return values
 
 
-def shown_status(job: Job, now: float) -> str:
+def shown_status(job: Job, now: float, exists: Optional[bool] = None) -> str:
     """The one status ``status`` shows, in its table, count line and JSON alike: ``stalled`` for
     a running job whose runner is gone (dead, or its lease expired), ``gone`` for a job not done
-    whose input no longer exists, ``following`` for a running followed source, else the stored one."""
+    whose input no longer exists, ``following`` for a running followed source, else the stored one.
+    ``exists``: whether the job's file exists, if known (else looked at now, with the bound on
+    reads; a file that does not answer is taken to exist)."""
+    from .store import GONE
+
+    status = _runner_status(job, now)
+    if status not in _looked_at():
+        return status
+    if exists is None:
+        from transcriber import ReadTimeout, bounded
+
+        with contextlib.suppress(ReadTimeout):
+            exists = bounded(os.path.lexists, job.path)
+    return GONE if exists is False else status
+
+
+def _looked_at() -> tuple[str, ...]:
+    """The statuses shown as ``gone`` when the job's file no longer exists."""
+    from .store import FAILED, QUEUED, STALLED
+
+    return QUEUED, STALLED, FAILED
+
+
+LOOK_CHUNK = 1000  # jobs whose files one child looks at (``shown_jobs``)
+
+
+def _runner_status(job: Job, now: float) -> str:
+    """``shown_status`` without the look at the file: stalled, following, else as stored."""
     from .runner import owner_is_dead
-    from .store import FAILED, FOLLOW_KEY, FOLLOWING, GONE, QUEUED, RUNNING, STALLED
+    from .store import FOLLOW_KEY, FOLLOWING, RUNNING, STALLED
 
     status = job.status
     if status == RUNNING and (job.stalled(now) or (job.lease_owner and owner_is_dead(job.lease_owner))):
         status = STALLED
     if status == RUNNING and job.content_key.startswith(FOLLOW_KEY):
         status = FOLLOWING
-    if status in (QUEUED, STALLED, FAILED) and not os.path.lexists(job.path):
-        status = GONE
     return status
+
+
+def shown_jobs(jobs: Iterable[Job], now: float, warn: Callable[[str], None]) -> Iterator[tuple[Job, str]]:
+    """Each job with its ``shown_status``, read as consumed (flat memory). Whether the files of
+    the jobs not done still exist is looked at LOOK_CHUNK jobs at a time, in one child with the
+    bound on reads (``bounded_each``), by folder: a folder that does not answer costs one bound,
+    is told once to ``warn``, and its jobs are shown as stored."""
+    from transcriber import ReadTimeout, bounded_each
+
+    from .discover import STAT
+
+    jobs, told = iter(jobs), set()
+    while chunk := list(itertools.islice(jobs, LOOK_CHUNK)):
+        statuses = [_runner_status(job, now) for job in chunk]
+        looked = [job.path for job, status in zip(chunk, statuses) if status in _looked_at()]
+        found = dict(zip(looked, bounded_each(os.path.lexists, looked, what=STAT, key_of=os.path.dirname)))
+        for job, status in zip(chunk, statuses):
+            exists = found.get(job.path, True)
+            if isinstance(exists, ReadTimeout):
+                if os.path.dirname(job.path) not in told:
+                    told.add(os.path.dirname(job.path))
+                    warn(f"warning: cannot tell whether {job.path} still exists: {exists.strerror}")
+                exists = True
+            yield job, shown_status(job, now, exists)
 
 
 def _note(job: Job) -> str:
@@ -414,14 +464,26 @@ Examples:
               cls=LazyHelp, help_text=lambda: f"Only jobs with this status (repeatable): {', '.join(shown_statuses())}.")
 @db_option
 def status(as_json, statuses, db, db_timeout):
+    from .progress import printable
+
     store = open_store(db, db_timeout)
-    now = time.time()
-    shown = ((j, shown_status(j, now)) for j in store.each_job())
+    warnings = []
+
+    def warn(line: str) -> None:  # a file that did not answer: shown as stored, and exit 1
+        warnings.append(line)
+        click.echo(printable(line), err=True)
+
+    shown = shown_jobs(store.each_job(), time.time(), warn)
     shown = ((j, s) for j, s in shown if s in statuses) if statuses else shown
     if as_json:
         write_json_array(j.to_dict(s) for j, s in shown)
-        return
-    jobs = list(shown)
+    else:
+        show_table(list(shown), statuses)
+    sys.exit(1 if warnings else 0)
+
+
+def show_table(jobs: list[tuple[Job, str]], statuses: tuple[str, ...]) -> None:
+    """``status``'s table of (job, its shown status) pairs and its count line."""
     if not jobs:
         click.echo("no jobs" + (f" with status {', '.join(statuses)}" if statuses else ""))
         return

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from jobs.progress import printable
-from jobs.store import JobStore
+from jobs.store import JobStore, Request
 from transcriber.model import loader
 
 from transcriber import AudioError, ReadTimeout, bounded
@@ -952,14 +952,18 @@ def at_each_stop(proc: subprocess.Popen, first) -> threading.Thread:
 def run_until_exit(proc: subprocess.Popen, seconds: float) -> str:
     """stderr, once ``proc`` exited; AssertionError if it has not within ``seconds`` (the mount
     still hung: a read of the command's own stuck in the kernel keeps it from exiting)."""
+    return outputs_at_exit(proc, seconds)[1]
+
+
+def outputs_at_exit(proc: subprocess.Popen, seconds: float) -> tuple[str, str]:
+    """``run_until_exit``'s, with stdout: (stdout, stderr)."""
     try:
-        _, stderr = proc.communicate(timeout=seconds)
+        return proc.communicate(timeout=seconds)
     except subprocess.TimeoutExpired as e:
         proc.kill()  # ends once the fixture unmounts (a thread stuck on the mount holds it)
         said = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr
         raise AssertionError(f"the command did not exit within {seconds} s while the mount hung; "
                              f"it said: {said!r}") from None
-    return stderr
 
 
 def hang_at_the_first_step(tmp_path: Path, hung_wav, monkeypatch, hung_first: bool, hang: tuple[int, int],
@@ -1025,6 +1029,30 @@ def test_the_reader_child_answers_each_call_and_is_replaced_when_stuck_or_killed
     assert bounded(os.getpid) != first  # a new child
     os.kill(bounded(os.getpid), signal.SIGKILL)
     assert bounded(os.stat, str(tmp_path)).st_ino == tmp_path.stat().st_ino  # made again, in a new child
+
+
+# --- the other paths a command touches: the inputs status looks at, the outputs ------------------
+#
+# Each in its own process (the command): before these were bounded, it waited in the kernel for
+# as long as the mount hung, and only a process of its own can be left so by a test.
+
+
+def test_status_of_a_job_whose_file_does_not_answer_is_one_line_and_exits(tmp_path, hung_tree):
+    """``status`` looks whether each queued job's file still exists (else: ``gone``): the stat of
+    one on a hung mount never answers. The table is shown (that job as stored), one line names
+    the file and the bound, exit 1, while the mount still hangs."""
+    mount = hung_tree({"in/a.flac": PRESS_YARD})
+    hung, deleted = tmp_path / "mnt" / "in" / "a.flac", tmp_path / "deleted.flac"
+    db = tmp_path / "jobs.db"
+    with JobStore(db) as store:
+        store.enqueue_many([Request(str(p), "1:1:key", "print", {}, str(p.with_suffix(""))) for p in (hung, deleted)])
+    mount.hang_getattr("in/a.flac")
+    stdout, stderr = outputs_at_exit(transcribe_cli("--db", str(db), "status", seconds=1), 60)
+    assert stderr.splitlines() == [f"warning: cannot tell whether {hung} still exists: "
+                                   f"its stat() got no answer for 1 s {HUNG}"]
+    table = stdout.splitlines()
+    assert [line.split()[1] for line in table[1:3]] == ["queued", "gone"] and table[-1] == "1 queued, 1 gone"
+    assert mount.hung.is_set()
 
 
 @pytest.mark.slow

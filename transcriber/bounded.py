@@ -284,32 +284,36 @@ def bounded_each(call: Callable[[I], T], items: Iterable[I], path_of: Callable[[
     ends only when the mount answers), so this process can still exit: a thread of its own stuck
     so would keep it from exiting (the leader stays a zombie until every thread is gone).
 
-    ``key_of(item)`` names an item's call ("the scan of FOLDER"): while the child stuck on an
-    earlier call with that key has not ended, the call is not made again (the item gets a
-    ReadTimeout at once), so that a loop over a hung folder keeps one stuck child, not one per
-    turn. ``stopped`` is
+    ``key_of(item)`` names an item's call ("the scan of FOLDER", the folder of a path): while
+    the child stuck on an earlier call with that key has not ended, the call is not made again
+    (the item gets a ReadTimeout at once), so that a loop over a hung folder keeps one stuck
+    child, not one per turn, and 10,000 paths in a hung folder cost one bound, not 10,000.
+    ``stopped`` is
     asked every POLL_SECONDS (a StopFlag's: a stop acts at once even with the bound far off);
     once true, the items not done get an InterruptedError. Where there is no fork (not POSIX),
     the calls run in a thread instead."""
     items, seconds = list(items), read_seconds()
     _reap()
     keys = [key_of(item) for item in items] if key_of is not None else [None] * len(items)
-    stuck = {i for i, key in enumerate(keys) if key is not None and _still_stuck(key)}
-    tried = [i for i in range(len(items)) if i not in stuck]  # the others get a ReadTimeout at once
+    stuck = {key for key in keys if key is not None and _still_stuck(key)}
+    pending = [i for i, key in enumerate(keys) if key not in stuck]  # the others get a ReadTimeout at once
     results: list = [timeout_error(path_of(item), what, seconds) for item in items]
-    done: list = []
     run_rest = _in_child if hasattr(os, "fork") else _in_thread
-    while len(done) < len(tried) and not stopped():
-        left = run_rest(call, [items[i] for i in tried[len(done):]], done, seconds, stopped)
+    while pending and not stopped():
+        done: list = []
+        left = run_rest(call, [items[i] for i in pending], done, seconds, stopped)
+        for i, result in zip(pending, done):
+            results[i] = result
+        pending = pending[len(done):]
         if left is not None:
             _orphans.append(left)
-        if len(done) < len(tried) and not stopped():  # that item hung (or its child died)
-            hung = tried[len(done)]
-            done.append(results[hung])
-            if keys[hung] is not None and left is not None:
-                _stuck[keys[hung]] = left
-    for n, i in enumerate(tried):
-        results[i] = done[n] if n < len(done) else InterruptedError(errno.EINTR, "stopped", str(path_of(items[i])))
+        if pending and not stopped():  # that item hung (or its child died): it keeps its ReadTimeout
+            key = keys[pending.pop(0)]
+            if key is not None and left is not None:
+                _stuck[key] = left
+                pending = [i for i in pending if keys[i] != key]  # the same key: a ReadTimeout at once
+    for i in pending:
+        results[i] = InterruptedError(errno.EINTR, "stopped", str(path_of(items[i])))
     return results
 
 
