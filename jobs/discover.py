@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -365,6 +366,29 @@ def file_signature(path: Path) -> FileSignature:
         for block in iter(lambda: f.read(1 << 20), b""):  # (hashlib.file_digest is 3.11+)
             digest.update(block)
     return FileSignature(st.st_size, st.st_mtime_ns, digest.hexdigest())
+
+
+def file_signatures(paths: list[str]) -> dict[str, FileSignature]:
+    """Each file's signature, those gone (or unreadable) left out: in one call for the reader
+    child (``transcriber.bounded``), so that the store never reads a file itself."""
+    signed = {}
+    for path in paths:
+        with contextlib.suppress(OSError):
+            signed[path] = file_signature(Path(path))
+    return signed
+
+
+def output_states(outputs: list[tuple[str, Optional[FileSignature]]]) -> list[tuple[bool, bool, bool]]:
+    """For each output path (with what this tool wrote there, if it did: None otherwise, or
+    while it is being written), ``(present, exists, changed)``: a file or a link of that name is
+    there, it leads to a file, it is not what this tool wrote. An enqueue's reads of its outputs,
+    in one call for a child with the bound (``bounded_each``)."""
+    states = []
+    for path, written in outputs:
+        present = os.path.lexists(path)
+        exists = present and os.path.exists(path)
+        states.append((present, exists, present and written is not None and not unchanged(Path(path), written)))
+    return states
 
 
 def unchanged(path: Path, written: FileSignature) -> bool:

@@ -14,6 +14,7 @@ before it ends, when the mount answers). The same holds for each file's content 
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import time
@@ -22,7 +23,7 @@ from typing import Callable, Optional
 
 from transcriber import ReadTimeout, bounded, bounded_each
 
-from .batch import refusals, request_for
+from .batch import OutputsSeen, request_for
 from .discover import LISTING, has_audio, looks_like_media, temporary_name
 from .follow import FollowSettings, follow_file
 from .progress import Reporter
@@ -143,13 +144,17 @@ def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path]
     return result
 
 
+def _content_key_of(path: Path) -> str:
+    return f"the content key of {path}"
+
+
 def enqueue_ready(store: JobStore, tracker: StableFiles, ready: list[Path], root: Path,
                   output_dir: Optional[Path], spec: JobSpec, reporter: Reporter, stop: StopFlag) -> list[int]:
     """Queue the files a scan found ready; the ids to run. Their content keys are read in one
     child with the bound, each file's once at a time (one still stuck is not read again)."""
-    to_run = []
-    made = bounded_each(lambda path: request_for(path, root, output_dir, spec), ready,
-                        key_of=lambda path: f"the content key of {path}", stopped=lambda: stop.requested)
+    to_run, requests = [], []
+    made = bounded_each(functools.partial(request_for, root=root, output_dir=output_dir, spec=spec), ready,
+                        key_of=_content_key_of, stopped=lambda: stop.requested)
     for path, request in zip(ready, made):
         if isinstance(request, OSError):
             continue  # vanished, unreadable or hung now: looked at again at the next scan
@@ -159,10 +164,15 @@ def enqueue_ready(store: JobStore, tracker: StableFiles, ready: list[Path], root
             continue
         if isinstance(request, Exception):
             raise request
-        ((job, action),) = store.enqueue_many([request], vet=lambda r, j: refusals(store, r, spec, j))
+        requests.append((path, request))
+    seen = OutputsSeen(store, [request for _, request in requests], spec)  # their outputs, read at once
+    for path, request in requests:
+        if request.path in seen.hung:
+            continue  # its outputs' folder does not answer now: looked at again at the next scan
+        ((job, action),) = store.enqueue_many([request], outputs_present=seen.all_exist, vet=seen.refusal)
         if action == REFUSED:  # an output the user made (or changed): left alone until the file changes
             tracker.mark_taken(path)
-            reporter.error(f"skipped: {path}: {refusals(store, request, spec, job)}")
+            reporter.error(f"skipped: {path}: {seen.refusal(request, job)}")
             continue
         if action == BUSY:
             continue  # another runner has it: look again later (it may have changed since)

@@ -1055,6 +1055,37 @@ def test_status_of_a_job_whose_file_does_not_answer_is_one_line_and_exits(tmp_pa
     assert mount.hung.is_set()
 
 
+def test_outputs_whose_folder_does_not_answer_at_enqueue_fail_that_file_alone(tmp_path, hung_tree):
+    """The enqueue looks whether a file's outputs exist (and are this tool's) before it queues it:
+    the lookup of one output name never answers. That file fails at enqueue in one line naming
+    its outputs' folder and the bound; the other file is done; exit 1, while the mount still hangs."""
+    mount = hung_tree({"in/a.flac": PRESS_YARD})
+    mount.hang_lookup("a.json")
+    other = tmp_path / "press yard.flac"
+    shutil.copy(PRESS_YARD, other)
+    hung = tmp_path / "mnt" / "in" / "a.flac"
+    proc = transcribe_cli("--db", str(tmp_path / "jobs.db"), str(hung), str(other), "-f", "json", "-q", seconds=1)
+    stderr = run_until_exit(proc, 90)
+    assert proc.returncode == 1, stderr
+    assert stderr.splitlines() == ["1 done, 0 skipped, 1 failed",
+                                   f"failed: {hung}: cannot check the outputs in {str(hung.parent)!r}: "
+                                   f"its stat() got no answer for 1 s {HUNG}"]
+    assert other.with_suffix(".json").exists() and mount.hung.is_set()
+
+
+def test_follow_of_a_file_whose_folder_does_not_answer_is_one_line_and_exits(tmp_path, hung_tree):
+    """``transcribe follow PATH``: the listing of PATH's folder (the outputs' names depend on
+    it) never answers: one line naming PATH and the bound, exit 1, while the mount still hangs."""
+    mount = hung_tree({"in/a.flac": PRESS_YARD})
+    mount.hang_readdir("in")
+    path = tmp_path / "mnt" / "in" / "a.flac"
+    proc = transcribe_cli("--db", str(tmp_path / "jobs.db"), "follow", str(path), "-f", "json", seconds=1)
+    stderr = run_until_exit(proc, 60)
+    assert proc.returncode == 1, stderr
+    assert stderr.splitlines() == [f"error: cannot follow {path}: its path got no answer for 1 s {HUNG}"]
+    assert mount.hung.is_set()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["oneshot", "stream"])
 def test_sigterm_during_a_run_over_short_clips_acts_within_2_seconds(tmp_path, mode):
