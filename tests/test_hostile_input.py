@@ -1073,6 +1073,29 @@ def test_outputs_whose_folder_does_not_answer_at_enqueue_fail_that_file_alone(tm
     assert other.with_suffix(".json").exists() and mount.hung.is_set()
 
 
+def test_outputs_whose_writes_do_not_answer_fail_the_job_and_the_batch_goes_on(tmp_path, hung_tree):
+    """The file's folder (where its outputs go) answers reads, but its writes never answer (the
+    temporary file's creation waits in the kernel): the job fails in one line naming the
+    folder and the bound, retryable (a mount may come back); the other file is done; exit 1,
+    while the mount still hangs."""
+    mount = hung_tree({"in/a.flac": PRESS_YARD})
+    mount.hang_writes()
+    other = tmp_path / "press yard.flac"
+    shutil.copy(PRESS_YARD, other)
+    hung, db = tmp_path / "mnt" / "in" / "a.flac", tmp_path / "jobs.db"
+    proc = transcribe_cli("--db", str(db), str(hung), str(other), "-f", "json", "--max-attempts", "1", "-q",
+                          seconds=1)
+    stderr = run_until_exit(proc, 90)
+    assert proc.returncode == 1, stderr
+    assert stderr.splitlines() == [
+        f"error: {hung}: cannot write the outputs in {str(hung.parent)!r}: a write got no answer for 1 s {HUNG}",
+        "1 done, 0 skipped, 1 failed"]
+    with JobStore(db) as store:
+        job = next(j for j in store.jobs() if j.path == str(hung))
+    assert job.status == "failed" and job.retryable and job.words_complete  # its words are kept
+    assert other.with_suffix(".json").exists() and mount.hung.is_set()
+
+
 def test_follow_of_a_file_whose_folder_does_not_answer_is_one_line_and_exits(tmp_path, hung_tree):
     """``transcribe follow PATH``: the listing of PATH's folder (the outputs' names depend on
     it) never answers: one line naming PATH and the bound, exit 1, while the mount still hangs."""
