@@ -547,10 +547,10 @@ def watched_folder(folder: Path) -> None:
     hung mount is one line and exit 1, not a stat() that waits forever."""
     from transcriber import ReadTimeout, bounded_each
 
-    from .discover import STAT
+    from .discover import STAT, path_kind
     from .progress import printable
 
-    (kind,) = bounded_each(lambda p: "folder" if p.is_dir() else "file" if p.exists() else None, [folder], what=STAT)
+    (kind,) = bounded_each(path_kind, [folder], what=STAT)
     if isinstance(kind, ReadTimeout):
         click.echo(printable(f"error: cannot watch {folder}: {kind.strerror}"), err=True)
         sys.exit(1)

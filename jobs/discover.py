@@ -168,6 +168,11 @@ def listing(paths: list[Path]) -> tuple[list[Candidate], list[tuple[Path, str]]]
     return candidates, missing
 
 
+def path_kind(path: Path) -> Optional[str]:
+    """"folder", "file" (anything else that exists), or None: nothing there."""
+    return "folder" if path.is_dir() else "file" if path.exists() else None
+
+
 def _named(path: Path):
     """A path of the command line: None for a folder, a Candidate for a file, or why not."""
     if path.is_dir():
