@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
 import click
 
-from transcriber import FOLLOW_MODES, ModelError
+from transcriber import FOLLOW_MODES, ModelError, start_reader
 
 from .flags import (FOLLOW_HELP, LazyHelp, RaySettings, RunnerSettings, db_option, follow_options, quiet_option,
                     ray_options, runner_options, spec_options)
@@ -299,6 +299,7 @@ class UncheckedPath(click.Path):
 @runner_options
 @ray_options
 def run(paths, spec, output_dir, force, runner, db, db_timeout, quiet, ray):
+    start_reader("jobs.batch")  # the walk's and the enqueue's reads: it boots while this process imports
     from .batch import Batch, NameClash, enqueue_files
     from .discover import discover, has_audio
     from .progress import printable
@@ -580,6 +581,7 @@ Examples:
 @runner_options
 @ray_options
 def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db, db_timeout, quiet, ray):
+    start_reader("jobs.batch", "jobs.watch")
     from .flags import FollowSettings
     from .progress import Reporter
     from .store import DONE, FAILED
@@ -613,6 +615,7 @@ def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db
 @db_option
 @quiet_option
 def follow(source, spec, output_dir, settings, db, db_timeout, quiet):
+    start_reader("jobs.follow")
     from .follow import follow_command
 
     sys.exit(follow_command(open_store(db, db_timeout), source, spec, output_dir, settings, quiet))

@@ -383,16 +383,26 @@ def file_signatures(paths: list[str]) -> dict[str, FileSignature]:
     return signed
 
 
-def output_states(outputs: list[tuple[str, Optional[FileSignature]]]) -> list[tuple[bool, bool, bool]]:
-    """For each output path (with what this tool wrote there, if it did: None otherwise, or
-    while it is being written), ``(present, exists, changed)``: a file or a link of that name is
+def output_states(outputs: list[tuple[str, Optional[tuple]]]) -> list[tuple[bool, bool, bool]]:
+    """For each output path (with what this tool wrote there, if it did, as a FileSignature's
+    fields: None otherwise, or while it is being written), ``(present, exists, changed)``: a file or a link of that name is
     there, it leads to a file, it is not what this tool wrote. An enqueue's reads of its outputs,
     in one call for a child with the bound (``bounded_each``)."""
     states = []
     for path, written in outputs:
-        present = os.path.lexists(path)
-        exists = present and os.path.exists(path)
-        states.append((present, exists, present and written is not None and not unchanged(Path(path), written)))
+        try:
+            st = os.lstat(path)
+        except OSError:
+            states.append((False, False, False))
+            continue
+        try:  # one stat() tells whether it leads to a file and, most often, that it is unchanged
+            st = os.stat(path) if stat.S_ISLNK(st.st_mode) else st
+        except OSError:  # a dangling link
+            states.append((True, False, written is not None))
+            continue
+        same = written is None or (st.st_size, st.st_mtime_ns) == written[:2] or (
+            st.st_size == written[0] and unchanged(Path(path), FileSignature(*written)))
+        states.append((True, True, not same))
     return states
 
 

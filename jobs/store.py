@@ -598,7 +598,7 @@ class JobStore:
         done: dict[tuple[str, str], tuple[Optional[Job], str]] = {}  # (path, output_stem) -> (job, action)
         specs: dict[int, str] = {}  # the JSON of each spec dict, made once (a batch shares one)
         with self._write_transaction():
-            existing = self.jobs_for(requests)
+            existing = self._by_identity(requests)
             for request in requests:
                 key = (request.path, request.output_stem)
                 if key not in done:
@@ -641,13 +641,20 @@ class JobStore:
                 [QUEUED, spec, FAILED, now, now, job.id])
         return job, action
 
-    def jobs_for(self, requests: Sequence[Request]) -> dict[tuple[str, str], Job]:
+    def outputs_for(self, requests: Sequence[Request]) -> dict[tuple[str, str], list[str]]:
+        """The outputs of these requests' jobs that exist, by (path, output_stem), in one query."""
+        return {(r["path"], r["output_stem"]): json.loads(r["outputs"])
+                for r in self._identified(requests, "path, output_stem, outputs")}
+
+    def _by_identity(self, requests: Sequence[Request]) -> dict[tuple[str, str], Job]:
         """The jobs of these (path, output_stem) pairs that exist, in one query."""
+        return {(j.path, j.output_stem): j for j in map(Job.from_row, self._identified(requests, "*"))}
+
+    def _identified(self, requests: Sequence[Request], columns: str) -> Iterable[dict]:
         pairs = json.dumps([[r.path, r.output_stem] for r in requests])
-        rows = self.db.query(
-            "SELECT * FROM jobs WHERE (path, output_stem) IN (SELECT json_extract(value, '$[0]'), "
+        return self.db.query(
+            f"SELECT {columns} FROM jobs WHERE (path, output_stem) IN (SELECT json_extract(value, '$[0]'), "
             "json_extract(value, '$[1]') FROM json_each(?))", [pairs])
-        return {(j.path, j.output_stem): j for j in map(Job.from_row, rows)}
 
     @contextlib.contextmanager
     def _write_transaction(self):
