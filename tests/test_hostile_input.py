@@ -34,6 +34,7 @@ from transcriber import AudioError, ReadTimeout, bounded
 from transcriber.audio import iter_audio
 from transcriber.engine import Step
 
+from . import lockheld
 from .conftest import JFK, PRESS_YARD, ROOT, ffmpeg
 from .hungfs import HungMount, unavailable
 from .test_bad_input import cli, intact, invoke, no_traceback, use_engine
@@ -1107,6 +1108,32 @@ def test_follow_of_a_file_whose_folder_does_not_answer_is_one_line_and_exits(tmp
     assert proc.returncode == 1, stderr
     assert stderr.splitlines() == [f"error: cannot follow {path}: its path got no answer for 1 s {HUNG}"]
     assert mount.hung.is_set()
+
+
+def test_the_reader_starts_clean_while_another_thread_holds_a_lock(monkeypatch):
+    """The reader is started while another thread of this process holds a lock that its call
+    takes (a model's, tqdm's, a heartbeat's thread may hold one at any time). A forked child
+    would find the lock held forever, and the call would end in a spurious ReadTimeout; the
+    reader is a fresh interpreter: the call is answered at once."""
+    reader = sys.modules["transcriber.bounded"]
+    monkeypatch.setenv("TRANSCRIBER_READ_TIMEOUT", "3")
+    reader._close_readers()  # the next call starts a reader
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lockheld.LOCK:
+            held.set()
+            done.wait(30)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert held.wait(10)
+    try:
+        start = time.monotonic()
+        pid = bounded(lockheld.pid_under_lock, path="the lock")
+        assert time.monotonic() - start < 2.5
+    finally:
+        done.set()
+    assert pid != os.getpid()
 
 
 @pytest.mark.slow

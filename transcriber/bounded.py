@@ -87,7 +87,7 @@ def bounded(call: Callable[..., T], *args, path=None, what: str = READ) -> T:
         return call(*args)
     if not SPAWN:
         return _bounded_thread(call, args, path, what)
-    seconds, request = read_seconds(), pickle.dumps((CALL, os.getcwd(), call, args))
+    seconds, request = read_seconds(), pickle.dumps((CALL, _here(), call, args))
     for tries in (1, 2):
         reader = _take_reader()
         try:
@@ -112,8 +112,17 @@ def start_reader(*modules: str) -> None:
     if SPAWN and not _direct and not _idle:
         reader = Reader()
         if modules:
-            reader.ask(pickle.dumps((CALL, os.getcwd(), _import_all, (modules,))))
+            reader.ask(pickle.dumps((CALL, _here(), _import_all, (modules,))))
         _idle.append(reader)
+
+
+def _here() -> Optional[str]:
+    """This process's working folder; None once it is removed (the reader then stays where it
+    is: only a relative path would mean another file, and here it names none)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def _import_all(modules: tuple[str, ...]) -> None:
@@ -121,7 +130,7 @@ def _import_all(modules: tuple[str, ...]) -> None:
         importlib.import_module(name)
 
 
-SPAWN = hasattr(os, "posix_spawn")
+SPAWN = hasattr(os, "posix_spawn") and bool(sys.executable)  # (an embedded interpreter has none)
 # a request: (CALL, the caller's working folder, call, args) or (EACH, that folder, call, items):
 # a relative path means the same there (the reader lives on while its caller changes folders)
 CALL, EACH = "call", "each"
@@ -182,16 +191,18 @@ class Reader:
             self.abandon()
             raise
 
-    def each(self, request: bytes, results: list, seconds: float, stopped: Callable[[], bool]) -> bool:
-        """For a pickled (EACH, folder, call, items): append each item's result (or exception) to
-        ``results`` as they come; whether all came (False: one item made no progress for
-        ``seconds``, or ``stopped()``, or the reader ended: it is then closed)."""
+    def each(self, request: bytes, n: int, results: list, seconds: float, stopped: Callable[[], bool]) -> bool:
+        """For a pickled (EACH, folder, call, items) of ``n`` items: append each item's result (or
+        exception) to ``results`` as they come; whether all came (False: one item made no
+        progress for ``seconds``, or ``stopped()``, or the reader ended: it is then closed)."""
+        start = len(results)
         try:
             self._send(request)
             while (answer := self._next(seconds, stopped)) != END:
                 got = self._loads(answer)
-                if not isinstance(got, list):  # (False, why): the request could not be read there
-                    raise got[1]
+                if not isinstance(got, list):  # (False, why): the request failed as a whole there
+                    results += [got[1]] * (n - (len(results) - start))  # (its call or folder): each item's failure
+                    break
                 results += got
             return True
         except (_ReaderStuck, _ReaderGone, InterruptedError):
@@ -323,16 +334,22 @@ def _serve() -> None:
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1):
         os.dup2(null, fd)
+    here = None  # the caller's working folder, as last moved to
     while data := _read(requests):
         try:
             kind, folder, call, args = pickle.loads(data)
-            if folder != os.getcwd():
-                os.chdir(folder)
-        except Exception as e:  # a call this interpreter cannot import, a folder gone: its failure, told
+        except Exception as e:  # a call this interpreter cannot import: its failure, told
             _write(answers, TAKEN)
             _write(answers, pickle.dumps((False, _portable(e))))
             continue
         _write(answers, TAKEN)
+        try:  # after TAKEN: within the bound (the folder may be on a hung mount)
+            if folder not in (here, None):
+                os.chdir(folder)
+                here = folder
+        except OSError as e:  # gone since: the request fails, each of its items with it
+            _write(answers, pickle.dumps((False, e)))
+            continue
         if kind == EACH:
             _answer_each(call, args, answers)
             continue
@@ -474,9 +491,9 @@ FLUSH_SECONDS = 0.02  # how often the reader sends what it has: the caller then 
 def _in_reader(call, items: list, results: list, seconds: float, stopped: Callable[[], bool]) -> Optional[int]:
     """Run ``call`` over ``items`` in the reader, appending to ``results`` what it sends;
     returns the pid of a reader that did not finish (killed, perhaps stuck: not waited for)."""
-    request = pickle.dumps((EACH, os.getcwd(), call, items))
+    request = pickle.dumps((EACH, _here(), call, items))
     reader = _take_reader()
-    if reader.each(request, results, seconds, stopped):
+    if reader.each(request, len(items), results, seconds, stopped):
         _idle.append(reader)
         return None
     return reader.pid  # abandoned
