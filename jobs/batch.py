@@ -70,7 +70,7 @@ def check_clashes(requests: Iterable[tuple[str, Request]], spec: JobSpec) -> Non
 
 class OutputsSeen:
     """The requests' existing outputs (which are there, which changed since this tool wrote
-    them), read before the enqueue's transaction, all at once: in one child with the bound on
+    them), read before the enqueue's transaction, all at once: by the reader, with the bound on
     reads (``bounded_each``), each request's outputs an item, keyed by their folder. An outputs'
     folder that does not answer costs one bound, and its requests are ``hung``: failed at
     enqueue, in one line naming it (not queued: a later run looks again)."""
@@ -86,7 +86,7 @@ class OutputsSeen:
         self.states: dict[str, tuple[bool, bool, bool]] = {}  # path -> output_states' (present, exists, changed)
         self.hung: dict[str, str] = {}  # request path -> why its outputs could not be checked
         for request, item, got in zip(requests, items, states):
-            if isinstance(got, Exception):  # a ReadTimeout (or the child died)
+            if isinstance(got, Exception):  # a ReadTimeout (or the reader died)
                 self.hung[request.path] = f"cannot check the outputs in {_folder(item)!r}: {got.strerror or got}"
             else:
                 self.states.update(zip((p for p, _ in item), got))
@@ -139,8 +139,8 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
     batch = batch or Batch()
     store.expire_dead_leases(owner_is_dead)  # a killed runner's jobs are resumed, not "busy"
     requests, files = [], list(files)
-    # every file's stat and content key read in a child process (bounded_each) with a bound per
-    # file: a file on a hung mount fails alone (ReadTimeout), the others are queued
+    # every file's stat and content key read by the reader (bounded_each) with a bound per file:
+    # a file on a hung mount fails alone (ReadTimeout), the others are queued
     made = bounded_each(functools.partial(_request_of, output_dir=output_dir, spec=spec), files,
                         path_of=lambda file: file[0])
     for (source, _), request in zip(files, made):

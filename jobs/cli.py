@@ -231,8 +231,8 @@ def closing_on_interrupt(reporter, message: str, stop: Optional[StopFlag] = None
 @contextlib.contextmanager
 def stopped_exits(message: str):
     """SIGTERM or Ctrl-C in the block (before anything is queued: nothing to checkpoint) prints
-    ``message`` and exits 128 + the signal at once; the file-system calls it waits on run in
-    child processes (jobs/discover.py), so a hung mount does not keep the command alive."""
+    ``message`` and exits 128 + the signal at once; the file-system calls it waits on are made
+    by the reader process (jobs/discover.py), so a hung mount does not keep the command alive."""
     caught: list[int] = []
 
     def handle(signum, frame):
@@ -380,7 +380,7 @@ def _looked_at() -> tuple[str, ...]:
     return QUEUED, STALLED, FAILED
 
 
-LOOK_CHUNK = 1000  # jobs whose files one child looks at (``shown_jobs``)
+LOOK_CHUNK = 1000  # jobs whose files one request to the reader looks at (``shown_jobs``)
 
 
 def _runner_status(job: Job, now: float) -> str:
@@ -398,7 +398,7 @@ def _runner_status(job: Job, now: float) -> str:
 
 def shown_jobs(jobs: Iterable[Job], now: float, warn: Callable[[str], None]) -> Iterator[tuple[Job, str]]:
     """Each job with its ``shown_status``, read as consumed (flat memory). Whether the files of
-    the jobs not done still exist is looked at LOOK_CHUNK jobs at a time, in one child with the
+    the jobs not done still exist is looked at LOOK_CHUNK jobs at a time, by the reader with the
     bound on reads (``bounded_each``), by folder: a folder that does not answer costs one bound,
     is told once to ``warn``, and its jobs are shown as stored."""
     from transcriber import ReadTimeout, bounded_each

@@ -109,7 +109,7 @@ def discover(paths: Iterable[Path], check: Callable[[Path, str], bool] = lambda 
     exist, a broken symbolic link named, one with a media name found in a folder, or a path or
     folder that got no answer (a hung mount: ``bounded_each``'s bound, named, the rest goes on).
 
-    The walk and its stats run in a child process with a bound (``listing``); ``check(path,
+    The walk and its stats are made by the reader process with a bound (``listing``); ``check(path,
     resolved key)``, which decides on a file of unknown extension, runs here (it may read this
     process's job store). Symbolic links to folders are not followed in a folder (a link to
     ``..`` would loop)."""
@@ -150,8 +150,8 @@ STAT = "its stat() got no answer"
 
 
 def listing(paths: list[Path]) -> tuple[list[Candidate], list[tuple[Path, str]]]:
-    """The file-system part of ``discover``: every stat and listing, in child processes with a
-    bound (``bounded_each``: a batch of calls each, not one per file); a path or folder that
+    """The file-system part of ``discover``: every stat and listing, made by the reader process
+    with a bound (``bounded_each``: a batch of calls each, not one per file); a path or folder that
     gets no answer is in ``missing`` with the reason, and the rest goes on."""
     candidates, missing = [], []
     for path, kind in zip(paths, bounded_each(_named, paths, what=STAT)):
@@ -347,7 +347,7 @@ def remove_stale_temporaries(folder: Path, now: Optional[float] = None) -> list[
 def present_outputs(paths: list[Path], sweep: Optional[Path] = None) -> list[Path]:
     """The paths that exist (a dangling link too), once ``sweep`` (a folder, if given) is rid
     of its stale temporaries: the reads before writing outputs, in one call for the reader
-    child (``transcriber.bounded``)."""
+    process (``transcriber.bounded``)."""
     if sweep is not None:
         remove_stale_temporaries(sweep)
     return [p for p in paths if os.path.lexists(p)]
@@ -375,7 +375,7 @@ def file_signature(path: Path) -> FileSignature:
 
 def file_signatures(paths: list[str]) -> dict[str, FileSignature]:
     """Each file's signature, those gone (or unreadable) left out: in one call for the reader
-    child (``transcriber.bounded``), so that the store never reads a file itself."""
+    process (``transcriber.bounded``), so that the store never reads a file itself."""
     signed = {}
     for path in paths:
         with contextlib.suppress(OSError):
@@ -385,9 +385,9 @@ def file_signatures(paths: list[str]) -> dict[str, FileSignature]:
 
 def output_states(outputs: list[tuple[str, Optional[tuple]]]) -> list[tuple[bool, bool, bool]]:
     """For each output path (with what this tool wrote there, if it did, as a FileSignature's
-    fields: None otherwise, or while it is being written), ``(present, exists, changed)``: a file or a link of that name is
-    there, it leads to a file, it is not what this tool wrote. An enqueue's reads of its outputs,
-    in one call for a child with the bound (``bounded_each``)."""
+    fields; None otherwise, or while it is being written), ``(present, exists, changed)``: a
+    file or a link of that name is there, it leads to a file, it is not what this tool wrote.
+    An enqueue's reads of its outputs, made by the reader with the bound (``bounded_each``)."""
     states = []
     for path, written in outputs:
         try:

@@ -401,7 +401,8 @@ def _all_exist(paths: Iterable[str]) -> bool:
     """Whether every one of these outputs exists: asked of the reader child, with the bound on
     reads (the CLI's enqueues read them before, all at once: jobs/batch.py's ``OutputsSeen``)."""
     paths = [str(p) for p in paths]
-    return bool(paths) and all(state[1] for state in bounded(output_states, [(p, None) for p in paths], path=paths[0]))
+    states = bounded(output_states, [(p, None) for p in paths], path=paths[0]) if paths else []
+    return bool(paths) and all(exists for _, exists, _ in states)
 
 
 def owner_id() -> str:

@@ -6,10 +6,10 @@ is cheap next to transcribing. A file is taken when its size and mtime have not 
 its name is not a temporary one (``.part``, ``.crdownload``, dot-files...). With ``--follow``, a
 file seen growing is followed as it is written instead (``transcribe follow``).
 
-A scan (the listing and a stat per file) runs in a child process with the bound on reads
+A scan (the listing and a stat per file) is made by the reader process with the bound on reads
 (``bounded_each``): a folder on a hung mount is reported once, and looked at again at each scan
-while the watch goes on; the child stuck on it is the only one (no new scan of that folder starts
-before it ends, when the mount answers). The same holds for each file's content key.
+while the watch goes on; the reader stuck on it is the only one (no new scan of that folder
+starts before it ends, when the mount answers). The same holds for each file's content key.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class StableFiles:
     def mark_followed(self, path: Path) -> None:
         """Followed to its end: taken as it is now (not transcribed again once it settles)."""
         try:
-            st = bounded(os.stat, path)  # the reader child's, with the bound: a hung mount
+            st = bounded(os.stat, path)  # the reader's, with the bound: a hung mount
         except OSError:
             return
         self.seen[path] = ((st.st_size, st.st_mtime_ns), time.monotonic())
@@ -144,17 +144,14 @@ def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path]
     return result
 
 
-def _content_key_of(path: Path) -> str:
-    return f"the content key of {path}"
-
-
 def enqueue_ready(store: JobStore, tracker: StableFiles, ready: list[Path], root: Path,
                   output_dir: Optional[Path], spec: JobSpec, reporter: Reporter, stop: StopFlag) -> list[int]:
-    """Queue the files a scan found ready; the ids to run. Their content keys are read in one
-    child with the bound, each file's once at a time (one still stuck is not read again)."""
+    """Queue the files a scan found ready; the ids to run. Their content keys are read by the
+    reader with the bound, each file's once at a time (one still stuck is not read again); then
+    their outputs, all at once (``OutputsSeen``)."""
     to_run, requests = [], []
     made = bounded_each(functools.partial(request_for, root=root, output_dir=output_dir, spec=spec), ready,
-                        key_of=_content_key_of, stopped=lambda: stop.requested)
+                        key_of=lambda path: f"the content key of {path}", stopped=lambda: stop.requested)
     for path, request in zip(ready, made):
         if isinstance(request, OSError):
             continue  # vanished, unreadable or hung now: looked at again at the next scan
