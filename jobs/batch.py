@@ -10,7 +10,7 @@ from typing import Iterable, Optional, Sequence
 
 from transcriber import bounded_each
 
-from .discover import STAT, content_key, output_stem, output_states, resolved, resolved_place
+from .discover import STAT, identify, identify_found, output_states
 from .attempt import RunResult, with_path
 from .lease import owner_is_dead
 from .spec import JobSpec
@@ -41,14 +41,13 @@ class Batch:
 
 def request_for(source: Path, root: Optional[Path], output_dir: Optional[Path], spec: JobSpec) -> Request:
     """OSError if the file cannot be read, ValueError if its name cannot be stored."""
-    path = resolved(source)
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("the file name is not valid UTF-8; rename it") from None
-    stem = output_stem(source, root, output_dir)
-    return Request(path=path, content_key=content_key(path), fingerprint=spec.fingerprint(),
-                   spec=spec.stored(), output_stem=resolved_place(stem))
+    return request_of(identify(source, root, output_dir), spec)
+
+
+def request_of(identity: tuple[str, str, str], spec: JobSpec) -> Request:
+    """The Request of a file's ``identify`` (its path, content key and outputs' stem)."""
+    path, key, stem = identity
+    return Request(path=path, content_key=key, fingerprint=spec.fingerprint(), spec=spec.stored(), output_stem=stem)
 
 
 class NameClash(ValueError):
@@ -126,11 +125,6 @@ def _folder(outputs: list[tuple[str, Optional[tuple]]]) -> str:
     return os.path.dirname(outputs[0][0])
 
 
-def _request_of(file: tuple[Path, Optional[Path]], output_dir: Optional[Path], spec: JobSpec) -> Request:
-    """``request_for`` of a (file, the folder named that holds it) pair."""
-    return request_for(*file, output_dir, spec)
-
-
 def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]], spec: JobSpec,
                   output_dir: Optional[Path], force: bool = False, batch: Optional[Batch] = None) -> Batch:
     """Queue the files; NameClash before anything is queued when two would write one output.
@@ -141,17 +135,17 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
     requests, files = [], list(files)
     # every file's stat and content key read by the reader (bounded_each) with a bound per file:
     # a file on a hung mount fails alone (ReadTimeout), the others are queued
-    made = bounded_each(functools.partial(_request_of, output_dir=output_dir, spec=spec), files,
-                        path_of=lambda file: file[0])
-    for (source, _), request in zip(files, made):
-        if isinstance(request, OSError):
-            batch.failed.append((str(source), f"cannot read {str(source)!r}: {request.strerror or request}"))
-        elif isinstance(request, ValueError):
-            batch.failed.append((str(source), str(request)))  # printed escaped (progress.printable)
-        elif isinstance(request, Exception):
-            raise request
+    # (the reader imports jobs.discover only: the Requests are made here)
+    made = bounded_each(functools.partial(identify_found, output_dir=output_dir), files, path_of=lambda file: file[0])
+    for (source, _), identity in zip(files, made):
+        if isinstance(identity, OSError):
+            batch.failed.append((str(source), f"cannot read {str(source)!r}: {identity.strerror or identity}"))
+        elif isinstance(identity, ValueError):
+            batch.failed.append((str(source), str(identity)))  # printed escaped (progress.printable)
+        elif isinstance(identity, Exception):
+            raise identity
         else:
-            requests.append((str(source), request))
+            requests.append((str(source), request_of(identity, spec)))
     check_clashes(requests, spec)
     given = {request.path: name for name, request in requests}
     seen = OutputsSeen(store, [r for _, r in requests], spec, store.output_records())

@@ -299,7 +299,7 @@ class UncheckedPath(click.Path):
 @runner_options
 @ray_options
 def run(paths, spec, output_dir, force, runner, db, db_timeout, quiet, ray):
-    start_reader("jobs.batch")  # the walk's and the enqueue's reads: it boots while this process imports
+    start_reader("jobs.discover")  # the walk's and the enqueue's reads: it boots while this process imports
     from .batch import Batch, NameClash, enqueue_files
     from .discover import discover, has_audio
     from .progress import printable
@@ -360,10 +360,14 @@ def shown_status(job: Job, now: float, exists: Optional[bool] = None) -> str:
     whose input no longer exists, ``following`` for a running followed source, else the stored one.
     ``exists``: whether the job's file exists, if known (else looked at now, with the bound on
     reads; a file that does not answer is taken to exist)."""
-    from .store import GONE
+    return _gone_or(job, _runner_status(job, now), exists)
 
-    status = _runner_status(job, now)
-    if status not in _looked_at():
+
+def _gone_or(job: Job, status: str, exists: Optional[bool]) -> str:
+    """``gone`` for a job of a status that says its file should be there and is not, else ``status``."""
+    from .store import FAILED, GONE, QUEUED, STALLED
+
+    if status not in (QUEUED, STALLED, FAILED):
         return status
     if exists is None:
         from transcriber import ReadTimeout, bounded
@@ -371,13 +375,6 @@ def shown_status(job: Job, now: float, exists: Optional[bool] = None) -> str:
         with contextlib.suppress(ReadTimeout):
             exists = bounded(os.path.lexists, job.path)
     return GONE if exists is False else status
-
-
-def _looked_at() -> tuple[str, ...]:
-    """The statuses shown as ``gone`` when the job's file no longer exists."""
-    from .store import FAILED, QUEUED, STALLED
-
-    return QUEUED, STALLED, FAILED
 
 
 LOOK_CHUNK = 1000  # jobs whose files one request to the reader looks at (``shown_jobs``)
@@ -404,11 +401,12 @@ def shown_jobs(jobs: Iterable[Job], now: float, warn: Callable[[str], None]) -> 
     from transcriber import ReadTimeout, bounded_each
 
     from .discover import STAT
+    from .store import FAILED, QUEUED, STALLED
 
     jobs, told = iter(jobs), set()
     while chunk := list(itertools.islice(jobs, LOOK_CHUNK)):
         statuses = [_runner_status(job, now) for job in chunk]
-        looked = [job.path for job, status in zip(chunk, statuses) if status in _looked_at()]
+        looked = [job.path for job, status in zip(chunk, statuses) if status in (QUEUED, STALLED, FAILED)]
         found = dict(zip(looked, bounded_each(os.path.lexists, looked, what=STAT, key_of=os.path.dirname)))
         for job, status in zip(chunk, statuses):
             exists = found.get(job.path, True)
@@ -417,7 +415,7 @@ def shown_jobs(jobs: Iterable[Job], now: float, warn: Callable[[str], None]) -> 
                     told.add(os.path.dirname(job.path))
                     warn(f"warning: cannot tell whether {job.path} still exists: {exists.strerror}")
                 exists = True
-            yield job, shown_status(job, now, exists)
+            yield job, _gone_or(job, status, exists)
 
 
 def _note(job: Job) -> str:
@@ -581,7 +579,7 @@ Examples:
 @runner_options
 @ray_options
 def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db, db_timeout, quiet, ray):
-    start_reader("jobs.batch", "jobs.watch")
+    start_reader("jobs.discover", "jobs.watch")
     from .flags import FollowSettings
     from .progress import Reporter
     from .store import DONE, FAILED

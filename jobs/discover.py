@@ -168,6 +168,24 @@ def listing(paths: list[Path]) -> tuple[list[Candidate], list[tuple[Path, str]]]
     return candidates, missing
 
 
+def identify(source: Path, root: Optional[Path], output_dir: Optional[Path]) -> tuple[str, str, str]:
+    """(its resolved path, its content key, the place of its outputs' stem: ``output_stem``) of
+    a file found under ``root`` (None: named alone): what a job's Request needs of the file
+    system, read by the reader (``bounded_each``). OSError if the file cannot be read, ValueError
+    if its name cannot be stored."""
+    path = resolved(source)
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the file name is not valid UTF-8; rename it") from None
+    return path, content_key(path), resolved_place(output_stem(source, root, output_dir))
+
+
+def identify_found(file: tuple[Path, Optional[Path]], output_dir: Optional[Path]) -> tuple[str, str, str]:
+    """``identify`` of a (file, the folder named that holds it) pair, as ``discover`` finds them."""
+    return identify(*file, output_dir)
+
+
 def path_kind(path: Path) -> Optional[str]:
     """"folder", "file" (anything else that exists), or None: nothing there."""
     return "folder" if path.is_dir() else "file" if path.exists() else None

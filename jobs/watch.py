@@ -23,8 +23,8 @@ from typing import Callable, Optional
 
 from transcriber import ReadTimeout, bounded, bounded_each
 
-from .batch import OutputsSeen, request_for
-from .discover import LISTING, has_audio, looks_like_media, temporary_name
+from .batch import OutputsSeen, request_of
+from .discover import LISTING, has_audio, identify, looks_like_media, temporary_name
 from .follow import FollowSettings, follow_file
 from .progress import Reporter
 from .runner import RunResult, Runner, StopFlag
@@ -150,18 +150,18 @@ def enqueue_ready(store: JobStore, tracker: StableFiles, ready: list[Path], root
     reader with the bound, each file's once at a time (one still stuck is not read again); then
     their outputs, all at once (``OutputsSeen``)."""
     to_run, requests = [], []
-    made = bounded_each(functools.partial(request_for, root=root, output_dir=output_dir, spec=spec), ready,
+    made = bounded_each(functools.partial(identify, root=root, output_dir=output_dir), ready,
                         key_of=lambda path: f"the content key of {path}", stopped=lambda: stop.requested)
-    for path, request in zip(ready, made):
-        if isinstance(request, OSError):
+    for path, identity in zip(ready, made):
+        if isinstance(identity, OSError):
             continue  # vanished, unreadable or hung now: looked at again at the next scan
-        if isinstance(request, ValueError):  # a name that cannot be stored
+        if isinstance(identity, ValueError):  # a name that cannot be stored
             tracker.mark_taken(path)
-            reporter.error(f"skipped: {path}: {request}")
+            reporter.error(f"skipped: {path}: {identity}")
             continue
-        if isinstance(request, Exception):
-            raise request
-        requests.append((path, request))
+        if isinstance(identity, Exception):
+            raise identity
+        requests.append((path, request_of(identity, spec)))
     seen = OutputsSeen(store, [request for _, request in requests], spec)  # their outputs, read at once
     for path, request in requests:
         if request.path in seen.hung:
