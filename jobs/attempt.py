@@ -258,7 +258,7 @@ class Attempt:
         self.pending, self.state = [], None
         at_point(f"checkpoint:{seq}")
         if self.spec.live:  # recorded as the job's at once, not only when it is done
-            self.store.record_outputs(self.job.id, self._write(self.committed))
+            self._record(self._write(self.committed))
 
     def complete(self) -> None:
         """The engine reached the end of the file: commit the rest, the words are complete."""
@@ -274,9 +274,15 @@ class Attempt:
         self.check_source()
         written = self._write(self.committed)
         at_point("outputs")
-        self.store.finish(self.job.id, self.owner, written)
+        with _outputs_answer(written):
+            self.store.finish(self.job.id, self.owner, written)
         self.outputs = written
         return written
+
+    def _record(self, written: list[str]) -> None:
+        """The outputs just written recorded as the job's (read back with the bound)."""
+        with _outputs_answer(written):
+            self.store.record_outputs(self.job.id, written)
 
     def _write(self, segments: list[Segment]) -> list[str]:
         """Write the outputs, each one only if it is not the user's (see ``_check_ours``)."""
@@ -323,6 +329,15 @@ class Attempt:
             return
         if now != self.pinned:
             raise SourceChanged(f"{self.path}: file changed while being transcribed")
+
+
+@contextlib.contextmanager
+def _outputs_answer(paths: list[str]):
+    """A ReadTimeout of the outputs just written, read back, told as theirs (OutputsHung)."""
+    try:
+        yield
+    except ReadTimeout as e:
+        raise OutputsHung(f"cannot check the outputs in {os.path.dirname(paths[0])!r}: {e.strerror}") from None
 
 
 def one_line(error: BaseException) -> str:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from transcriber import bounded_each
 
-from .discover import content_key, output_stem, resolved, resolved_place
+from .discover import STAT, identify, identify_found, output_states
 from .attempt import RunResult, with_path
 from .lease import owner_is_dead
 from .spec import JobSpec
-from .store import BUSY, FAILED_BEFORE, NEW, REDO, REFUSED, SKIP, Job, JobStore, OutputRecord, Request, refusal
+from .store import (BUSY, FAILED_BEFORE, NEW, PENDING, REDO, REFUSED, SKIP, Job, JobStore, OutputRecord, Request,
+                    refusal)
 
 
 @dataclass
@@ -39,14 +41,13 @@ class Batch:
 
 def request_for(source: Path, root: Optional[Path], output_dir: Optional[Path], spec: JobSpec) -> Request:
     """OSError if the file cannot be read, ValueError if its name cannot be stored."""
-    path = resolved(source)
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("the file name is not valid UTF-8; rename it") from None
-    stem = output_stem(source, root, output_dir)
-    return Request(path=path, content_key=content_key(path), fingerprint=spec.fingerprint(),
-                   spec=spec.stored(), output_stem=resolved_place(stem))
+    return request_of(identify(source, root, output_dir), spec)
+
+
+def request_of(identity: tuple[str, str, str], spec: JobSpec) -> Request:
+    """The Request of a file's ``identify`` (its path, content key and outputs' stem)."""
+    path, key, stem = identity
+    return Request(path=path, content_key=key, fingerprint=spec.fingerprint(), spec=spec.stored(), output_stem=stem)
 
 
 class NameClash(ValueError):
@@ -66,20 +67,62 @@ def check_clashes(requests: Iterable[tuple[str, Request]], spec: JobSpec) -> Non
             owner[path] = given
 
 
-def refusals(store: JobStore, request: Request, spec: JobSpec, job: Optional[Job] = None,
-             records: Optional[dict[str, OutputRecord]] = None) -> Optional[str]:
-    """Why this request must not write its outputs: one of them exists and was not written by
-    this tool for this file and place, or changed since (None: free to write). ``job``: the
-    request's job, if it has one; ``records``: the store's output records, read once for a
-    whole batch (else read for these paths)."""
-    names = spec.output_names(request.output_stem, spec.named_language())
-    present = [name for name in names if os.path.lexists(name)]
-    if not present:
-        return None
-    records = store.output_records(present) if records is None else records
-    listed = job.outputs if job else ()
-    reasons = (refusal(Path(p), records.get(p), request.path, request.output_stem, listed) for p in present)
-    return next(filter(None, reasons), None)
+class OutputsSeen:
+    """The requests' existing outputs (which are there, which changed since this tool wrote
+    them), read before the enqueue's transaction, all at once: by the reader, with the bound on
+    reads (``bounded_each``), each request's outputs an item, keyed by their folder. An outputs'
+    folder that does not answer costs one bound, and its requests are ``hung``: failed at
+    enqueue, in one line naming it (not queued: a later run looks again)."""
+
+    def __init__(self, store: JobStore, requests: Sequence[Request], spec: JobSpec,
+                 records: Optional[dict[str, OutputRecord]] = None):
+        self.spec = spec
+        listed = store.outputs_for(requests) if requests else {}
+        paths = [self.names(r.output_stem) + listed.get((r.path, r.output_stem), []) for r in requests]
+        self.records = store.output_records([p for ps in paths for p in ps]) if records is None else records
+        items = [[(p, self._written(p)) for p in dict.fromkeys(ps)] for ps in paths]
+        states = bounded_each(output_states, items, path_of=_folder, what=STAT, key_of=_folder)
+        self.states: dict[str, tuple[bool, bool, bool]] = {}  # path -> output_states' (present, exists, changed)
+        self.hung: dict[str, str] = {}  # request path -> why its outputs could not be checked
+        for request, item, got in zip(requests, items, states):
+            if isinstance(got, Exception):  # a ReadTimeout (or the reader died)
+                self.hung[request.path] = f"cannot check the outputs in {_folder(item)!r}: {got.strerror or got}"
+            else:
+                self.states.update(zip((p for p, _ in item), got))
+
+    def names(self, stem: str) -> list[str]:
+        """The output paths of a job of this spec with this stem."""
+        return self.spec.output_names(stem, self.spec.named_language())
+
+    def exists(self, path: str) -> bool:
+        return self.states.get(path, (False, False))[1]
+
+    def _written(self, path: str) -> Optional[tuple]:
+        """What this tool wrote at ``path``, as ``output_states`` takes it (a tuple: 10,000 of
+        them pickle in a fraction of the time dataclasses take), or None."""
+        sig = record.signature if (record := self.records.get(path)) is not None else None
+        return (sig.size, sig.mtime_ns, sig.sha256) if sig is not None and sig.sha256 != PENDING else None
+
+    def refusal(self, request: Request, job: Optional[Job] = None) -> Optional[str]:
+        """Why this request must not write its outputs: one of them exists and was not written by
+        this tool for this file and place, or changed since (None: free to write). ``job``: the
+        request's job, if it has one. (A path not read before is taken as absent: the attempt
+        looks again before it writes.)"""
+        present = [p for p in self.names(request.output_stem) if self.states.get(p, (False,))[0]]
+        listed = job.outputs if job else ()
+        reasons = (refusal(Path(p), self.records.get(p), request.path, request.output_stem, listed,
+                           changed=self.states[p][2]) for p in present)
+        return next(filter(None, reasons), None)
+
+    def all_exist(self, paths: Iterable[str]) -> bool:
+        """Whether each of these outputs (a done job's) exists: the store's ``outputs_present``."""
+        paths = list(paths)
+        return bool(paths) and all(map(self.exists, paths))
+
+
+def _folder(outputs: list[tuple[str, Optional[tuple]]]) -> str:
+    """The folder of a request's outputs (``output_states``' item)."""
+    return os.path.dirname(outputs[0][0])
 
 
 def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]], spec: JobSpec,
@@ -90,34 +133,37 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
     batch = batch or Batch()
     store.expire_dead_leases(owner_is_dead)  # a killed runner's jobs are resumed, not "busy"
     requests, files = [], list(files)
-    # every file's stat and content key read in a child process (bounded_each) with a bound per
-    # file: a file on a hung mount fails alone (ReadTimeout), the others are queued
-    made = bounded_each(lambda file: request_for(*file, output_dir, spec), files, path_of=lambda file: file[0])
-    for (source, _), request in zip(files, made):
-        if isinstance(request, OSError):
-            batch.failed.append((str(source), f"cannot read {str(source)!r}: {request.strerror or request}"))
-        elif isinstance(request, ValueError):
-            batch.failed.append((str(source), str(request)))  # printed escaped (progress.printable)
-        elif isinstance(request, Exception):
-            raise request
+    # every file's stat and content key read by the reader (bounded_each) with a bound per file:
+    # a file on a hung mount fails alone (ReadTimeout), the others are queued
+    # (the reader imports jobs.discover only: the Requests are made here)
+    made = bounded_each(functools.partial(identify_found, output_dir=output_dir), files, path_of=lambda file: file[0])
+    for (source, _), identity in zip(files, made):
+        if isinstance(identity, OSError):
+            batch.failed.append((str(source), f"cannot read {str(source)!r}: {identity.strerror or identity}"))
+        elif isinstance(identity, ValueError):
+            batch.failed.append((str(source), str(identity)))  # printed escaped (progress.printable)
+        elif isinstance(identity, Exception):
+            raise identity
         else:
-            requests.append((str(source), request))
+            requests.append((str(source), request_of(identity, spec)))
     check_clashes(requests, spec)
     given = {request.path: name for name, request in requests}
-    records = store.output_records()
+    seen = OutputsSeen(store, [r for _, r in requests], spec, store.output_records())
+    batch.failed += [(given[path], why) for path, why in seen.hung.items()]
 
     def vet(request: Request, job: Optional[Job]) -> Optional[str]:
-        why = refusals(store, request, spec, job, records)
+        why = seen.refusal(request, job)
         if why:
             batch.refused.append((given[request.path], why))
         return why
 
-    for job, action in store.enqueue_many([r for _, r in requests], force=force, vet=None if force else vet):
+    wanted = [r for _, r in requests if r.path not in seen.hung]
+    for job, action in store.enqueue_many(wanted, force=force, outputs_present=seen.all_exist,
+                                          vet=None if force else vet):
         if action == REFUSED:
             continue
         if force and action in (NEW, REDO):  # what it replaces is the job's now
-            store.record_outputs(job.id, [str(p) for p in spec.output_paths(job.output_stem, spec.named_language())
-                                          if p.exists()])
+            store.record_outputs(job.id, [p for p in seen.names(job.output_stem) if seen.exists(p)])
         batch.add(job, action)
     return batch
 

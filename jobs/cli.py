@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
 import signal
@@ -23,11 +24,11 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
 import click
 
-from transcriber import FOLLOW_MODES, ModelError
+from transcriber import FOLLOW_MODES, ModelError, start_reader
 
 from .flags import (FOLLOW_HELP, LazyHelp, RaySettings, RunnerSettings, db_option, follow_options, quiet_option,
                     ray_options, runner_options, spec_options)
@@ -230,8 +231,8 @@ def closing_on_interrupt(reporter, message: str, stop: Optional[StopFlag] = None
 @contextlib.contextmanager
 def stopped_exits(message: str):
     """SIGTERM or Ctrl-C in the block (before anything is queued: nothing to checkpoint) prints
-    ``message`` and exits 128 + the signal at once; the file-system calls it waits on run in
-    child processes (jobs/discover.py), so a hung mount does not keep the command alive."""
+    ``message`` and exits 128 + the signal at once; the file-system calls it waits on are made
+    by the reader process (jobs/discover.py), so a hung mount does not keep the command alive."""
     caught: list[int] = []
 
     def handle(signum, frame):
@@ -298,6 +299,7 @@ class UncheckedPath(click.Path):
 @runner_options
 @ray_options
 def run(paths, spec, output_dir, force, runner, db, db_timeout, quiet, ray):
+    start_reader("jobs.discover")  # the walk's and the enqueue's reads: it boots while this process imports
     from .batch import Batch, NameClash, enqueue_files
     from .discover import discover, has_audio
     from .progress import printable
@@ -352,21 +354,68 @@ def _statuses(ctx, param, values: tuple[str, ...]) -> tuple[str, ...]:
     return values
 
 
-def shown_status(job: Job, now: float) -> str:
+def shown_status(job: Job, now: float, exists: Optional[bool] = None) -> str:
     """The one status ``status`` shows, in its table, count line and JSON alike: ``stalled`` for
     a running job whose runner is gone (dead, or its lease expired), ``gone`` for a job not done
-    whose input no longer exists, ``following`` for a running followed source, else the stored one."""
+    whose input no longer exists, ``following`` for a running followed source, else the stored one.
+    ``exists``: whether the job's file exists, if known (else looked at now, with the bound on
+    reads; a file that does not answer is taken to exist)."""
+    return _gone_or(job, _runner_status(job, now), exists)
+
+
+def _gone_or(job: Job, status: str, exists: Optional[bool]) -> str:
+    """``gone`` for a job of a status that says its file should be there and is not, else ``status``."""
+    from .store import FAILED, GONE, QUEUED, STALLED
+
+    if status not in (QUEUED, STALLED, FAILED):
+        return status
+    if exists is None:
+        from transcriber import ReadTimeout, bounded
+
+        with contextlib.suppress(ReadTimeout):
+            exists = bounded(os.path.lexists, job.path)
+    return GONE if exists is False else status
+
+
+LOOK_CHUNK = 1000  # jobs whose files one request to the reader looks at (``shown_jobs``)
+
+
+def _runner_status(job: Job, now: float) -> str:
+    """``shown_status`` without the look at the file: stalled, following, else as stored."""
     from .runner import owner_is_dead
-    from .store import FAILED, FOLLOW_KEY, FOLLOWING, GONE, QUEUED, RUNNING, STALLED
+    from .store import FOLLOW_KEY, FOLLOWING, RUNNING, STALLED
 
     status = job.status
     if status == RUNNING and (job.stalled(now) or (job.lease_owner and owner_is_dead(job.lease_owner))):
         status = STALLED
     if status == RUNNING and job.content_key.startswith(FOLLOW_KEY):
         status = FOLLOWING
-    if status in (QUEUED, STALLED, FAILED) and not os.path.lexists(job.path):
-        status = GONE
     return status
+
+
+def shown_jobs(jobs: Iterable[Job], now: float, warn: Callable[[str], None]) -> Iterator[tuple[Job, str]]:
+    """Each job with its ``shown_status``, read as consumed (flat memory). Whether the files of
+    the jobs not done still exist is looked at LOOK_CHUNK jobs at a time, by the reader with the
+    bound on reads (``bounded_each``), by folder: a folder that does not answer costs one bound,
+    is told once to ``warn``, and its jobs are shown as stored."""
+    from transcriber import ReadTimeout, bounded_each
+
+    from .discover import STAT
+    from .store import FAILED, QUEUED, STALLED
+
+    jobs, told = iter(jobs), set()
+    while chunk := list(itertools.islice(jobs, LOOK_CHUNK)):
+        statuses = [_runner_status(job, now) for job in chunk]
+        looked = [job.path for job, status in zip(chunk, statuses) if status in (QUEUED, STALLED, FAILED)]
+        found = dict(zip(looked, bounded_each(os.path.lexists, looked, what=STAT, key_of=os.path.dirname)))
+        for job, status in zip(chunk, statuses):
+            exists = found.get(job.path, True)
+            if isinstance(exists, ReadTimeout):
+                if os.path.dirname(job.path) not in told:
+                    told.add(os.path.dirname(job.path))
+                    warn(f"warning: cannot tell whether {job.path} still exists: {exists.strerror}")
+                exists = True
+            yield job, _gone_or(job, status, exists)
 
 
 def _note(job: Job) -> str:
@@ -414,14 +463,26 @@ Examples:
               cls=LazyHelp, help_text=lambda: f"Only jobs with this status (repeatable): {', '.join(shown_statuses())}.")
 @db_option
 def status(as_json, statuses, db, db_timeout):
+    from .progress import printable
+
     store = open_store(db, db_timeout)
-    now = time.time()
-    shown = ((j, shown_status(j, now)) for j in store.each_job())
+    warnings = []
+
+    def warn(line: str) -> None:  # a file that did not answer: shown as stored, and exit 1
+        warnings.append(line)
+        click.echo(printable(line), err=True)
+
+    shown = shown_jobs(store.each_job(), time.time(), warn)
     shown = ((j, s) for j, s in shown if s in statuses) if statuses else shown
     if as_json:
         write_json_array(j.to_dict(s) for j, s in shown)
-        return
-    jobs = list(shown)
+    else:
+        show_table(list(shown), statuses)
+    sys.exit(1 if warnings else 0)
+
+
+def show_table(jobs: list[tuple[Job, str]], statuses: tuple[str, ...]) -> None:
+    """``status``'s table of (job, its shown status) pairs and its count line."""
     if not jobs:
         click.echo("no jobs" + (f" with status {', '.join(statuses)}" if statuses else ""))
         return
@@ -485,10 +546,10 @@ def watched_folder(folder: Path) -> None:
     hung mount is one line and exit 1, not a stat() that waits forever."""
     from transcriber import ReadTimeout, bounded_each
 
-    from .discover import STAT
+    from .discover import STAT, path_kind
     from .progress import printable
 
-    (kind,) = bounded_each(lambda p: "folder" if p.is_dir() else "file" if p.exists() else None, [folder], what=STAT)
+    (kind,) = bounded_each(path_kind, [folder], what=STAT)
     if isinstance(kind, ReadTimeout):
         click.echo(printable(f"error: cannot watch {folder}: {kind.strerror}"), err=True)
         sys.exit(1)
@@ -518,6 +579,7 @@ Examples:
 @runner_options
 @ray_options
 def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db, db_timeout, quiet, ray):
+    start_reader("jobs.discover", "jobs.watch")
     from .flags import FollowSettings
     from .progress import Reporter
     from .store import DONE, FAILED
@@ -551,6 +613,7 @@ def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db
 @db_option
 @quiet_option
 def follow(source, spec, output_dir, settings, db, db_timeout, quiet):
+    start_reader("jobs.follow")
     from .follow import follow_command
 
     sys.exit(follow_command(open_store(db, db_timeout), source, spec, output_dir, settings, quiet))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -108,7 +109,7 @@ def discover(paths: Iterable[Path], check: Callable[[Path, str], bool] = lambda 
     exist, a broken symbolic link named, one with a media name found in a folder, or a path or
     folder that got no answer (a hung mount: ``bounded_each``'s bound, named, the rest goes on).
 
-    The walk and its stats run in a child process with a bound (``listing``); ``check(path,
+    The walk and its stats are made by the reader process with a bound (``listing``); ``check(path,
     resolved key)``, which decides on a file of unknown extension, runs here (it may read this
     process's job store). Symbolic links to folders are not followed in a folder (a link to
     ``..`` would loop)."""
@@ -149,8 +150,8 @@ STAT = "its stat() got no answer"
 
 
 def listing(paths: list[Path]) -> tuple[list[Candidate], list[tuple[Path, str]]]:
-    """The file-system part of ``discover``: every stat and listing, in child processes with a
-    bound (``bounded_each``: a batch of calls each, not one per file); a path or folder that
+    """The file-system part of ``discover``: every stat and listing, made by the reader process
+    with a bound (``bounded_each``: a batch of calls each, not one per file); a path or folder that
     gets no answer is in ``missing`` with the reason, and the rest goes on."""
     candidates, missing = [], []
     for path, kind in zip(paths, bounded_each(_named, paths, what=STAT)):
@@ -165,6 +166,29 @@ def listing(paths: list[Path]) -> tuple[list[Candidate], list[tuple[Path, str]]]
         else:
             candidates.append(kind)
     return candidates, missing
+
+
+def identify(source: Path, root: Optional[Path], output_dir: Optional[Path]) -> tuple[str, str, str]:
+    """(its resolved path, its content key, the place of its outputs' stem: ``output_stem``) of
+    a file found under ``root`` (None: named alone): what a job's Request needs of the file
+    system, read by the reader (``bounded_each``). OSError if the file cannot be read, ValueError
+    if its name cannot be stored."""
+    path = resolved(source)
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the file name is not valid UTF-8; rename it") from None
+    return path, content_key(path), resolved_place(output_stem(source, root, output_dir))
+
+
+def identify_found(file: tuple[Path, Optional[Path]], output_dir: Optional[Path]) -> tuple[str, str, str]:
+    """``identify`` of a (file, the folder named that holds it) pair, as ``discover`` finds them."""
+    return identify(*file, output_dir)
+
+
+def path_kind(path: Path) -> Optional[str]:
+    """"folder", "file" (anything else that exists), or None: nothing there."""
+    return "folder" if path.is_dir() else "file" if path.exists() else None
 
 
 def _named(path: Path):
@@ -341,7 +365,7 @@ def remove_stale_temporaries(folder: Path, now: Optional[float] = None) -> list[
 def present_outputs(paths: list[Path], sweep: Optional[Path] = None) -> list[Path]:
     """The paths that exist (a dangling link too), once ``sweep`` (a folder, if given) is rid
     of its stale temporaries: the reads before writing outputs, in one call for the reader
-    child (``transcriber.bounded``)."""
+    process (``transcriber.bounded``)."""
     if sweep is not None:
         remove_stale_temporaries(sweep)
     return [p for p in paths if os.path.lexists(p)]
@@ -365,6 +389,39 @@ def file_signature(path: Path) -> FileSignature:
         for block in iter(lambda: f.read(1 << 20), b""):  # (hashlib.file_digest is 3.11+)
             digest.update(block)
     return FileSignature(st.st_size, st.st_mtime_ns, digest.hexdigest())
+
+
+def file_signatures(paths: list[str]) -> dict[str, FileSignature]:
+    """Each file's signature, those gone (or unreadable) left out: in one call for the reader
+    process (``transcriber.bounded``), so that the store never reads a file itself."""
+    signed = {}
+    for path in paths:
+        with contextlib.suppress(OSError):
+            signed[path] = file_signature(Path(path))
+    return signed
+
+
+def output_states(outputs: list[tuple[str, Optional[tuple]]]) -> list[tuple[bool, bool, bool]]:
+    """For each output path (with what this tool wrote there, if it did, as a FileSignature's
+    fields; None otherwise, or while it is being written), ``(present, exists, changed)``: a
+    file or a link of that name is there, it leads to a file, it is not what this tool wrote.
+    An enqueue's reads of its outputs, made by the reader with the bound (``bounded_each``)."""
+    states = []
+    for path, written in outputs:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            states.append((False, False, False))
+            continue
+        try:  # one stat() tells whether it leads to a file and, most often, that it is unchanged
+            st = os.stat(path) if stat.S_ISLNK(st.st_mode) else st
+        except OSError:  # a dangling link
+            states.append((True, False, written is not None))
+            continue
+        same = written is None or (st.st_size, st.st_mtime_ns) == written[:2] or (
+            st.st_size == written[0] and unchanged(Path(path), FileSignature(*written)))
+        states.append((True, True, not same))
+    return states
 
 
 def unchanged(path: Path, written: FileSignature) -> bool:

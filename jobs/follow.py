@@ -34,11 +34,11 @@ from typing import Optional
 
 import click
 
-from transcriber import FOLLOW_MODES, AudioError, LiveSource, Segment, Step, bounded, probe
+from transcriber import FOLLOW_MODES, AudioError, LiveSource, ReadTimeout, Segment, Step, bounded, probe
 
 from .attempt import Attempt, RunResult, build_engine
-from .batch import refusals
-from .discover import output_stem, present_outputs, resolved, resolved_place
+from .batch import OutputsSeen
+from .discover import output_stem, resolved, resolved_place
 from .engines import EngineCache
 from .flags import FollowSettings
 from .lease import CheckpointClock, Heartbeat, owner_is_dead, worker_name
@@ -48,15 +48,16 @@ from .signals import StopFlag
 from .spec import JobSpec
 from .store import BUSY, FAILED_BEFORE, FOLLOW_KEY, REFUSED, SKIP, JobStore, Request
 
-def outputs_stem(source: str, kind: str, output_dir: Optional[Path], name: Optional[str]) -> Path:
+def outputs_stem(source: str, kind: str, output_dir: Optional[Path], name: Optional[str]) -> Optional[Path]:
     """Where the outputs go, without extension: ``--name`` (in --output-dir, else here), else
-    the file's name (as ``run`` names it), else the URL's last part."""
+    for a file None (its name as ``run`` names it: read with its path, ``place_of``), else the
+    URL's last part."""
     if name is not None:
         if not name or "/" in name or name in (".", ".."):
             raise click.UsageError(f"--name takes a file name without folder, got {name!r}")
         return (output_dir or Path(".")) / name
     if kind == "file":
-        return output_stem(Path(source), None, output_dir)
+        return None
     if kind == "stdin":
         raise click.UsageError("name the outputs of standard input with --name")
     last = Path(source.split("?")[0].rstrip("/").rpartition("/")[2].rpartition(":")[2]).stem
@@ -88,43 +89,67 @@ def follow_command(store: JobStore, source: str, spec: JobSpec, output_dir: Opti
     with contextlib.ExitStack() as stack:
         stack.callback(reporter.close)
         stack.enter_context(stop)
-        result = follow_source(runner, live, stem, spec, settings)
+        result = follow_source(runner, live, stem, spec, settings, output_dir=output_dir)
     if result is None or result.failed or result.lost:
         return 1
     return 128 + stop.signum if stop.signum else 0
 
 
-def follow_source(runner: Runner, live: LiveSource, stem: Path, spec: JobSpec,
-                  settings: FollowSettings) -> Optional[RunResult]:
-    """Follow ``live`` as a job writing ``stem``.*: how it ended, None when it did not run
-    (told why: the source gave no audio, the job is done already or another process has it)."""
+def follow_source(runner: Runner, live: LiveSource, stem: Optional[Path], spec: JobSpec, settings: FollowSettings,
+                  root: Optional[Path] = None, output_dir: Optional[Path] = None) -> Optional[RunResult]:
+    """Follow ``live`` as a job writing ``stem``.* (None: the file's, named as ``run`` names it in
+    ``output_dir``, mirroring its place under ``root``): how it ended, None when it did not run
+    (told why: its path does not answer, the source gave no audio, the job is done already or
+    another process has it)."""
     try:
         with contextlib.closing(live):
+            identity, place = bounded(place_of, live.source, live.kind, stem, root, output_dir, path=live.source,
+                                      what=PATH)  # before ffmpeg reads it: a hung mount is one line
             key = FOLLOW_KEY + live.key()  # waits for the first seconds of audio (or fails)
-            identity = resolved(Path(live.source)) if live.kind == "file" else live.source
-            request = Request(identity, key, spec.fingerprint(), spec.stored(), resolved_place(stem))
+            request = Request(identity, key, spec.fingerprint(), spec.stored(), place)
             job, action = _enqueue(runner.store, request, spec, settings.force, runner.reporter)
             if action == SKIP:
                 return RunResult()
             return _run(runner, job, live, settings) if job else None
+    except ReadTimeout as e:
+        runner.reporter.error(f"error: cannot follow {live.source}: {e.strerror}")
+        return None
     except AudioError as e:
         runner.reporter.error(f"error: {e}")
         return None
+
+
+PATH = "its path got no answer"
+
+
+def place_of(source: str, kind: str, stem: Optional[Path], root: Optional[Path],
+             output_dir: Optional[Path]) -> tuple[str, str]:
+    """(the job's identity, the place of its outputs' stem) of a followed source: a file's path
+    resolved, another source as it is; ``stem`` (None: the file's, named by ``output_stem``,
+    which lists its folder) in its folder resolved. ``follow_source``'s reads, made by the
+    reader child with the bound."""
+    if stem is None:
+        stem = output_stem(Path(source), root, output_dir)
+    return resolved(Path(source)) if kind == "file" else source, resolved_place(stem)
 
 
 def follow_file(runner: Runner, path: Path, root: Optional[Path], output_dir: Optional[Path], spec: JobSpec,
                 settings: FollowSettings) -> Optional[RunResult]:
     """Follow a growing file that ``watch`` found, its outputs named as ``watch`` names them."""
     live = LiveSource(str(path), settings.live_options())
-    return follow_source(runner, live, output_stem(path, root, output_dir), spec, settings)
+    return follow_source(runner, live, None, spec, settings, root, output_dir)
 
 
 def _enqueue(store: JobStore, request: Request, spec: JobSpec, force: bool, reporter: Reporter):
     """(the job to follow, the store's action); (None, the action), told why, when there is
     nothing to do."""
     store.expire_dead_leases(owner_is_dead)  # a killed follow's job is resumed, not "busy"
-    ((job, action),) = store.enqueue_many([request], force=force,
-                                          vet=None if force else lambda r, j: refusals(store, r, spec, j))
+    seen = OutputsSeen(store, [request], spec)
+    if request.path in seen.hung:
+        reporter.error(f"error: {request.path}: {seen.hung[request.path]}")
+        return None, REFUSED
+    ((job, action),) = store.enqueue_many([request], force=force, outputs_present=seen.all_exist,
+                                          vet=None if force else seen.refusal)
     if action == SKIP:
         reporter.error(f"done already: {request.path} -> {', '.join(job.outputs)} (--force follows it again)")
         return None, action
@@ -132,13 +157,12 @@ def _enqueue(store: JobStore, request: Request, spec: JobSpec, force: bool, repo
         reporter.error(f"error: {request.path} is being followed by another process ({job.worker})")
         return None, action
     if action == REFUSED:
-        reporter.error(f"error: not written: {refusals(store, request, spec, job)}")
+        reporter.error(f"error: not written: {seen.refusal(request, job)}")
         return None, action
     if action == FAILED_BEFORE:  # the source is live: try it again, from its checkpoint
         ((job, _),) = store.retry([job.id])
     if force:  # what it replaces is the job's now
-        paths = spec.output_paths(job.output_stem, spec.named_language())
-        store.record_outputs(job.id, [str(p) for p in bounded(present_outputs, paths, path=paths[0].parent)])
+        store.record_outputs(job.id, [p for p in seen.names(job.output_stem) if seen.exists(p)])
     return job, action
 
 
@@ -219,7 +243,7 @@ class FollowAttempt(Attempt):
         if self.open_words:
             words = tuple(self.open_words)
             segments = segments + [Segment(words[0].start, words[-1].end, "".join(w.text for w in words), words)]
-        self.store.record_outputs(self.job.id, self._write(segments))
+        self._record(self._write(segments))
         self.store.checkpoint(self.job.id, self.owner, [], None, self.position, self.language, self.model,
                               self.ledger.lease_seconds, language_probability=self.probability)
         self.last_write, self.unwritten = time.monotonic(), False

@@ -47,7 +47,7 @@ class Runner:
         self.store, self.reporter, self.stop = store, self.ledger.reporter, self.ledger.stop
         self.batch_files = batch_files  # files decoded side by side, where the engine can (one-shot)
         self.engines = engines or EngineCache()
-        start_reader()  # the attempts' reads of their files: forked now, before a model makes the fork slow
+        start_reader()  # the attempts' reads of their files: the reader boots now, not at the first read
 
     def run(self, ids, result: Optional[RunResult] = None) -> RunResult:
         """Run the jobs among ``ids`` that are queued (or stalled) until none is left, or a stop."""

@@ -40,9 +40,9 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from sqlite_utils import Database
 from sqlite_utils.migrations import Migrations
 
-from transcriber import Segment, Word
+from transcriber import Segment, Word, bounded
 
-from .discover import FileSignature, file_signature, unchanged
+from .discover import FileSignature, file_signatures, output_states, unchanged
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 STATUSES = (QUEUED, RUNNING, DONE, FAILED)
@@ -363,18 +363,21 @@ class OutputRecord:
 
 
 def refusal(path: Path, record: Optional[OutputRecord], job_path: str, job_stem: str,
-            listed: Iterable[str] = ()) -> Optional[str]:
+            listed: Iterable[str] = (), changed: Optional[bool] = None) -> Optional[str]:
     """Why the job of (``job_path``, ``job_stem``) must not replace ``path``, an existing file
     (``record``: what this tool wrote there, if anything); None when it may. ``listed``: the
     job's own list of outputs, which vouches for a file written before outputs were recorded
-    (a database of an older version)."""
+    (a database of an older version). ``changed``: whether the file differs from ``record``,
+    if known (read before: ``output_states``); else the file is read now."""
     if record is None and str(path) in listed:
         return None
     if record is None:
         return f"{path} exists and was not written by transcribe; --force replaces it"
     if (record.job_path, record.job_stem) != (job_path, job_stem):
         return f"{path} holds the transcript of another file ({record.job_path}); --force replaces it"
-    if record.signature.sha256 != PENDING and not unchanged(path, record.signature):
+    if changed is None:
+        changed = record.signature.sha256 != PENDING and not unchanged(path, record.signature)
+    if changed:
         return f"{path} was changed since transcribe wrote it; --force replaces it"
     return None
 
@@ -395,8 +398,11 @@ class Request:
 
 
 def _all_exist(paths: Iterable[str]) -> bool:
-    paths = list(paths)
-    return bool(paths) and all(os.path.exists(p) for p in paths)
+    """Whether every one of these outputs exists: asked of the reader child, with the bound on
+    reads (the CLI's enqueues read them before, all at once: jobs/batch.py's ``OutputsSeen``)."""
+    paths = [str(p) for p in paths]
+    states = bounded(output_states, [(p, None) for p in paths], path=paths[0]) if paths else []
+    return bool(paths) and all(exists for _, exists, _ in states)
 
 
 def owner_id() -> str:
@@ -510,17 +516,23 @@ class JobStore:
                 self._put_output(str(path), job_id, FileSignature(-1, -1, PENDING), now)
 
     def record_outputs(self, job_id: int, paths: Iterable[str]) -> None:
-        """Files written for a job (or, with --force, taken over by it): recorded as they are now."""
+        """Files written for a job (or, with --force, taken over by it): recorded as they are now.
+        ReadTimeout if they do not answer (read before the transaction: see ``signed``)."""
+        signed = self.signed(paths)
         with self.db.atomic():
-            self._record_outputs(job_id, paths, time.time())
+            self._record_outputs(job_id, signed, time.time())
 
-    def _record_outputs(self, job_id: int, paths: Iterable[str], now: float) -> None:
-        for path in paths:
-            try:
-                sig = file_signature(Path(path))
-            except OSError:
-                continue  # gone already: nothing of the user's to protect there
-            self._put_output(str(path), job_id, sig, now)
+    @staticmethod
+    def signed(paths: Iterable[str]) -> dict[str, FileSignature]:
+        """The files' signatures (those gone left out: nothing of the user's to protect there),
+        read by the reader child with the bound on reads (ReadTimeout: an outputs' folder on a
+        hung mount), never by this process, nor while a transaction holds the database."""
+        paths = [str(p) for p in paths]
+        return bounded(file_signatures, paths, path=os.path.dirname(paths[0])) if paths else {}
+
+    def _record_outputs(self, job_id: int, signed: dict[str, FileSignature], now: float) -> None:
+        for path, sig in signed.items():
+            self._put_output(path, job_id, sig, now)
 
     def _put_output(self, path: str, job_id: int, sig: FileSignature, now: float) -> None:
         self.db.execute("INSERT OR REPLACE INTO outputs (path, job_id, size, mtime_ns, sha256, written_at) "
@@ -630,13 +642,20 @@ class JobStore:
                 [QUEUED, spec, FAILED, now, now, job.id])
         return job, action
 
+    def outputs_for(self, requests: Sequence[Request]) -> dict[tuple[str, str], list[str]]:
+        """The outputs of these requests' jobs that exist, by (path, output_stem), in one query."""
+        return {(r["path"], r["output_stem"]): json.loads(r["outputs"])
+                for r in self._identified(requests, "path, output_stem, outputs")}
+
     def _by_identity(self, requests: Sequence[Request]) -> dict[tuple[str, str], Job]:
         """The jobs of these (path, output_stem) pairs that exist, in one query."""
+        return {(j.path, j.output_stem): j for j in map(Job.from_row, self._identified(requests, "*"))}
+
+    def _identified(self, requests: Sequence[Request], columns: str) -> Iterable[dict]:
         pairs = json.dumps([[r.path, r.output_stem] for r in requests])
-        rows = self.db.query(
-            "SELECT * FROM jobs WHERE (path, output_stem) IN (SELECT json_extract(value, '$[0]'), "
+        return self.db.query(
+            f"SELECT {columns} FROM jobs WHERE (path, output_stem) IN (SELECT json_extract(value, '$[0]'), "
             "json_extract(value, '$[1]') FROM json_each(?))", [pairs])
-        return {(j.path, j.output_stem): j for j in map(Job.from_row, rows)}
 
     @contextlib.contextmanager
     def _write_transaction(self):
@@ -832,13 +851,13 @@ class JobStore:
 
     def finish(self, job_id: int, owner: str, outputs: Sequence[str]) -> None:
         """The job is done: its outputs, as they are now (``outputs`` records them), are its."""
-        now = time.time()
+        now, signed = time.time(), self.signed(outputs)
         with self.db.atomic():
             self._fenced(job_id, owner, "status = ?, outputs = ?, progress = coalesce(nullif(duration, 0), "
                          "progress), last_error = NULL, lease_owner = NULL, "
                          "lease_expires = NULL, updated_at = ?, finished_at = ?",
                          [DONE, json.dumps([str(p) for p in outputs]), now, now])
-            self._record_outputs(job_id, outputs, now)
+            self._record_outputs(job_id, signed, now)
             self.db.execute("DELETE FROM kept WHERE job_id = ?", [job_id])  # the redo is done: its words hold
 
     def release(self, job_id: int, owner: str) -> None:

@@ -6,14 +6,15 @@ is cheap next to transcribing. A file is taken when its size and mtime have not 
 its name is not a temporary one (``.part``, ``.crdownload``, dot-files...). With ``--follow``, a
 file seen growing is followed as it is written instead (``transcribe follow``).
 
-A scan (the listing and a stat per file) runs in a child process with the bound on reads
+A scan (the listing and a stat per file) is made by the reader process with the bound on reads
 (``bounded_each``): a folder on a hung mount is reported once, and looked at again at each scan
-while the watch goes on; the child stuck on it is the only one (no new scan of that folder starts
-before it ends, when the mount answers). The same holds for each file's content key.
+while the watch goes on; the reader stuck on it is the only one (no new scan of that folder
+starts before it ends, when the mount answers). The same holds for each file's content key.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import time
@@ -22,8 +23,8 @@ from typing import Callable, Optional
 
 from transcriber import ReadTimeout, bounded, bounded_each
 
-from .batch import refusals, request_for
-from .discover import LISTING, has_audio, looks_like_media, temporary_name
+from .batch import OutputsSeen, request_of
+from .discover import LISTING, has_audio, identify, looks_like_media, temporary_name
 from .follow import FollowSettings, follow_file
 from .progress import Reporter
 from .runner import RunResult, Runner, StopFlag
@@ -81,7 +82,7 @@ class StableFiles:
     def mark_followed(self, path: Path) -> None:
         """Followed to its end: taken as it is now (not transcribed again once it settles)."""
         try:
-            st = bounded(os.stat, path)  # the reader child's, with the bound: a hung mount
+            st = bounded(os.stat, path)  # the reader's, with the bound: a hung mount
         except OSError:
             return
         self.seen[path] = ((st.st_size, st.st_mtime_ns), time.monotonic())
@@ -145,24 +146,30 @@ def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path]
 
 def enqueue_ready(store: JobStore, tracker: StableFiles, ready: list[Path], root: Path,
                   output_dir: Optional[Path], spec: JobSpec, reporter: Reporter, stop: StopFlag) -> list[int]:
-    """Queue the files a scan found ready; the ids to run. Their content keys are read in one
-    child with the bound, each file's once at a time (one still stuck is not read again)."""
-    to_run = []
-    made = bounded_each(lambda path: request_for(path, root, output_dir, spec), ready,
+    """Queue the files a scan found ready; the ids to run. Their content keys are read by the
+    reader with the bound, each file's once at a time (one still stuck is not read again); then
+    their outputs, all at once (``OutputsSeen``)."""
+    to_run, requests = [], []
+    made = bounded_each(functools.partial(identify, root=root, output_dir=output_dir), ready,
                         key_of=lambda path: f"the content key of {path}", stopped=lambda: stop.requested)
-    for path, request in zip(ready, made):
-        if isinstance(request, OSError):
+    for path, identity in zip(ready, made):
+        if isinstance(identity, OSError):
             continue  # vanished, unreadable or hung now: looked at again at the next scan
-        if isinstance(request, ValueError):  # a name that cannot be stored
+        if isinstance(identity, ValueError):  # a name that cannot be stored
             tracker.mark_taken(path)
-            reporter.error(f"skipped: {path}: {request}")
+            reporter.error(f"skipped: {path}: {identity}")
             continue
-        if isinstance(request, Exception):
-            raise request
-        ((job, action),) = store.enqueue_many([request], vet=lambda r, j: refusals(store, r, spec, j))
+        if isinstance(identity, Exception):
+            raise identity
+        requests.append((path, request_of(identity, spec)))
+    seen = OutputsSeen(store, [request for _, request in requests], spec)  # their outputs, read at once
+    for path, request in requests:
+        if request.path in seen.hung:
+            continue  # its outputs' folder does not answer now: looked at again at the next scan
+        ((job, action),) = store.enqueue_many([request], outputs_present=seen.all_exist, vet=seen.refusal)
         if action == REFUSED:  # an output the user made (or changed): left alone until the file changes
             tracker.mark_taken(path)
-            reporter.error(f"skipped: {path}: {refusals(store, request, spec, job)}")
+            reporter.error(f"skipped: {path}: {seen.refusal(request, job)}")
             continue
         if action == BUSY:
             continue  # another runner has it: look again later (it may have changed since)

@@ -6,7 +6,8 @@ requests unanswered, so the caller waits in the kernel, in the state an NFS call
 server is gone (once the server has the request, not even SIGKILL ends the wait:
 ``request_wait_answer``): the reads of a byte range (``hang(start, end)``), the lookup of a name
 (``hang_lookup``: open, stat of that name), the attributes of a name (``hang_getattr``: stat) or
-the listing of a folder (``hang_readdir``: scandir). ``release()`` answers every held request
+the listing of a folder (``hang_readdir``: scandir), or every write (``hang_writes``: creating a file or a folder, writing,
+renaming; else a write fails, ENOSYS: the mount is read-only). ``release()`` answers every held request
 and hangs nothing more: the mount came back.
 
 The server runs in a process of its own (``python tests/hungfs.py MOUNTPOINT NAME SOURCE...``,
@@ -39,6 +40,9 @@ from typing import Optional, Union
 # linux/fuse.h
 LOOKUP, FORGET, GETATTR, OPEN, READ, RELEASE, FLUSH, INIT, OPENDIR, READDIR, RELEASEDIR, INTERRUPT, DESTROY, \
     BATCH_FORGET = 1, 2, 3, 14, 15, 18, 25, 26, 27, 28, 29, 36, 38, 42
+# what writes: a file's creation (CREATE, or MKNOD where CREATE is not served), a folder's, a
+# write, a rename, a removal, a change of attributes
+WRITES = frozenset({4, 8, 9, 10, 12, 16, 20, 35, 45})  # SETATTR MKNOD MKDIR UNLINK RENAME WRITE FSYNC CREATE RENAME2
 NO_REPLY = (FORGET, BATCH_FORGET, INTERRUPT)
 IN_HEADER = struct.Struct("<IIQQIIIHH")  # len, opcode, unique, nodeid, uid, gid, pid, extlen, pad
 OUT_HEADER = struct.Struct("<IiQ")  # len, error, unique
@@ -65,6 +69,7 @@ class HungFS:
             self._add(path, data)
         self.hang: Optional[tuple[int, int]] = None  # [start, end) bytes whose reads get no answer
         self.hung_names: dict[int, set[str]] = {LOOKUP: set(), GETATTR: set(), READDIR: set()}
+        self.hung_writes = False
         self.held: list[tuple[int, int, int, bytes]] = []  # the requests left unanswered
         self.lock = threading.Lock()
         self.fd = -1
@@ -90,7 +95,7 @@ class HungFS:
     def release(self) -> None:
         """Hang nothing more, and answer every request held so far."""
         with self.lock:
-            self.hang = None
+            self.hang, self.hung_writes = None, False
             for names in self.hung_names.values():
                 names.clear()
             held, self.held = self.held, []
@@ -129,6 +134,8 @@ class HungFS:
         return opcode
 
     def _hangs(self, opcode: int, node: int, body: bytes) -> bool:
+        if opcode in WRITES:
+            return self.hung_writes
         if opcode == READ:
             _fh, offset, size = READ_IN.unpack_from(body)
             return bool(self.hang and offset < self.hang[1] and offset + size > self.hang[0])
@@ -251,6 +258,10 @@ class HungMount:
         """Listing the folder ``path`` (relative to the mount) gets no answer."""
         self._tell(f"readdir {path}")
 
+    def hang_writes(self) -> None:
+        """Every write (creating a file or a folder, writing, renaming) gets no answer from now on."""
+        self._tell("writes")
+
     def release(self) -> None:
         """The mount answers again: every held request is answered, nothing hangs any more."""
         self.hung.clear()
@@ -280,11 +291,13 @@ def main(mountpoint: str, *pairs: str) -> None:
     fs = HungFS(Path(mountpoint), files)
     fs.mount()
     say("mounted")
-    for line in sys.stdin:  # "read START END", "lookup NAME", "getattr PATH", "readdir PATH", "release"
+    for line in sys.stdin:  # "read START END", "lookup NAME", "getattr PATH", "readdir PATH", "writes", "release"
         what, *args = line.split(maxsplit=1 if not line.startswith("read ") else 2)
         with fs.lock:
             if what == "read":
                 fs.hang = (int(args[0]), int(args[1]))
+            elif what == "writes":
+                fs.hung_writes = True
             elif what != "release":
                 fs.hung_names[{"lookup": LOOKUP, "getattr": GETATTR, "readdir": READDIR}[what]].add(args[0].strip())
         if what == "release":

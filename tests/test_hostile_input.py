@@ -27,13 +27,14 @@ from pathlib import Path
 import pytest
 
 from jobs.progress import printable
-from jobs.store import JobStore
+from jobs.store import JobStore, Request
 from transcriber.model import loader
 
 from transcriber import AudioError, ReadTimeout, bounded
 from transcriber.audio import iter_audio
 from transcriber.engine import Step
 
+from . import lockheld
 from .conftest import JFK, PRESS_YARD, ROOT, ffmpeg
 from .hungfs import HungMount, unavailable
 from .test_bad_input import cli, intact, invoke, no_traceback, use_engine
@@ -952,14 +953,18 @@ def at_each_stop(proc: subprocess.Popen, first) -> threading.Thread:
 def run_until_exit(proc: subprocess.Popen, seconds: float) -> str:
     """stderr, once ``proc`` exited; AssertionError if it has not within ``seconds`` (the mount
     still hung: a read of the command's own stuck in the kernel keeps it from exiting)."""
+    return outputs_at_exit(proc, seconds)[1]
+
+
+def outputs_at_exit(proc: subprocess.Popen, seconds: float) -> tuple[str, str]:
+    """``run_until_exit``'s, with stdout: (stdout, stderr)."""
     try:
-        _, stderr = proc.communicate(timeout=seconds)
+        return proc.communicate(timeout=seconds)
     except subprocess.TimeoutExpired as e:
         proc.kill()  # ends once the fixture unmounts (a thread stuck on the mount holds it)
         said = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr
         raise AssertionError(f"the command did not exit within {seconds} s while the mount hung; "
                              f"it said: {said!r}") from None
-    return stderr
 
 
 def hang_at_the_first_step(tmp_path: Path, hung_wav, monkeypatch, hung_first: bool, hang: tuple[int, int],
@@ -1025,6 +1030,110 @@ def test_the_reader_child_answers_each_call_and_is_replaced_when_stuck_or_killed
     assert bounded(os.getpid) != first  # a new child
     os.kill(bounded(os.getpid), signal.SIGKILL)
     assert bounded(os.stat, str(tmp_path)).st_ino == tmp_path.stat().st_ino  # made again, in a new child
+
+
+# --- the other paths a command touches: the inputs status looks at, the outputs ------------------
+#
+# Each in its own process (the command): before these were bounded, it waited in the kernel for
+# as long as the mount hung, and only a process of its own can be left so by a test.
+
+
+def test_status_of_a_job_whose_file_does_not_answer_is_one_line_and_exits(tmp_path, hung_tree):
+    """``status`` looks whether each queued job's file still exists (else: ``gone``): the stat of
+    one on a hung mount never answers. The table is shown (that job as stored), one line names
+    the file and the bound, exit 1, while the mount still hangs."""
+    mount = hung_tree({"in/a.flac": PRESS_YARD})
+    hung, deleted = tmp_path / "mnt" / "in" / "a.flac", tmp_path / "deleted.flac"
+    db = tmp_path / "jobs.db"
+    with JobStore(db) as store:
+        store.enqueue_many([Request(str(p), "1:1:key", "print", {}, str(p.with_suffix(""))) for p in (hung, deleted)])
+    mount.hang_getattr("in/a.flac")
+    stdout, stderr = outputs_at_exit(transcribe_cli("--db", str(db), "status", seconds=1), 60)
+    assert stderr.splitlines() == [f"warning: cannot tell whether {hung} still exists: "
+                                   f"its stat() got no answer for 1 s {HUNG}"]
+    table = stdout.splitlines()
+    assert [line.split()[1] for line in table[1:3]] == ["queued", "gone"] and table[-1] == "1 queued, 1 gone"
+    assert mount.hung.is_set()
+
+
+def test_outputs_whose_folder_does_not_answer_at_enqueue_fail_that_file_alone(tmp_path, hung_tree):
+    """The enqueue looks whether a file's outputs exist (and are this tool's) before it queues it:
+    the lookup of one output name never answers. That file fails at enqueue in one line naming
+    its outputs' folder and the bound; the other file is done; exit 1, while the mount still hangs."""
+    mount = hung_tree({"in/a.flac": PRESS_YARD})
+    mount.hang_lookup("a.json")
+    other = tmp_path / "press yard.flac"
+    shutil.copy(PRESS_YARD, other)
+    hung = tmp_path / "mnt" / "in" / "a.flac"
+    proc = transcribe_cli("--db", str(tmp_path / "jobs.db"), str(hung), str(other), "-f", "json", "-q", seconds=1)
+    stderr = run_until_exit(proc, 90)
+    assert proc.returncode == 1, stderr
+    assert stderr.splitlines() == ["1 done, 0 skipped, 1 failed",
+                                   f"failed: {hung}: cannot check the outputs in {str(hung.parent)!r}: "
+                                   f"its stat() got no answer for 1 s {HUNG}"]
+    assert other.with_suffix(".json").exists() and mount.hung.is_set()
+
+
+def test_outputs_whose_writes_do_not_answer_fail_the_job_and_the_batch_goes_on(tmp_path, hung_tree):
+    """The file's folder (where its outputs go) answers reads, but its writes never answer (the
+    temporary file's creation waits in the kernel): the job fails in one line naming the
+    folder and the bound, retryable (a mount may come back); the other file is done; exit 1,
+    while the mount still hangs."""
+    mount = hung_tree({"in/a.flac": PRESS_YARD})
+    mount.hang_writes()
+    other = tmp_path / "press yard.flac"
+    shutil.copy(PRESS_YARD, other)
+    hung, db = tmp_path / "mnt" / "in" / "a.flac", tmp_path / "jobs.db"
+    proc = transcribe_cli("--db", str(db), str(hung), str(other), "-f", "json", "--max-attempts", "1", "-q",
+                          seconds=1)
+    stderr = run_until_exit(proc, 90)
+    assert proc.returncode == 1, stderr
+    assert stderr.splitlines() == [
+        f"error: {hung}: cannot write the outputs in {str(hung.parent)!r}: a write got no answer for 1 s {HUNG}",
+        "1 done, 0 skipped, 1 failed"]
+    with JobStore(db) as store:
+        job = next(j for j in store.jobs() if j.path == str(hung))
+    assert job.status == "failed" and job.retryable and job.words_complete  # its words are kept
+    assert other.with_suffix(".json").exists() and mount.hung.is_set()
+
+
+def test_follow_of_a_file_whose_folder_does_not_answer_is_one_line_and_exits(tmp_path, hung_tree):
+    """``transcribe follow PATH``: the listing of PATH's folder (the outputs' names depend on
+    it) never answers: one line naming PATH and the bound, exit 1, while the mount still hangs."""
+    mount = hung_tree({"in/a.flac": PRESS_YARD})
+    mount.hang_readdir("in")
+    path = tmp_path / "mnt" / "in" / "a.flac"
+    proc = transcribe_cli("--db", str(tmp_path / "jobs.db"), "follow", str(path), "-f", "json", seconds=1)
+    stderr = run_until_exit(proc, 60)
+    assert proc.returncode == 1, stderr
+    assert stderr.splitlines() == [f"error: cannot follow {path}: its path got no answer for 1 s {HUNG}"]
+    assert mount.hung.is_set()
+
+
+def test_the_reader_starts_clean_while_another_thread_holds_a_lock(monkeypatch):
+    """The reader is started while another thread of this process holds a lock that its call
+    takes (a model's, tqdm's, a heartbeat's thread may hold one at any time). A forked child
+    would find the lock held forever, and the call would end in a spurious ReadTimeout; the
+    reader is a fresh interpreter: the call is answered at once."""
+    reader = sys.modules["transcriber.bounded"]
+    monkeypatch.setenv("TRANSCRIBER_READ_TIMEOUT", "3")
+    reader._close_readers()  # the next call starts a reader
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lockheld.LOCK:
+            held.set()
+            done.wait(30)
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert held.wait(10)
+    try:
+        start = time.monotonic()
+        pid = bounded(lockheld.pid_under_lock, path="the lock")
+        assert time.monotonic() - start < 2.5
+    finally:
+        done.set()
+    assert pid != os.getpid()
 
 
 @pytest.mark.slow

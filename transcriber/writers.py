@@ -3,6 +3,8 @@
 Every render function is pure (transcript in, text out); ``write_outputs`` renders every
 requested format before it writes any file, and each file is written to a temporary file in
 the target directory and renamed over the target, so a reader never sees a partial output.
+The writes are made by the reader child, with the bound on reads (``transcriber.bounded``): an
+outputs' folder on a hung mount is an OutputError naming it, not a wait forever.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Callable, Sequence, Union
 
 import srt
 
+from transcriber.bounded import ReadTimeout, bounded
 from transcriber.cues import CueOptions, line_layout, transcript_cues
 from transcriber.errors import OutputError
 from transcriber.types import Transcript, Word
@@ -335,11 +338,23 @@ def write_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[str
             rendered.append((path, FORMATS[fmt][1](transcript, options)))
         except Exception as e:
             raise OutputError(f"cannot render {path}: {_one_line(e)}") from e
-    if rendered:
-        try:
-            Path(stem_path).parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise OutputError(f"cannot create {Path(stem_path).parent}: {_one_line(e)}") from e
+    folder = Path(stem_path).parent
+    try:
+        return bounded(write_files, folder, rendered, path=folder, what=WRITE) if rendered else []
+    except ReadTimeout as e:  # retried as any OutputError: the mount may come back
+        raise OutputError(f"cannot write the outputs in {str(folder)!r}: {e.strerror}") from None
+
+
+WRITE = "a write got no answer"
+
+
+def write_files(folder: Path, rendered: list[tuple[Path, str]]) -> list[Path]:
+    """``write_outputs``' writes (made by the reader child): ``folder`` made if it is not
+    there, then each (path, text) written atomically, in order; the paths written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot create {folder}: {_one_line(e)}") from e
     for path, text in rendered:
         write_atomic(path, text)
     return [path for path, _ in rendered]
