@@ -97,9 +97,10 @@ class FlacToOgg:
         return self._frames()
 
     def end(self) -> bytes:
-        """What is left: the last frame (or what there is), on the last page."""
-        if self.passing or not self.started or not self.buffer:
-            data, self.buffer = (self.buffer if self.passing or not self.started else b""), b""
+        """What is left: the last frame (or what there is), on the last page; before the header
+        pages (a file cut short in its metadata), the bytes as they are."""
+        if not self.started or not self.buffer:
+            data, self.buffer = self.buffer, b""
             return data
         samples = frame_samples(self.buffer) or 0
         self.granule += samples
