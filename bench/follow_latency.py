@@ -123,7 +123,8 @@ def measure(recording: Path, fmt: str, chunk: float, update: float, piece: float
         print("word | end s | emitted at s | written at | first in the SRT | on-disk lag s")
         for k, w in enumerate(timeline):
             on_disk = seen[k] - writer.written[0] if k < len(seen) else float("nan")
-            print(f"{w['word']!r} | {w['end']:.2f} | {words[k]['emitted_at']:.2f} | "
+            emitted = words[k]["emitted_at"] if k < len(words) else float("nan")  # (--jsonl's k-th word)
+            print(f"{w['word']!r} | {w['end']:.2f} | {emitted:.2f} | "
                   f"{writer.written_at(w['end']) - writer.written[0]:.2f} | {on_disk:.2f} | "
                   f"{on_disk - writer.written_at(w['end']) + writer.written[0]:.2f}")
     return {"words": len(timeline), "live_words": len(live), "disk_mean": float(np.mean(live)) if live else None,
