@@ -566,6 +566,7 @@ EXPORT void TK(to_bf16)(long n, const float* x, uint16_t* y) {
 // tied vocabulary projection of a prompt pass's few rows, kept float32: the no-speech
 // probability is read there): each weight row read once for all R rows (<= 8), a dot product
 // per row and output. Memory-bound: threads over the outputs.
+namespace {
 template <int R>
 void dot_rows_range(int K, int n0, int n1, const float* x, const float* w, float* y, int N) {
   const int kv = K - K % W;
@@ -583,6 +584,7 @@ void dot_rows_range(int K, int n0, int n1, const float* x, const float* w, float
     }
   }
 }
+}  // namespace
 
 EXPORT void TK(dot_rows)(int R, int K, int N, const float* x, const float* w, float* y, int threads) {
   threads = threads < 1 ? 1 : threads;
