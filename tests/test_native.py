@@ -9,6 +9,8 @@ test_native_fallback.py covers that case.
 
 from __future__ import annotations
 
+import sys
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -131,17 +133,27 @@ def test_attention_of_rows_sharing_one_window_matches_mlx(kernels, rows, t):
     assert np.all(w[~np.broadcast_to(valid[:, None], w.shape)] == 0.0)
 
 
-def test_a_failing_self_check_disables_that_kernel_only(monkeypatch):
+@pytest.fixture
+def fresh_verdicts(tmp_path, monkeypatch):
+    """The self-check's verdicts cached in tmp_path: the next status() runs the child."""
+    from transcriber.native import selfcheck
+
+    monkeypatch.setattr(selfcheck, "folder", lambda: tmp_path / "kernels")
     native.reset()
-    monkeypatch.setitem(checks.CHECKS, "attend", lambda k: False)
-    try:
-        status = native.status()
-        assert status.checks["attend"] and "disabled" in status.checks["attend"]
-        assert status.serves("linear") and not status.serves("attend")
-        assert "attend: differs from MLX" in status.line()
-        assert native.ops().decoder_step(object()) is None  # the step needs attend: MLX's ops
-    finally:
-        native.reset()
+    yield selfcheck
+    native.reset()
+
+
+def test_a_failing_self_check_disables_that_kernel_only(fresh_verdicts, monkeypatch):
+    """The child's checks as they run, but attend's made to fail there."""
+    monkeypatch.setattr(fresh_verdicts, "CHILD", [
+        sys.executable, "-c", "from transcriber.native import checks, selfcheck\n"
+                              "checks.CHECKS['attend'] = lambda k: False\nselfcheck.main()"])
+    status = native.status()
+    assert status.checks["attend"] and "disabled" in status.checks["attend"]
+    assert status.serves("linear") and not status.serves("attend")
+    assert "attend: differs from MLX" in status.line()
+    assert native.ops().decoder_step(object()) is None  # the step needs attend: MLX's ops
 
 
 def _decode(model, state, steps, layers):

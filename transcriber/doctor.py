@@ -71,8 +71,8 @@ def _kernels() -> list[str]:
     info = loader.record()
     if info and not info.get("error"):
         failed = "; ".join(f"{k}: {v}" for k, v in (info.get("failed") or {}).items())
-        lines.append(f"  built: {', '.join(info.get('paths', []))} with {info.get('compiler')}, "
-                     f"for MLX {info.get('mlx')}" + (f"; not built: {failed}" if failed else ""))
+        lines.append(f"  built: {', '.join(info.get('paths', []))} with {info.get('compiler')}, one library "
+                     f"each, in {loader.FOLDER}" + (f"; not built: {failed}" if failed else ""))
     if status.path is not None:
         for kind, note in status.checks.items():
             lines.append(f"  {kind}: {status.isa}, self-check {'passed' if note is None else note}")

@@ -232,17 +232,19 @@ def ops() -> Optional[Ops]:
 
 
 def _load():
-    from . import loader
+    from . import loader, selfcheck
 
     loaded = loader.load()
     if loaded.lib is None:
         return None, Status(None, "", loaded.reason)
-    from . import checks
+    flags = loader.cpu_flags()
+    results = selfcheck.verdict(loader.library_file(loaded.path), loaded.path, flags)
+    if selfcheck.CRASHED in results:  # nothing of this library runs here
+        return None, Status(None, "", f"disabled ({results[selfcheck.CRASHED]})")
     from .kernels import Kernels
 
-    k = Kernels(loaded.lib, loaded.path, "avx512_bf16" in loader.cpu_flags())
+    k = Kernels(loaded.lib, loaded.path, "avx512_bf16" in flags)
     k.set_threads(threads())
-    results = checks.run(k)
     st = Status(loaded.path, loaded.isa, None, results)
     bad = [f"{kind}: {note}" for kind, note in results.items() if note]
     if bad:
@@ -250,6 +252,28 @@ def _load():
 
         logging.getLogger(__name__).warning("transcriber: native kernels: %s", "; ".join(bad))
     return Ops(k, st), st
+
+
+def first_run_note() -> Optional[str]:
+    """One line for a run's output when the kernels do not serve (not built, a failed build, a
+    self-check that crashed), given once per reason (a marker in the cache folder); None when
+    they serve, were turned off on purpose ($TRANSCRIBER_KERNELS=off), or off the CPU."""
+    st = status()
+    if st.path is not None or not st.reason or st.reason.startswith(("off (", "not used on")):
+        return None
+    import hashlib
+
+    from .selfcheck import folder
+
+    marker = folder() / f"told-{hashlib.sha256(st.reason.encode()).hexdigest()[:16]}"
+    if marker.exists():
+        return None
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        marker.touch(mode=0o600)
+    except OSError:
+        pass  # told again next run: better than never
+    return f"note: {st.line()} (said once)"
 
 
 def reset() -> None:

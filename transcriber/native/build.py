@@ -1,14 +1,18 @@
-"""Build the native kernels (src/kernels.cpp, src/gemm.cpp) into one shared library, next to this file.
+"""Build the native kernels (src/kernels.cpp, src/gemm.cpp): one shared library per instruction set.
 
-Run by the install (``make install``: ``python transcriber/native/build.py``) with the
-machine's C++ compiler ($CXX, else c++, g++, clang++ on PATH). It never fails the install: a
-missing compiler or a failed build writes the reason into ``build.json``, and transcription
-runs on MLX's own ops (``transcribe doctor`` says why and how to get the kernels).
+Run by the package's own build (setup.py: ``pip install .``, ``pip install -e .``, a wheel,
+an sdist) with the machine's C++ compiler ($CXX, else c++, g++, clang++ on PATH); also
+runnable by path (``python transcriber/native/build.py [FOLDER]``). It never fails the
+install: a missing compiler or a failed build writes the reason into ``build.json``, and
+transcription runs on MLX's own ops (``transcribe doctor`` says why and how to get the kernels).
 
-The source is compiled once per instruction set (x86_64: avx512, avx2, portable; aarch64:
-neon, the baseline there) into one library whose exported names carry the path
-(``tk_avx512_linear``); loader.py picks one at run time from the CPU's flags. ``build.json``
-records the paths built and the MLX version the kernels were built and checked against.
+The sources are compiled once per instruction set (x86_64: avx512, avx2, portable; aarch64:
+neon, the baseline there), each into a library of its own (``libtranscriber_kernels_avx2.so``,
+exported names ``tk_avx2_linear``...), linked ``-Bsymbolic``: no code is shared between the
+paths, so a path can never reach an instruction of another. (One library of all three once
+kept a single copy of a template that every path instantiated, the AVX-512 one, and the avx2
+path crashed on CPUs without AVX-512.) ``libtranscriber_cpu.so``, built with no instruction-set
+flag, tells loader.py what the CPU itself reports. ``build.json`` records the paths built.
 
 Run it by path, not as ``-m transcriber.native.build``: importing the package would load MLX.
 """
@@ -22,16 +26,24 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from importlib import metadata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = [os.path.join(HERE, "src", name) for name in ("kernels.cpp", "gemm.cpp")]
-LIBRARY = "libtranscriber_kernels.so"
+CPU_SOURCE = os.path.join(HERE, "src", "cpu.cpp")
+CPU_LIBRARY = "libtranscriber_cpu.so"
 INFO = "build.json"
-FORMAT = 1
+FORMAT = 2
+
+
+def library(path: str) -> str:
+    """The file name of one path's library."""
+    return f"libtranscriber_kernels_{path}.so"
+
 
 _COMMON = ["-O3", "-std=c++17", "-fPIC", "-fno-math-errno", "-ffp-contract=fast", "-fvisibility=hidden",
-           "-fno-exceptions", "-Wall"]
+           "-fvisibility-inlines-hidden", "-fno-exceptions", "-Wall"]
+# each library binds its own calls to its own code (a std:: template it instantiates included)
+_LINK = ["-shared", "-Wl,-Bsymbolic"]
 # path -> ISA flags. avx512 needs F+BW+VL+DQ (Skylake-SP and later, Zen 4); avx2 needs FMA.
 _X86 = {"avx512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma", "-mf16c",
                    "-mprefer-vector-width=512"],
@@ -59,15 +71,6 @@ def compiler() -> str | None:
     return next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
 
 
-def _mlx_version() -> str | None:
-    for dist in ("mlx", "mlx-cpu"):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
 def _run(cmd: list[str]) -> str | None:
     """None on success, else the compiler's first error line."""
     try:
@@ -85,25 +88,30 @@ def build(out_dir: str = HERE) -> dict:
     """Compile every path that builds, link them into one library; returns (and writes) the
     build record: {"format", "mlx", "machine", "compiler", "paths", "failed", "error"}."""
     machine = platform.machine()
-    info = {"format": FORMAT, "mlx": _mlx_version(), "machine": machine, "compiler": None,
-            "paths": [], "failed": {}, "error": None}
+    info = {"format": FORMAT, "machine": machine, "compiler": None, "paths": [], "failed": {}, "error": None}
     cxx = compiler()
-    target = os.path.join(out_dir, LIBRARY)
-    if os.path.exists(target):
-        os.remove(target)  # never leave an older library next to a new record
+    os.makedirs(out_dir, exist_ok=True)
+    for old in _built_files(out_dir):
+        os.remove(old)  # never leave an older library next to a new record
     if not sys.platform.startswith("linux"):
         info["error"] = f"not built on {sys.platform} (MLX's own ops there)"
     elif cxx is None:
         info["error"] = "no C++ compiler found ($CXX, c++, g++, clang++)"
     else:
         info["compiler"] = cxx
-        _compile(cxx.split(), paths_for(machine), target, info)
+        _compile(cxx.split(), paths_for(machine), out_dir, info)
     with open(os.path.join(out_dir, INFO), "w") as f:
         json.dump(info, f, indent=1)
     return info
 
 
-def _compile(cxx: list[str], paths: dict[str, list[str]], target: str, info: dict) -> None:
+def _built_files(folder: str) -> list[str]:
+    """The libraries a build left in folder (this format's and the one-library format's)."""
+    return [os.path.join(folder, n) for n in os.listdir(folder)
+            if n.startswith("libtranscriber_") and n.endswith(".so")]
+
+
+def _compile(cxx: list[str], paths: dict[str, list[str]], out_dir: str, info: dict) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # OpenMP for the two-thread projection and heads; without it (a clang lacking libomp)
         # the pragmas are ignored and everything runs on the caller's thread
@@ -112,18 +120,21 @@ def _compile(cxx: list[str], paths: dict[str, list[str]], target: str, info: dic
             f.write("int main() { int n = 0;\n#pragma omp parallel\n n = 1; return n - 1; }\n")
         omp = ["-fopenmp"] if _run([*cxx, "-fopenmp", probe, "-o", os.path.join(tmp, "omp")]) is None else []
         info["openmp"] = bool(omp)
-        objects = []
+        if info["machine"].lower() in ("x86_64", "amd64"):  # aarch64: NEON from the auxiliary vector
+            err = _run([*cxx, *_COMMON, *_LINK, CPU_SOURCE, "-o", os.path.join(out_dir, CPU_LIBRARY)])
+            if err:
+                info["error"] = f"build failed: cpu features: {err}"
+                return
         for name, flags in paths.items():
-            built = _compile_path(cxx, name, [*omp, *flags], tmp, info)
-            if built:
-                objects += built
-                info["paths"].append(name)
-        if not objects:
+            objects = _compile_path(cxx, name, [*omp, *flags], tmp, info)
+            if objects:
+                err = _run([*cxx, *_LINK, *omp, *objects, "-o", os.path.join(out_dir, library(name))])
+                if err:
+                    info["failed"][name] = f"link failed: {err}"
+                else:
+                    info["paths"].append(name)
+        if not info["paths"]:
             info["error"] = "build failed: " + "; ".join(f"{k}: {v}" for k, v in info["failed"].items())
-            return
-        err = _run([*cxx, "-shared", *omp, *objects, "-o", target])
-        if err:
-            info["paths"], info["error"] = [], f"link failed: {err}"
 
 
 # paths whose GEMM also gets vdpbf16ps (AVX-512 BF16), chosen at run time by the CPU's flags
@@ -149,13 +160,16 @@ def _compile_path(cxx: list[str], name: str, flags: list[str], tmp: str, info: d
     return objects
 
 
+def summary(info: dict) -> str:
+    """One line: what was built, or why nothing."""
+    if info["error"]:
+        return f"transcriber: native kernels not built ({info['error']}); MLX's own ops will be used"
+    return f"transcriber: native kernels built ({', '.join(info['paths'])}) with {info['compiler']}"
+
+
 def main(argv: list[str]) -> int:
     """``build.py [FOLDER]``: build into FOLDER (default: next to this file)."""
-    info = build(argv[0] if argv else HERE)
-    if info["error"]:
-        print(f"transcriber: native kernels not built ({info['error']}); MLX's own ops will be used")
-    else:
-        print(f"transcriber: native kernels built ({', '.join(info['paths'])}) with {info['compiler']}")
+    print(summary(build(argv[0] if argv else HERE)))
     return 0  # never fail the install
 
 

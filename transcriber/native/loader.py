@@ -1,8 +1,10 @@
-"""Load the native kernel library, pick the path this CPU can run, and say why when none.
+"""Load the native kernel library of the path this CPU can run, and say why when none.
 
 The path: $TRANSCRIBER_KERNELS (avx512, avx2, portable, neon, or off) when set, else the best
-the CPU's flags allow among the paths built. A forced path the CPU cannot run is refused (an
-illegal instruction would kill the process), with a note.
+the CPU allows among the paths built. What the CPU allows is what it reports itself (cpuid,
+through the small ``libtranscriber_cpu.so``; NEON from the auxiliary vector), which an emulator
+answers truthfully; /proc/cpuinfo is the host's under qemu-user. A forced path the CPU cannot
+run is refused (an illegal instruction would kill the process), with a note.
 """
 
 from __future__ import annotations
@@ -13,20 +15,21 @@ import os
 import platform
 import sys
 from dataclasses import dataclass
-from importlib import metadata
 
 from . import build
 
 ENV = "TRANSCRIBER_KERNELS"
 FOLDER = build.HERE  # where build.py put the library and build.json
 PATHS = ("avx512", "avx2", "neon", "portable")  # best first
-HOW = "run `make install` with a C++ compiler on PATH (g++ or clang++)"
+HOW = ("reinstall with a C++ compiler on PATH (g++ or clang++): `make install`, or "
+       "`pip install --force-reinstall --no-deps .` in the source")
 
-# path -> the /proc/cpuinfo flags it needs (x86) or the aarch64 feature ("asimd" is NEON)
+# path -> the CPU features it needs (x86, named as /proc/cpuinfo names them) or the aarch64
+# feature ("asimd" is NEON)
 _NEEDS = {"avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "f16c"),
           "avx2": ("avx2", "fma", "f16c"), "neon": ("asimd",), "portable": ()}
 # flags reported next to the path (what the CPU has; the kernels use the path's own set)
-_EXTRAS = ("avx512_bf16", "avx512_vnni", "amx_bf16")
+_EXTRAS = ("avx512_bf16", "avx512_vnni")
 
 
 @dataclass(frozen=True)
@@ -43,19 +46,22 @@ class Loaded:
 _AT_HWCAP, _HWCAP_ASIMD = 16, 1 << 1
 
 
+# x86: the bits of tk_cpu_features (src/cpu.cpp), in order
+FEATURES = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_vnni")
+
+
 def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags from /proc/cpuinfo (x86 "flags"); on aarch64 from AT_HWCAP."""
+    """The features this CPU reports: on x86 from cpuid (src/cpu.cpp, built with the kernels;
+    none when it was not built), on aarch64 from AT_HWCAP."""
     if platform.machine().lower() in ("aarch64", "arm64"):
         return _arm_flags()
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
-                    return frozenset(value.split())
+        probe = ctypes.CDLL(os.path.join(FOLDER, build.CPU_LIBRARY))
     except OSError:
-        pass
-    return frozenset()
+        return frozenset()
+    probe.tk_cpu_features.restype, probe.tk_cpu_features.argtypes = ctypes.c_uint, []
+    bits = probe.tk_cpu_features()
+    return frozenset(name for i, name in enumerate(FEATURES) if bits >> i & 1)
 
 
 def _arm_flags() -> frozenset[str]:
@@ -87,13 +93,6 @@ def record() -> dict | None:
         return None
 
 
-def _mlx_version() -> str | None:
-    try:
-        return metadata.version("mlx")
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def _choose(built: list[str], flags: frozenset[str]) -> tuple[str | None, str | None]:
     """(path, None) or (None, reason)."""
     forced = os.environ.get(ENV, "").strip().lower()
@@ -113,6 +112,10 @@ def _choose(built: list[str], flags: frozenset[str]) -> tuple[str | None, str | 
     return None, f"no built path runs on this CPU (built: {', '.join(built)})"
 
 
+def library_file(path: str) -> str:
+    return os.path.join(FOLDER, build.library(path))
+
+
 def load() -> Loaded:
     """The library with one path chosen, or the one-line reason there is none."""
     if not sys.platform.startswith("linux"):
@@ -122,10 +125,8 @@ def load() -> Loaded:
         return Loaded(None, None, "", f"not built ({HOW})")
     if info.get("error"):
         return Loaded(None, None, "", f"not built ({info['error']}; {HOW})")
-    running = _mlx_version()
-    if info.get("mlx") != running:
-        return Loaded(None, None, "", f"not built for this MLX (built against {info.get('mlx')}, "
-                                      f"running {running}; {HOW} again)")
+    if info.get("format") != build.FORMAT:
+        return Loaded(None, None, "", f"not built by this version (an older build; {HOW})")
     if info.get("machine") != platform.machine():
         return Loaded(None, None, "", f"not built for {platform.machine()} (built on {info.get('machine')}; {HOW})")
     flags = cpu_flags()
@@ -137,7 +138,7 @@ def load() -> Loaded:
     # ran 2x slower under load 3, and no slower than 1 thread once waiting threads sleep)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
-        lib = ctypes.CDLL(os.path.join(FOLDER, build.LIBRARY))
+        lib = ctypes.CDLL(library_file(path))
     except OSError as e:
         return Loaded(None, None, "", f"not loadable ({e}; {HOW} again)")
     return Loaded(lib, path, _describe(path, flags))
