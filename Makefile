@@ -11,16 +11,14 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-# The native CPU kernels (transcriber/native) are built with the machine's C++ compiler after
-# the package; that step never fails the install (without a compiler: MLX's own ops, and
-# `transcribe doctor` says why).
+# The native CPU kernels (transcriber/native) are built by the package's own build (setup.py)
+# with the machine's C++ compiler; that never fails the install (without a compiler: MLX's own
+# ops, and `transcribe doctor` says why).
 install: $(PY)
 	$(PIP) install -q -e .
-	$(PY) transcriber/native/build.py
 
 install-test: $(PY)
 	$(PIP) install -q -e '.[test]'
-	$(PY) transcriber/native/build.py
 
 demo: install
 	$(VENV)/bin/transcribe examples/ --format srt,vtt,json,txt --output-dir examples/out
