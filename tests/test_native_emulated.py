@@ -10,6 +10,8 @@ AVX-512 copy, and every command died of SIGILL on AVX2-only CPUs) passes there u
   what the CPU reports (cpuid), the kernel tests pass on the avx2 and portable paths inside the
   emulated process, and the real model transcribes examples/jfk.flac to the same JSON as
   natively;
+- on aarch64's paths (NEON, portable), built by build.py with Debian's cross compiler, a small
+  C++ driver (tests/native_harness.cpp) under qemu-aarch64 gives this CPU's outputs;
 - a self-check child that crashes (SIGILL) or disagrees turns the kernels off for the run, with
   one line, and the run goes on on MLX's ops.
 """
@@ -122,6 +124,50 @@ def test_jfk_on_the_emulated_cpu_is_the_native_transcript(tmp_path, path):
         outputs[where] = (out / "jfk.json").read_text()
     assert outputs["emulated"] == outputs["native"]
     assert "country" in outputs["native"]
+
+
+# -- aarch64: the NEON and portable paths, cross-built, under qemu-aarch64 ----------------------
+
+CROSS = shutil.which("aarch64-linux-gnu-g++")
+QEMU_ARM = shutil.which("qemu-aarch64")
+ARM_ROOT = Path("/usr/aarch64-linux-gnu")  # the cross toolchain's libraries, for qemu -L
+HARNESS = ROOT / "tests" / "native_harness.cpp"
+
+
+def _outputs(text: str) -> dict[str, list[float]]:
+    return {name: [float(v) for v in rest] for name, *rest in (ln.split() for ln in text.splitlines())}
+
+
+@pytest.mark.skipif(not (X86 and BUILT and CROSS and QEMU_ARM and ARM_ROOT.is_dir()),
+                    reason="no aarch64 cross compiler or qemu-aarch64 (Debian: apt-get install qemu-user "
+                           "g++-aarch64-linux-gnu)")
+def test_the_aarch64_paths_built_by_build_py_agree_with_this_cpu_under_qemu_aarch64(tmp_path, monkeypatch):
+    """build.py's aarch64 build (neon, portable) with the cross compiler; tests/native_harness.cpp
+    drives each library under qemu-aarch64 and, built for this machine, the native avx2 (or
+    portable) library, which passed its checks against MLX: every output agrees to the checks'
+    tolerance."""
+    arm = tmp_path / "arm"
+    monkeypatch.setenv("CXX", CROSS)
+    info = build.build(str(arm), machine="aarch64")
+    assert info["paths"] == ["neon", "portable"] and not info["failed"], info
+    subprocess.run([CROSS, "-O2", "-o", str(arm / "harness"), str(HARNESS), "-ldl"], check=True)
+    here = "avx2" if "avx2" in BUILT and loader.runnable("avx2", loader.cpu_flags()) else "portable"
+    subprocess.run(["g++", "-O2", "-o", str(tmp_path / "harness"), str(HARNESS), "-ldl"], check=True)
+    want = _outputs(subprocess.run([str(tmp_path / "harness"), loader.library_file(here), here],
+                                   capture_output=True, text=True, check=True).stdout)
+    assert len(want) >= 20
+    from transcriber.native.checks import TOLERANCE
+
+    for path in ("neon", "portable"):
+        proc = subprocess.run([QEMU_ARM, "-L", str(ARM_ROOT), str(arm / "harness"), str(arm / build.library(path)),
+                               path], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        got = _outputs(proc.stdout)
+        assert got.keys() == want.keys()
+        for name, ref in want.items():
+            scale = max(max(abs(v) for v in ref), 1e-6)
+            worst = max(abs(a - b) for a, b in zip(got[name], ref))
+            assert len(got[name]) == len(ref) and worst <= TOLERANCE * scale, f"{path} {name}: {worst / scale:.2e}"
 
 
 # -- a self-check that crashes or disagrees --------------------------------------------------------

@@ -84,10 +84,11 @@ def _run(cmd: list[str]) -> str | None:
     return f"{os.path.basename(cmd[0])} exited with {proc.returncode}: {(errors or lines or ['no output'])[0].strip()}"
 
 
-def build(out_dir: str = HERE) -> dict:
-    """Compile every path that builds, link them into one library; returns (and writes) the
-    build record: {"format", "mlx", "machine", "compiler", "paths", "failed", "error"}."""
-    machine = platform.machine()
+def build(out_dir: str = HERE, machine: str | None = None) -> dict:
+    """Compile every path that builds, each into its library; returns (and writes) the build
+    record: {"format", "machine", "compiler", "paths", "failed", "error"}. ``machine``: the
+    architecture built for (default: this one; another needs a cross compiler in $CXX)."""
+    machine = machine or platform.machine()
     info = {"format": FORMAT, "machine": machine, "compiler": None, "paths": [], "failed": {}, "error": None}
     cxx = compiler()
     os.makedirs(out_dir, exist_ok=True)
