@@ -131,3 +131,17 @@ def damaged_flac(dst: Path, src: Path = PRESS_YARD, garbage: int = 20_000) -> Pa
     data[middle:middle + garbage] = random.Random(0).randbytes(garbage)
     dst.write_bytes(bytes(data))
     return dst
+
+
+@pytest.fixture
+def fresh_verdicts(tmp_path, monkeypatch):
+    """The kernels' self-check verdicts (and 'said once' markers) kept under tmp_path, the
+    kernels reloaded: the next ``native.status()`` runs the self-check child. Yields the
+    selfcheck module (its CHILD may be replaced)."""
+    from transcriber import native
+    from transcriber.native import selfcheck
+
+    monkeypatch.setattr(selfcheck, "folder", lambda: tmp_path / "kernels")
+    native.reset()
+    yield selfcheck
+    native.reset()

@@ -133,17 +133,6 @@ def test_attention_of_rows_sharing_one_window_matches_mlx(kernels, rows, t):
     assert np.all(w[~np.broadcast_to(valid[:, None], w.shape)] == 0.0)
 
 
-@pytest.fixture
-def fresh_verdicts(tmp_path, monkeypatch):
-    """The self-check's verdicts cached in tmp_path: the next status() runs the child."""
-    from transcriber.native import selfcheck
-
-    monkeypatch.setattr(selfcheck, "folder", lambda: tmp_path / "kernels")
-    native.reset()
-    yield selfcheck
-    native.reset()
-
-
 def test_a_failing_self_check_disables_that_kernel_only(fresh_verdicts, monkeypatch):
     """The child's checks as they run, but attend's made to fail there."""
     monkeypatch.setattr(fresh_verdicts, "CHILD", [

@@ -173,17 +173,6 @@ def test_the_aarch64_paths_built_by_build_py_agree_with_this_cpu_under_qemu_aarc
 # -- a self-check that crashes or disagrees --------------------------------------------------------
 
 
-@pytest.fixture
-def fresh_verdicts(tmp_path, monkeypatch):
-    """Verdicts cached under tmp_path, the 'said once' markers too; the kernels reloaded."""
-    from transcriber.native import selfcheck
-
-    monkeypatch.setattr(selfcheck, "folder", lambda: tmp_path / "kernels")
-    native.reset()
-    yield selfcheck
-    native.reset()
-
-
 _SIGILL = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGILL)"]
 
 
