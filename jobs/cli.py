@@ -266,12 +266,11 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettin
 
     result = RunResult()
     if batch.to_run:
-        from transcriber import blas  # its probe, numpy's matmul: only for a run that decodes
-        from transcriber import native
+        from transcriber import blas, kernels_note  # its probe, numpy's matmul: only for a run that decodes
 
         if not quiet and sys.platform.startswith("linux") and not blas.loaded_path:
             click.echo(f"note: {blas.describe()}", err=True)
-        kernels = None if quiet else native.first_run_note()
+        kernels = None if quiet else kernels_note()
         if kernels:
             click.echo(kernels, err=True)
         reporter = Reporter(total_files=len(batch.to_run), quiet=quiet)

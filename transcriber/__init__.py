@@ -28,7 +28,7 @@ _LAZY = {"probe": ".audio", "CueOptions": ".cues", "doctor_report": ".doctor:rep
          "ModelStatus": ".model.catalog", "list_models": ".model.catalog", "OneShotEngine": ".oneshot",
          "StreamingEngine": ".streaming", "StreamingSession": ".streaming", "FORMATS": ".writers",
          "OutputOptions": ".writers", "write_outputs": ".writers", "blas": ".native.blas:",
-         "LiveSource": ".follow", "FollowOptions": ".follow"}
+         "LiveSource": ".follow", "FollowOptions": ".follow", "kernels_note": ".native:first_run_note"}
 _NO_MLX = {"probe"}
 
 
@@ -126,6 +126,6 @@ __all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT
            "fingerprint_data",
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",
            "StreamingEngine", "StreamingOptions", "StreamingSession", "LiveSource", "FollowOptions", "FOLLOWABLE", "FOLLOW_MODES",
-           "CueOptions", "OutputOptions", "FORMATS", "write_outputs", "blas", "doctor_report",
+           "CueOptions", "OutputOptions", "FORMATS", "write_outputs", "blas", "doctor_report", "kernels_note",
            "TranscriberError", "AudioError", "ModelError", "OutputError", "ReadTimeout", "bounded", "bounded_each",
            "start_reader"]

@@ -115,15 +115,14 @@ def _store(file: Path, found: dict) -> None:
 
 def main() -> int:
     """The child: load the path in $TRANSCRIBER_KERNELS, run every check, print the verdict."""
-    from . import checks, loader, threads
+    from . import checks, loader
     from .kernels import Kernels
 
     loaded = loader.load()
     if loaded.lib is None:
         print(json.dumps({CRASHED: loaded.reason}))
         return 0
-    k = Kernels(loaded.lib, loaded.path, "avx512_bf16" in loader.cpu_flags())
-    k.set_threads(threads())
+    k = Kernels(loaded.lib, loaded.path, "avx512_bf16" in loader.cpu_flags())  # one thread
     print(json.dumps(checks.run(k)))
     return 0
 
