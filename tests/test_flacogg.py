@@ -60,6 +60,20 @@ def test_a_frame_is_given_out_when_the_next_one_starts(tmp_path):
     assert feed.feed(b"") == b""
 
 
+def test_a_last_frame_written_only_in_part_is_left_out(tmp_path):
+    """The file given up on while its last frame is half written: the frames before it decode
+    without an error message (the half frame was fed to ffmpeg: "invalid residual")."""
+    path = tmp_path / "x.flac"
+    subprocess.run([ffmpeg_binary(), "-v", "error", "-i", JFK, path], check=True)
+    flac = path.read_bytes()
+    starts = [i for i in range(len(flac) - 16) if frame_samples(flac, i) is not None]
+    cut = (starts[20] + starts[21]) // 2  # frame 20 half written
+    ogg = in_pieces(flac[:cut])
+    assert decode(ogg, "ogg") == decode(flac[:starts[20]], "flac")
+    whole = in_pieces(flac[:starts[21]])  # frame 20 whole (its CRC-16 checks): given out at the end
+    assert decode(whole, "ogg") == decode(flac[:starts[21]], "flac")
+
+
 def test_bytes_that_are_not_flac_pass_as_they_are():
     feed = FlacToOgg()
     data = b"ID3\x04\x00" + bytes(100)

@@ -140,6 +140,37 @@ def test_the_wav_packet_is_one_the_ffmpeg_accepts(tmp_path):
     assert wav_packet("/bin/false") is None and wav_packet(str(tmp_path / "no-such-ffmpeg")) is None
 
 
+@pytest.mark.parametrize("fmt", ["flac", "wav"])
+def test_a_file_followed_on_a_loaded_machine_is_read_whole_without_errors(tmp_path, monkeypatch, fmt):
+    """A loaded machine: a read of the growing file that finds nothing new is answered 1.2 s
+    after the file was looked at (the reader process, busy or started anew, waits for a core),
+    longer than the 1 s idle end. The recorder writes a piece every 0.25 s, so the file never
+    stops growing for 1 s: it is read to its end, every sample as the finished file's, and
+    ffmpeg reports no error. (The idle time was taken when the answer came: the first read that
+    found nothing new ended the file there, and the FLAC's last frame held, if written only in
+    part, was fed to ffmpeg: "invalid residual".)"""
+    import transcriber.follow as follow
+
+    def late(call, *args, **kwargs):
+        answer = bounded(call, *args, **kwargs)
+        if call is follow._read_at and not answer[0]:
+            time.sleep(1.2)
+        return answer
+
+    bounded = follow.bounded
+    monkeypatch.setattr(follow, "bounded", late)
+    path = tmp_path / f"rec.{fmt}"
+    writer = GrowingWriter(load_audio(JFK)[:6 * 16000], path, 0.25)
+    writer.start()
+    while not path.exists():
+        time.sleep(0.01)
+    stream = LiveSource(str(path), FollowOptions(idle_seconds=1.0)).iter_audio(1.0)
+    got = np.concatenate([s for _, s in stream])
+    writer.join()
+    assert stream.warnings == ()
+    assert np.array_equal(got, load_audio(path))
+
+
 def test_resume_drops_the_samples_before_its_start(tmp_path):
     source = LiveSource(str(JFK), FollowOptions(idle_seconds=0.3))
     source.key()  # read ahead: served first all the same

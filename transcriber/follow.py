@@ -394,6 +394,9 @@ class _Feeder(threading.Thread):
     def _copy(self) -> None:
         fed, last_growth = 0, time.monotonic()
         while not self._stopping.is_set():
+            # idle from when the file was looked at, not from when the answer came: on a loaded
+            # machine a read that found nothing new may be answered after the file grew again
+            looked = time.monotonic()
             data, size = bounded(_read_at, self.path, fed, _READ_BYTES)
             if data:
                 self.pipe.write(self._transform.feed(data))
@@ -404,7 +407,7 @@ class _Feeder(threading.Thread):
             if size < fed:
                 self.error = f"the file shrank while being followed ({size} bytes, {fed} read)"
                 return
-            if time.monotonic() - last_growth >= self.options.idle_seconds:
+            if looked - last_growth >= self.options.idle_seconds:
                 if not fed:
                     self.error = f"nothing was written to it in {self.options.idle_seconds:g} s"
                 return
