@@ -43,10 +43,13 @@ SAMPLE_RATE = 16000
 class GrowingWriter(threading.Thread):
     """Writes ``samples`` (float32, 16 kHz mono) to ``path`` (.wav or .flac) in pieces of
     ``piece_seconds``, one every ``piece_seconds / speed`` of wall clock. ``written[i]``: when
-    piece i was on disk (time.monotonic)."""
+    piece i was on disk (time.monotonic). A FLAC's encoder: ``encoder`` (an ffmpeg), else the
+    one the library uses."""
 
-    def __init__(self, samples: np.ndarray, path: Path, piece_seconds: float = 1.0, speed: float = 1.0):
+    def __init__(self, samples: np.ndarray, path: Path, piece_seconds: float = 1.0, speed: float = 1.0,
+                 encoder: str | None = None):
         super().__init__(daemon=True)
+        self.encoder = encoder
         self.pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2")
         self.path, self.piece, self.speed = Path(path), round(piece_seconds * SAMPLE_RATE), speed
         self.written: list[float] = []
@@ -59,7 +62,7 @@ class GrowingWriter(threading.Thread):
                 w.setframerate(SAMPLE_RATE)
                 self._pieces(lambda data: (w.writeframes(data), f.flush()))
         else:
-            cmd = [ffmpeg_binary(), "-v", "error", "-y", "-f", "s16le", "-ar", str(SAMPLE_RATE), "-ac", "1",
+            cmd = [self.encoder or ffmpeg_binary(), "-v", "error", "-y", "-f", "s16le", "-ar", str(SAMPLE_RATE), "-ac", "1",
                    "-i", "pipe:0", "-flush_packets", "1", str(self.path)]
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE)
             self._pieces(lambda data: (proc.stdin.write(data), proc.stdin.flush()))

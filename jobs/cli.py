@@ -605,8 +605,9 @@ def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db
     # each failure was printed as it happened (the runner's "error:" line): only the count here,
     # of files, by how each one ended (a file restarted while still being written counts once)
     ended = store.jobs(ids={j.id for j in result.done} | {j.id for j, _ in result.failed})
-    done = sum(1 for j in ended if j.status == DONE)
-    click.echo(f"watch stopped: {done} done, {sum(1 for j in ended if j.status == FAILED)} failed", err=True)
+    done, failed = (sum(1 for j in ended if j.status == status) for status in (DONE, FAILED))
+    click.echo(f"watch stopped: {done} done, {failed} failed", err=True)
+    sys.exit(1 if failed else 0)  # as a run's: a file failed (its job says why)
 
 
 @main.command(help=FOLLOW_HELP, context_settings={"default_map": {"mode": FOLLOW_MODES[0]}})

@@ -105,12 +105,18 @@ def follow_source(runner: Runner, live: LiveSource, stem: Optional[Path], spec: 
         with contextlib.closing(live):
             identity, place = bounded(place_of, live.source, live.kind, stem, root, output_dir, path=live.source,
                                       what=PATH)  # before ffmpeg reads it: a hung mount is one line
-            key = FOLLOW_KEY + live.key()  # waits for the first seconds of audio (or fails)
+            failure = None
+            try:
+                key = FOLLOW_KEY + live.key()  # waits for the first seconds of audio (or fails)
+            except ReadTimeout:
+                raise
+            except AudioError as e:  # (ffmpeg failed, no audio...): a failed job, never a lost file
+                key, failure = FOLLOW_KEY + UNREAD, e
             request = Request(identity, key, spec.fingerprint(), spec.stored(), place)
             job, action = _enqueue(runner.store, request, spec, settings.force, runner.reporter)
             if action == SKIP:
                 return RunResult()
-            return _run(runner, job, live, settings) if job else None
+            return _run(runner, job, live, settings, failure) if job else None
     except ReadTimeout as e:
         runner.reporter.error(f"error: cannot follow {live.source}: {e.strerror}")
         return None
@@ -120,6 +126,7 @@ def follow_source(runner: Runner, live: LiveSource, stem: Optional[Path], spec: 
 
 
 PATH = "its path got no answer"
+UNREAD = "unread"  # the content key of a followed source whose audio could not be read
 
 
 def place_of(source: str, kind: str, stem: Optional[Path], root: Optional[Path],
@@ -166,13 +173,19 @@ def _enqueue(store: JobStore, request: Request, spec: JobSpec, force: bool, repo
     return job, action
 
 
-def _run(runner: Runner, job, live: LiveSource, settings: FollowSettings) -> Optional[RunResult]:
+def _run(runner: Runner, job, live: LiveSource, settings: FollowSettings,
+         failure: Optional[AudioError] = None) -> Optional[RunResult]:
+    """Follow the job's source; ``failure``: why its audio could not be read (the job is failed
+    with it)."""
     result = RunResult()
     ledger = runner.ledger
     claimed = runner.store.claim(ledger.owner, [job.id], ledger.lease_seconds)
     if claimed is None:
         runner.reporter.error(f"error: {job.path} is being followed by another process")
         return None
+    if failure is not None:
+        ledger.settle(Attempt(ledger, claimed), result, failure)
+        return result
     attempt = FollowAttempt(runner, claimed, live, settings)
     runner.reporter.info(f"following {live.name} (Ctrl-C to end it)")
     try:

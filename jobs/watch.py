@@ -44,6 +44,7 @@ class StableFiles:
         self.taken: dict[Path, Signature] = {}  # signature when last enqueued
         self._media: dict[tuple[Path, Signature], bool] = {}  # probe results for unknown extensions
         self.growing: list[Path] = []  # media files that grew since the scan before (``scan`` sets it)
+        self.unfollowable: set[Path] = set()  # files whose follow failed: transcribed once stable
 
     def scan(self, now: Optional[float] = None) -> list[Path]:
         """The files that became ready; OSError (a ReadTimeout: a hung mount) if the folder could
@@ -61,7 +62,7 @@ class StableFiles:
             since = previous[1] if previous and previous[0] == signature else now
             current[path] = (signature, since)
             if (previous and previous[0] != signature and self.taken.get(path) != signature
-                    and self._is_media(path, signature)):
+                    and path not in self.unfollowable and self._is_media(path, signature)):
                 self.growing.append(path)
             if (signature[0] > 0 and now - since >= self.stable_seconds
                     and self.taken.get(path) != signature and self._is_media(path, signature)):
@@ -78,6 +79,11 @@ class StableFiles:
     def mark_taken(self, path: Path) -> None:
         if path in self.seen:
             self.taken[path] = self.seen[path][0]
+
+    def mark_unfollowable(self, path: Path) -> None:
+        """Its follow failed (the job says why): not followed again as it grows; once it is
+        stable, it is transcribed as any file is (its job is then that one's)."""
+        self.unfollowable.add(path)
 
     def mark_followed(self, path: Path) -> None:
         """Followed to its end: taken as it is now (not transcribed again once it settles)."""
@@ -120,7 +126,10 @@ def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path]
     while not stop.requested:
         for path in tracker.growing if follow is not None else ():
             ended = follow_file(runner, path, root, output_dir, spec, follow)
-            tracker.mark_followed(path)
+            if ended is not None and ended.failed:
+                tracker.mark_unfollowable(path)  # its job failed, with the reason: not followed again
+            else:
+                tracker.mark_followed(path)
             if ended is not None:
                 result.done += ended.done
                 result.failed += ended.failed

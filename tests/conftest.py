@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Optional
@@ -78,6 +79,79 @@ def audio_path(name: str) -> Path:
     hits = sorted(audio.rglob(name))
     assert hits, f"{name} not found under {audio}"
     return hits[0]
+
+
+# -- the two ffmpegs: imageio-ffmpeg's (the package's own) and the one on PATH ----------------------
+#
+# The tool takes the ffmpeg on PATH when there is one (Debian 12's is 5.1), else imageio-ffmpeg's
+# (9.x). The follow and audio tests run with each (``any_ffmpeg``): a folder holding a link named
+# ``ffmpeg`` (and ``ffprobe`` where there is one) goes first on PATH, in this process and the
+# commands it starts, and the library's caches of what it found are cleared.
+
+SYSTEM_FFMPEG = shutil.which("ffmpeg")  # the PATH's, before any test changed it (CI: Debian's)
+NO_SYSTEM_FFMPEG = "no ffmpeg on PATH: install one (Debian: apt-get install -y ffmpeg) to test with it"
+FFMPEG_VARIANTS = ("imageio", "system")
+
+
+def clear_ffmpeg_caches() -> None:
+    """Forget which ffmpeg (and ffprobe) the library found, and what it asked of them."""
+    from transcriber import audio, follow
+
+    for cached in (audio.ffmpeg_binary, audio._ffprobe_binary, follow.wav_packet):
+        cached.cache_clear()
+
+
+def _path_without_ffmpeg(root: Path) -> list[str]:
+    """PATH's folders, each one holding an ``ffmpeg`` or ``ffprobe`` replaced by a folder under
+    ``root`` of links to all else it holds: a PATH as if no ffmpeg were installed."""
+    out = []
+    for i, folder in enumerate(os.environ.get("PATH", "").split(os.pathsep)):
+        if not any(os.path.exists(os.path.join(folder, name)) for name in ("ffmpeg", "ffprobe")):
+            out.append(folder)
+            continue
+        shadow = root / f"path{i}"
+        shadow.mkdir()
+        for name in os.listdir(folder):
+            if name not in ("ffmpeg", "ffprobe"):
+                (shadow / name).symlink_to(os.path.join(folder, name))
+        out.append(str(shadow))
+    return out
+
+
+@pytest.fixture(scope="session")
+def ffmpeg_paths(tmp_path_factory) -> dict[str, str]:
+    """The PATH of each variant: ``imageio``: its ffmpeg alone (no ffprobe, as on a machine
+    without a system ffmpeg); ``system``: the ffmpeg (and ffprobe) found on PATH."""
+    import imageio_ffmpeg
+
+    paths = {}
+    for variant in FFMPEG_VARIANTS:
+        if variant == "system" and SYSTEM_FFMPEG is None:
+            continue
+        links = tmp_path_factory.mktemp(f"ffmpeg-{variant}")
+        if variant == "imageio":
+            (links / "ffmpeg").symlink_to(imageio_ffmpeg.get_ffmpeg_exe())
+            rest = _path_without_ffmpeg(links)
+        else:
+            (links / "ffmpeg").symlink_to(os.path.realpath(SYSTEM_FFMPEG))
+            probe = shutil.which("ffprobe")
+            if probe:
+                (links / "ffprobe").symlink_to(os.path.realpath(probe))
+            rest = os.environ.get("PATH", "").split(os.pathsep)
+        paths[variant] = os.pathsep.join([str(links), *rest])
+    return paths
+
+
+@pytest.fixture(params=FFMPEG_VARIANTS)
+def any_ffmpeg(request, ffmpeg_paths, monkeypatch):
+    """The test runs with imageio-ffmpeg's ffmpeg and with the one on PATH (skipped, saying
+    why, where there is none): the variant's name."""
+    if request.param not in ffmpeg_paths:
+        pytest.skip(NO_SYSTEM_FFMPEG)
+    monkeypatch.setenv("PATH", ffmpeg_paths[request.param])
+    clear_ffmpeg_caches()
+    yield request.param
+    clear_ffmpeg_caches()
 
 
 def ffmpeg(*args: str) -> None:

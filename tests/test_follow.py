@@ -19,13 +19,13 @@ import pytest
 from bench.follow_latency import GrowingWriter, srt_words
 from jobs.cli import shown_status
 from jobs.store import JobStore
-from tests.conftest import JFK, ROOT
+from tests.conftest import JFK, ROOT, SYSTEM_FFMPEG
 from tests.hungfs import HungMount, unavailable
 from transcriber import FollowOptions, LiveSource
 from transcriber.audio import ffmpeg_binary, load_audio
-from transcriber.follow import _WavFeed
+from transcriber.follow import WAV_PACKET, _WavFeed, wav_packet
 
-FFMPEG = ffmpeg_binary()
+pytestmark = pytest.mark.usefixtures("any_ffmpeg")  # imageio-ffmpeg's and the PATH's (tests/conftest.py)
 
 
 def transcribe(*args, tmp: Path, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
@@ -67,7 +67,7 @@ def test_live_source_gives_the_samples_of_the_file(tmp_path, args):
     """The same samples as the finished file's reader. (An integer PCM WAV goes to ffmpeg as
     float32, converted by the feeder: the samples out are the same all the same.)"""
     path = tmp_path / args[-1]
-    subprocess.run([FFMPEG, "-v", "error", "-i", JFK, *args[:-1], path], check=True)
+    subprocess.run([ffmpeg_binary(), "-v", "error", "-i", JFK, *args[:-1], path], check=True)
     source = LiveSource(str(path), FollowOptions(idle_seconds=0.3))
     got = np.concatenate([s for _, s in source.iter_audio(1.0)])
     assert np.array_equal(got, load_audio(path))
@@ -77,7 +77,7 @@ def test_a_stale_wav_header_is_read_to_the_end(tmp_path):
     """A WAV whose header says 1 s (a writer patches it later): through a pipe ffmpeg would stop
     there; the feeder hands it a size of 0, so all of the audio comes."""
     full = tmp_path / "full.wav"
-    subprocess.run([FFMPEG, "-v", "error", "-i", JFK, full], check=True)
+    subprocess.run([ffmpeg_binary(), "-v", "error", "-i", JFK, full], check=True)
     data = bytearray(full.read_bytes())
     i = data.find(b"data")
     data[i + 4:i + 8] = (32000).to_bytes(4, "little")
@@ -87,22 +87,88 @@ def test_a_stale_wav_header_is_read_to_the_end(tmp_path):
     assert np.array_equal(got, load_audio(full))
 
 
-@pytest.mark.parametrize("codec", ["pcm_s16le", "pcm_s24le", "pcm_u8"])
-def test_a_wav_fed_in_any_pieces_gives_the_same_bytes(tmp_path, codec):
-    """The feeder's float32 WAV does not depend on how the file's bytes arrived: a header split
-    over many reads, samples split between two."""
+@pytest.mark.parametrize("args", [["-c:a", "pcm_s16le"], ["-c:a", "pcm_s24le", "-ac", "2"], ["-c:a", "pcm_u8"],
+                                  ["-c:a", "pcm_f32le", "-ac", "2"], ["-c:a", "pcm_f64le"]],
+                         ids=["s16", "s24-stereo", "u8", "f32-stereo", "f64"])
+def test_a_wav_fed_in_any_pieces_gives_the_samples_of_the_file(tmp_path, args):
+    """The feeder's Matroska does not depend on how the file's bytes arrived (a header split over
+    many reads, a sample, or the two channels of one, split between two reads): ffmpeg decodes
+    the samples of the file from it."""
     path = tmp_path / "x.wav"
-    subprocess.run([FFMPEG, "-v", "error", "-i", JFK, "-c:a", codec, path], check=True)
+    subprocess.run([ffmpeg_binary(), "-v", "error", "-i", JFK, *args, path], check=True)
     data = path.read_bytes()
-    whole = _WavFeed().feed(data)
+    assert _WavFeed.kind(data[:_WavFeed.LOOK]) == "pcm"
     feed, pieces, at = _WavFeed(), [], 0
     for size in np.random.default_rng(0).integers(1, 700, size=len(data)):
         pieces.append(feed.feed(data[at:at + size]))
         at += size
         if at >= len(data):
             break
-    assert whole[:4] == b"RIFF" and whole[20:22] == (3).to_bytes(2, "little")  # float32 samples
-    assert b"".join(pieces) == whole
+    fed = b"".join(pieces)
+    assert fed[:4] == bytes.fromhex("1a45dfa3")  # EBML: Matroska
+    r = subprocess.run([ffmpeg_binary(), "-v", "error", "-f", "matroska", "-i", "pipe:0", "-f", "f32le", "-ac", "1",
+                        "-ar", "16000", "pipe:1"], input=fed, capture_output=True, check=True)
+    assert not r.stderr, r.stderr
+    assert np.array_equal(np.clip(np.frombuffer(r.stdout, "<f4"), -1, 1), load_audio(path))
+
+
+def test_the_variant_s_ffmpeg_is_the_one_used_here_and_in_a_command(any_ffmpeg):
+    """``any_ffmpeg``: the library finds the variant's ffmpeg, in this process and in one it
+    starts; imageio-ffmpeg's comes without an ffprobe."""
+    import imageio_ffmpeg
+
+    from transcriber import audio
+
+    want = imageio_ffmpeg.get_ffmpeg_exe() if any_ffmpeg == "imageio" else SYSTEM_FFMPEG
+    code = "from transcriber import audio; print(audio.ffmpeg_binary()); print(audio._ffprobe_binary())"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    child, child_probe = r.stdout.splitlines()
+    assert os.path.realpath(audio.ffmpeg_binary()) == os.path.realpath(child) == os.path.realpath(want)
+    assert (audio._ffprobe_binary() is None) == (child_probe == "None") == (any_ffmpeg == "imageio")
+
+
+def test_the_wav_packet_is_one_the_ffmpeg_accepts(tmp_path):
+    """ffmpeg 5.x's WAV demuxer refuses packets under 1024 bytes ("Error setting option
+    max_size"); 6 and later take WAV_PACKET. Asked of the ffmpeg once; none where it cannot tell."""
+    path = tmp_path / "x.wav"
+    subprocess.run([ffmpeg_binary(), "-v", "error", "-i", JFK, path], check=True)
+    packet = wav_packet(ffmpeg_binary())
+    assert packet == WAV_PACKET or packet == 1024
+    r = subprocess.run([ffmpeg_binary(), "-v", "error", "-f", "wav", "-max_size", str(packet), "-i", path,
+                        "-f", "null", "-"], capture_output=True, text=True)
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    assert wav_packet("/bin/false") is None and wav_packet(str(tmp_path / "no-such-ffmpeg")) is None
+
+
+@pytest.mark.parametrize("fmt", ["flac", "wav"])
+def test_a_file_followed_on_a_loaded_machine_is_read_whole_without_errors(tmp_path, monkeypatch, fmt):
+    """A loaded machine: a read of the growing file that finds nothing new is answered 1.2 s
+    after the file was looked at (the reader process, busy or started anew, waits for a core),
+    longer than the 1 s idle end. The recorder writes a piece every 0.25 s, so the file never
+    stops growing for 1 s: it is read to its end, every sample as the finished file's, and
+    ffmpeg reports no error. (The idle time was taken when the answer came: the first read that
+    found nothing new ended the file there, and the FLAC's last frame held, if written only in
+    part, was fed to ffmpeg: "invalid residual".)"""
+    import transcriber.follow as follow
+
+    def late(call, *args, **kwargs):
+        answer = bounded(call, *args, **kwargs)
+        if call is follow._read_at and not answer[0]:
+            time.sleep(1.2)
+        return answer
+
+    bounded = follow.bounded
+    monkeypatch.setattr(follow, "bounded", late)
+    path = tmp_path / f"rec.{fmt}"
+    writer = GrowingWriter(load_audio(JFK)[:6 * 16000], path, 0.25)
+    writer.start()
+    while not path.exists():
+        time.sleep(0.01)
+    stream = LiveSource(str(path), FollowOptions(idle_seconds=1.0)).iter_audio(1.0)
+    got = np.concatenate([s for _, s in stream])
+    writer.join()
+    assert stream.warnings == ()
+    assert np.array_equal(got, load_audio(path))
 
 
 def test_resume_drops_the_samples_before_its_start(tmp_path):
@@ -153,7 +219,7 @@ def test_follow_a_recording_being_made(tmp_path, fmt):
 @pytest.mark.slow
 def test_follow_standard_input(tmp_path):
     out = tmp_path / "out"
-    cmd = (f"{FFMPEG} -v error -i '{JFK}' -f wav - | {sys.executable} -m jobs follow - -o '{out}' --name rec "
+    cmd = (f"{ffmpeg_binary()} -v error -i '{JFK}' -f wav - | {sys.executable} -m jobs follow - -o '{out}' --name rec "
            f"-f json -q --jsonl -")
     r = subprocess.run(cmd, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "TRANSCRIBER_DB": str(tmp_path / "jobs.db")})
@@ -187,7 +253,7 @@ def test_a_plain_mp4_being_written_is_refused(tmp_path):
     """A plain MP4 cut where a recorder would be (the index not written yet): one line naming
     the container, at once."""
     whole = tmp_path / "whole.mp4"
-    subprocess.run([FFMPEG, "-v", "error", "-i", JFK, "-c:a", "aac", whole], check=True)
+    subprocess.run([ffmpeg_binary(), "-v", "error", "-i", JFK, "-c:a", "aac", whole], check=True)
     data = whole.read_bytes()
     assert data.find(b"mdat") < data.find(b"moov")
     growing = tmp_path / "rec.mp4"
@@ -293,9 +359,13 @@ def test_a_growing_file_s_chunk_comes_out_when_its_audio_is_written(tmp_path, fm
     (the first two chunks 2 s late). A FLAC in 0.25 s pieces (its encoder holds a frame's
     worth of each): ffmpeg's FLAC parser held 10 frames (0.8-1.1 s late); now one frame is held
     until the next one starts, so the last chunk's last frame waits for the file's end (2 s
-    idle)."""
+    idle). With ffmpeg 5.x a WAV is fed as Matroska (it refuses packets under 1024 bytes). The
+    FLAC's encoder is imageio-ffmpeg's with either: Debian's 5.1 writes the file's first frames
+    1 s late, and the end of each piece with the next (its raw PCM demuxer's packets)."""
+    import imageio_ffmpeg
+
     path = tmp_path / f"rec.{fmt}"
-    writer = GrowingWriter(load_audio(JFK)[:8 * 16000], path, piece)
+    writer = GrowingWriter(load_audio(JFK)[:8 * 16000], path, piece, encoder=imageio_ffmpeg.get_ffmpeg_exe())
     writer.start()
     while not path.exists():
         time.sleep(0.01)
@@ -350,7 +420,7 @@ def test_a_followed_file_whose_reads_hang_fails_with_the_bound_and_the_command_e
     if why := unavailable():
         pytest.skip(why)
     source = tmp_path / "long.wav"
-    subprocess.run([FFMPEG, "-v", "error", "-stream_loop", "5", "-i", JFK, "-t", "60", source], check=True)
+    subprocess.run([ffmpeg_binary(), "-v", "error", "-stream_loop", "5", "-i", JFK, "-t", "60", source], check=True)
     with HungMount(tmp_path / "mnt", "long.wav", source) as mount:
         mount.hang(1_300_000, mount.size)
         follow = start("follow", mount.path, "-o", tmp_path / "out", "-f", "srt", "-q", "--idle-seconds", 30,

@@ -11,7 +11,8 @@ Ogg each frame is a packet of its own, decoded as soon as its page is read.
 
 The frames are the file's own bytes, so the samples decoded are the same. A frame ends where the
 next one starts: a sync code whose header checks (its CRC-8), before which the frame's CRC-16
-checks; so one frame (72-96 ms) is held until the next is written. ``passing``: the bytes are
+checks; so one frame (72-96 ms) is held until the next is written, and the last one is given
+out at the end only if it is whole. ``passing``: the bytes are
 not a FLAC stream that starts with "fLaC" (an ID3 tag before it...): the caller gives them to
 ffmpeg as they are. Ogg's FLAC mapping: https://xiph.org/flac/ogg_mapping.html.
 """
@@ -97,11 +98,16 @@ class FlacToOgg:
         return self._frames()
 
     def end(self) -> bytes:
-        """What is left: the last frame (or what there is), on the last page; before the header
-        pages (a file cut short in its metadata), the bytes as they are."""
+        """What is left: the last frame, on the last page, if it is whole (its CRC-16 checks);
+        before the header pages (a file cut short in its metadata), the bytes as they are. A
+        frame cut short (a recorder killed mid-write, a file given up on while a frame was
+        half written) is left out: ffmpeg would only report it damaged ("invalid residual")."""
         if not self.started or not self.buffer:
             data, self.buffer = self.buffer, b""
             return data
+        if crc(self.buffer, 16) != 0:
+            self.buffer = b""
+            return b""
         samples = frame_samples(self.buffer) or 0
         self.granule += samples
         packet, self.buffer = self.buffer, b""

@@ -12,9 +12,10 @@ streaming engine gives the words of a replay of the finished file.
 - A growing file is read the way ``tail -f`` reads it, by a thread that feeds the new bytes
   to ffmpeg's stdin; the file has ended when it has not grown for ``idle_seconds`` (then ffmpeg's
   stdin is closed and it decodes the rest), or when ffmpeg ends on its own (the container said
-  so). A WAV header's data size is 0, stale or 0xFFFFFFFF while it is written; through a pipe
-  ffmpeg stops at a stale size, so the feeder hands it 0 there (ffmpeg then reads to the end),
-  and an integer PCM WAV's samples as float32 (ffmpeg holds its first 64 KiB back: ``_WavFeed``).
+  so). A WAV of PCM samples is handed to ffmpeg as float32 samples in Matroska, each write a
+  block (``_WavFeed``): its header's data size is 0, stale or 0xFFFFFFFF while it is written
+  (through a pipe ffmpeg stops at a stale size), ffmpeg holds the first 64 KiB of an integer PCM
+  WAV back, and it gives a WAV's samples out only in whole packets.
   A plain MP4 keeps its index (moov) after the audio, written when the recording stops: it is
   refused at once, naming the container (fragmented MP4 can be followed).
 - ``-``: standard input, until EOF.
@@ -28,8 +29,11 @@ iteration ends as at the end of the file. A live source is read once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import math
 import os
+import re
 import select
 import struct
 import subprocess
@@ -46,6 +50,7 @@ from .bounded import ReadTimeout, bounded
 from .constants import SAMPLE_RATE
 from .errors import AudioError
 from .flacogg import FlacToOgg
+from .pcmmkv import PcmToMatroska
 
 from .modes import FOLLOW_MODES, FOLLOWABLE  # noqa: F401  (the library's names for them)
 
@@ -53,8 +58,10 @@ STDIN = "-"
 # The audio that names a followed source (``LiveSource.key``). Nothing is decoded before it is
 # read, so it is no longer than the streaming session's first pass (2 s).
 KEY_SECONDS = 2.0
-# bytes of a WAV packet (see ``_command``): ffmpeg's CPU for 600 s of 16 kHz mono float32 (the
-# feeder's, see ``_WavFeed``) 5.3 s at 128 bytes (0.9% of a core in real time), 3.0 s at 256
+# bytes of a packet of a WAV ffmpeg reads as a WAV (one the feeder cannot hand it as Matroska:
+# compressed, big-endian, more than 2 channels with a speaker layout; see ``_command``), where
+# its ffmpeg accepts so few (``wav_packet``). ffmpeg's CPU for 600 s of 16 kHz mono float32: 5.3 s
+# at 128 bytes (0.9% of a core in real time), 3.0 s at 256
 WAV_PACKET = 128
 _READ_BYTES = 1 << 16
 
@@ -96,7 +103,7 @@ class LiveSource:
         self._pcm: Optional[_Pcm] = None
         self._head = np.zeros(0, dtype=np.float32)  # read ahead (key, language), served first
         self._served = 0  # samples handed out or dropped so far
-        self._layout: Optional[str] = None  # a file's: "wav", "flac" (fed as they are made, see _command)
+        self._layout: Optional[str] = None  # a file's: "pcm", "wav", "flac" (fed as made, see _command)
         self.warnings: tuple[str, ...] = ()
         # called (in the reading thread) every 0.1 s while the source has no new audio: a
         # follow job writes its outputs then when they are due, not only after a step
@@ -129,21 +136,24 @@ class LiveSource:
         return self
 
     def _command(self) -> list[str]:
+        binary = ffmpeg_binary()
         if self.kind == "ffmpeg":
             fmt = ["-f", self.options.input_format] if self.options.input_format else []
             source = [*fmt, "-i", self.source]
         else:
-            # a WAV's packets are small, so that the end of what was written comes out now, not with
-            # the next write: the demuxer waits to fill a packet (4 KiB by default). 1024-byte
-            # packets held back the last 256 bytes of each 1 s write of 16 kHz mono, and with them
-            # the chunk that ends there: 1 s late. WAV_PACKET divides the writes of 10 ms
-            # multiples at 16, 32 and 48 kHz, mono or stereo, as the feeder gives them (float32).
+            # A PCM WAV is fed as Matroska (``_WavFeed``): each write is a block, a packet that
+            # ffmpeg decodes as soon as it is read. Any other WAV is read as a WAV, in small
+            # packets: the demuxer waits to fill one (4 KiB by default), so that the end of each
+            # write would wait for the next one, and with it the chunk that ends there (1024-byte
+            # packets held back the last 256 bytes of each 1 s write of 16 kHz mono: 1 s late).
             # A FLAC is fed as Ogg FLAC (transcriber.flacogg): ffmpeg's FLAC parser holds 10 frames.
-            fmt = {"wav": ["-f", "wav", "-max_size", str(WAV_PACKET)], "flac": ["-f", "ogg"]}.get(self._layout, [])
+            packet = wav_packet(binary) if self._layout == "wav" else None
+            fmt = {"wav": ["-f", "wav", *(["-max_size", str(packet)] if packet else [])],
+                   "pcm": ["-f", "matroska"], "flac": ["-f", "ogg"]}.get(self._layout, [])
             source = [*fmt, "-i", "pipe:0"]
         # a small probe: the first samples come out as soon as the container says what it holds,
         # not after the 5 s of audio ffmpeg analyses by default
-        return [ffmpeg_binary(), "-nostdin", "-hide_banner", "-v", "error", "-probesize", "32768",
+        return [binary, "-nostdin", "-hide_banner", "-v", "error", "-probesize", "32768",
                 "-analyzeduration", "0", *source, "-map", "0:a:0", "-f", "f32le", "-ac", "1",
                 "-ar", str(SAMPLE_RATE), "-flush_packets", "1", "pipe:1"]
 
@@ -269,6 +279,20 @@ def _once(reason: str) -> str:
     return "; ".join(p for i, p in enumerate(parts) if not repeated(i))
 
 
+@functools.lru_cache(maxsize=None)
+def wav_packet(binary: str) -> Optional[int]:
+    """The ``-max_size`` to give ``binary``'s WAV demuxer: ``WAV_PACKET``, or the least it accepts
+    where that is more (ffmpeg 5.x refuses below 1024); None if it has no such option (or its
+    help cannot be read). Asked once per binary: ``ffmpeg -h demuxer=wav``."""
+    try:
+        r = subprocess.run([binary, "-hide_banner", "-h", "demuxer=wav"], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, errors="replace", timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"^\s*-max_size\s.*\(from (-?[\d.e+]+) to", r.stdout, re.MULTILINE)
+    return max(WAV_PACKET, math.ceil(float(found.group(1)))) if found else None
+
+
 class LiveStream:
     """What ``LiveSource.iter_audio`` returns: an iterator of chunks, like ``AudioStream``."""
 
@@ -370,6 +394,9 @@ class _Feeder(threading.Thread):
     def _copy(self) -> None:
         fed, last_growth = 0, time.monotonic()
         while not self._stopping.is_set():
+            # idle from when the file was looked at, not from when the answer came: on a loaded
+            # machine a read that found nothing new may be answered after the file grew again
+            looked = time.monotonic()
             data, size = bounded(_read_at, self.path, fed, _READ_BYTES)
             if data:
                 self.pipe.write(self._transform.feed(data))
@@ -380,7 +407,7 @@ class _Feeder(threading.Thread):
             if size < fed:
                 self.error = f"the file shrank while being followed ({size} bytes, {fed} read)"
                 return
-            if time.monotonic() - last_growth >= self.options.idle_seconds:
+            if looked - last_growth >= self.options.idle_seconds:
                 if not fed:
                     self.error = f"nothing was written to it in {self.options.idle_seconds:g} s"
                 return
@@ -397,33 +424,56 @@ def _read_at(path: str, offset: int, size: int) -> tuple[bytes, int]:
 class _WavFeed:
     """What of a growing file goes to ffmpeg: its bytes, but for a WAV's header and samples.
 
-    - A WAV header's data size is 0, 0xFFFFFFFF or stale while the file is written, and through a
-      pipe ffmpeg would stop at a stale one: ffmpeg is given 0 ("to the end of the file").
-    - A WAV of integer PCM (8, 16, 24 or 32 bits) is given to ffmpeg as a float32 WAV, each sample
-      converted as ffmpeg converts it (``x / 2**(bits - 1)``, so the 16 kHz mono samples out are
-      the same). ffmpeg's WAV demuxer reads the first 64 KiB of an integer PCM WAV before it gives
-      out a sample (it looks for S/PDIF data in it): 2 s of 16 kHz mono, the first words' wait.
+    - A WAV of PCM samples (integer of 8, 16, 24 or 32 bits, float of 32 or 64; little-endian
+      RIFF) is given to ffmpeg as float samples in Matroska (``transcriber.pcmmkv``), the samples
+      of each read a block: ffmpeg decodes a block as soon as it is read, where it gives a WAV's
+      samples out only in whole packets (ffmpeg 5.x: of 1024 bytes at least). Integer
+      samples are converted as ffmpeg converts them (``x / 2**(bits - 1)``, so the 16 kHz mono
+      samples out are the same); as a WAV, ffmpeg would read the first 64 KiB of an integer PCM
+      WAV before it gave out a sample (it looks for S/PDIF data in it): 2 s of 16 kHz mono.
+    - Any other WAV (compressed, more than 2 channels with a speaker layout, big-endian RIFX)
+      passes as it is, but for its header's data size: 0, 0xFFFFFFFF or stale while the file is
+      written, and through a pipe ffmpeg would stop at a stale one, so ffmpeg is given 0 ("to the
+      end of the file").
 
-    Bytes of any other file pass as they are; so do a header it cannot read within ``LOOK`` bytes
-    and a WAV of another kind (float, compressed, more than 2 channels, big-endian RIFX), the size
-    set to 0.
+    Bytes of any other file pass as they are; so do those of a WAV whose header cannot be read
+    within ``LOOK`` bytes. ``kind(head)`` tells from a file's start which of the two ffmpeg
+    will be given.
     """
 
     LOOK = 4096  # a header's chunks before "data" fit in this
     # the sample types of integer PCM, by bits (24: three bytes, unpacked by hand)
     INTEGER = {8: np.dtype(np.uint8), 16: np.dtype("<i2"), 24: None, 32: np.dtype("<i4")}
+    FLOAT = (32, 64)
 
     def __init__(self):
         self.head = b""  # the start of the file, until the header is read
         self.passing = False  # the rest passes as it is
-        self.bits = 0  # > 0: integer samples of this many bits, converted to float32
-        self.rest = b""  # bytes of a sample not complete yet
+        self.mkv: Optional[PcmToMatroska] = None  # the samples go to ffmpeg in Matroska blocks
+        self.bits = 0  # of a sample in the file
+        self.integer = False  # integer samples, converted to float32
+        self.rest = b""  # bytes of a sample of every channel not complete yet
+
+    @classmethod
+    def kind(cls, head: bytes) -> str:
+        """"pcm" (fed as Matroska), "wav" (fed as a WAV), or "wait" (the header is not all in
+        ``head``, the file's first bytes, yet) for a file that starts as a WAV."""
+        header = _wav_header(head)
+        if header is None:
+            return "wait" if len(head) < cls.LOOK else "wav"
+        return "pcm" if cls._framed(head, header[2]) else "wav"
+
+    @classmethod
+    def _framed(cls, head: bytes, fmt: tuple[int, int, int, int]) -> bool:
+        tag, channels, rate, bits = fmt
+        pcm = tag == 1 and bits in cls.INTEGER or tag == 3 and bits in cls.FLOAT
+        return head[:4] == b"RIFF" and pcm and channels > 0 and rate > 0
 
     def feed(self, data: bytes) -> bytes:
         """The bytes to give ffmpeg for ``data``, the file's next bytes (b"": not yet)."""
         if self.passing:
             return data
-        if self.bits:
+        if self.mkv is not None:
             return self._samples(data)
         self.head += data
         if len(self.head) < 12:
@@ -433,11 +483,13 @@ class _WavFeed:
         header = _wav_header(self.head)
         if header is None:
             return self._pass(self.head) if len(self.head) >= self.LOOK else b""
-        start, size_field, (tag, channels, rate, bits) = header
+        start, size_field, fmt = header
         head, samples = self.head[:start], self.head[start:]
-        if head[:4] == b"RIFF" and tag == 1 and bits in self.INTEGER:
-            self.bits, self.head = bits, b""
-            return _float_wav_header(channels, rate) + self._samples(samples)
+        if self._framed(head, fmt):
+            tag, channels, rate, self.bits = fmt
+            self.integer, self.head = tag == 1, b""
+            self.mkv = PcmToMatroska(rate, channels, 32 if self.integer else self.bits)
+            return self.mkv.header() + self._samples(samples)
         return self._pass(head[:size_field] + struct.pack("<I", 0) + head[size_field + 4:] + samples)
 
     def end(self) -> bytes:
@@ -449,10 +501,14 @@ class _WavFeed:
         return data
 
     def _samples(self, data: bytes) -> bytes:
+        """A Matroska block of the whole samples (of every channel) in ``data``, after those held."""
         data = self.rest + data
         width = self.bits // 8
-        whole = len(data) // width * width
+        frame = width * self.mkv.channels
+        whole = len(data) // frame * frame
         self.rest = data[whole:]
+        if not self.integer:
+            return self.mkv.feed(data[:whole])
         raw = np.frombuffer(data, dtype=np.uint8, count=whole)
         if self.bits == 24:  # little-endian 3-byte samples, sign-extended through the top byte
             x = raw.reshape(-1, 3).astype(np.int32)
@@ -462,7 +518,7 @@ class _WavFeed:
         if self.bits == 8:  # unsigned, 128 is 0
             ints = ints.astype(np.int16) - 128
         scale = np.float32(2.0 ** -(self.bits - 1))
-        return (ints.astype(np.float32) * scale).astype("<f4").tobytes()
+        return self.mkv.feed((ints.astype(np.float32) * scale).astype("<f4").tobytes())
 
 
 def _wav_header(head: bytes) -> Optional[tuple[int, int, tuple[int, int, int, int]]]:
@@ -487,17 +543,10 @@ def _wav_header(head: bytes) -> Optional[tuple[int, int, tuple[int, int, int, in
     return None
 
 
-def _float_wav_header(channels: int, rate: int) -> bytes:
-    """A WAV header for float32 samples, its sizes 0 (to the end of the stream)."""
-    fmt = struct.pack("<HHIIHH", 3, channels, rate, rate * channels * 4, channels * 4, 32)
-    return b"RIFF" + struct.pack("<I", 0) + b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt \
-        + b"data" + struct.pack("<I", 0)
-
-
 def _check_followable(path: str, options: FollowOptions) -> str:
     """AudioError for a file that does not exist, is not a file, or cannot be decoded while it
-    is written (a plain MP4: its index comes after the audio); else "wav" for a WAV, "flac" for
-    a FLAC, "fine" for any other file (or "wait": nothing written yet)."""
+    is written (a plain MP4: its index comes after the audio); else its ``_mp4_layout`` ("wait":
+    too little written yet to tell, after ``idle_seconds``)."""
     deadline = time.monotonic() + options.idle_seconds
     try:
         while True:
@@ -527,16 +576,17 @@ def _layout(path: str) -> str:
 
 
 def _mp4_layout(path: str) -> str:
-    """"plain" for an MP4 whose audio (mdat) comes before its index, "wav" for a WAV, "flac" for
-    a FLAC, "fine" for a fragmented (or fast-start) MP4 or any other container, "wait" when too
-    little is written to tell."""
+    """"plain" for an MP4 whose audio (mdat) comes before its index, "pcm" for a WAV of PCM
+    samples and "wav" for another WAV (``_WavFeed.kind``), "flac" for a FLAC, "fine" for a
+    fragmented (or fast-start) MP4 or any other container, "wait" when too little is written to
+    tell."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         first = f.read(12)
         if len(first) < 12:
             return "wait"
         if first[:4] in (b"RIFF", b"RIFX") and first[8:12] == b"WAVE":
-            return "wav"
+            return _WavFeed.kind(first + f.read(_WavFeed.LOOK - 12))
         if first[:4] == b"fLaC":
             return "flac"
         if first[4:8] != b"ftyp":
