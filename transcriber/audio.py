@@ -277,6 +277,12 @@ class AudioStream:
         self._chunks.close()
 
 
+# ffmpeg's -t ends at a frame of the decoder, not at a sample (5.1 ended a Vorbis decode 256
+# samples short; 9.0 exactly): ffmpeg is asked for this much more, and the rest is dropped here.
+# Less than a pipe's buffer (64 KiB: 1 s of float32 at 16 kHz), so ffmpeg never waits on it.
+_DURATION_MARGIN_S = 0.25
+
+
 def _decode_command(name: str, info: _MediaInfo, start: float, duration: float | None) -> tuple[list[str], int]:
     """ffmpeg's command line for ``_decode``, and how many samples of its output to drop first.
 
@@ -287,8 +293,8 @@ def _decode_command(name: str, info: _MediaInfo, start: float, duration: float |
     skip = round(start * SAMPLE_RATE) - round(seek * SAMPLE_RATE)
     source = ffmpeg.input(_ffmpeg_path(name), **({"ss": seek} if seek > 0 else {}))
     out_args = {"format": "f32le", "ac": 1, "ar": SAMPLE_RATE}
-    if duration is not None:
-        out_args["t"] = duration + (start - seek)
+    if duration is not None:  # a little more than asked: _decode cuts at the exact sample
+        out_args["t"] = duration + (start - seek) + _DURATION_MARGIN_S
     # Map the audio stream explicitly (the first unless another was asked for): ffmpeg's
     # default pick is the "best" one. `-v error` keeps stderr to real problems, which the
     # truncation rule relies on.
@@ -320,14 +326,19 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
 
     finished = False
     decoded = 0
+    limit = None if duration is None else round(duration * SAMPLE_RATE)
     try:
         _skip_samples(output, skip)
         while True:
-            samples = _read_samples(output, chunk_samples)
+            want = chunk_samples if limit is None else min(chunk_samples, limit - decoded)
+            if want <= 0:  # the margin past the duration asked for: read to ffmpeg's end, dropped
+                _skip_samples(output, round(2 * _DURATION_MARGIN_S * SAMPLE_RATE) + chunk_samples)
+                break
+            samples = _read_samples(output, want)
             if samples.size:
                 yield first_offset + decoded, samples
                 decoded += samples.size
-            if samples.size < chunk_samples:
+            if samples.size < want:
                 break
         try:
             proc.wait(timeout=seconds)
