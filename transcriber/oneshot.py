@@ -277,7 +277,8 @@ class OneShotEngine:
             segments.append({"start": time_offset + start_ts * TIME_PRECISION,
                              "end": time_offset + end_ts * TIME_PRECISION,
                              "tokens": text_tokens, "probs": [float(probs[i]) for i in text],
-                             "text": tokenizer.decode(text_tokens), "result": result})
+                             "text": tokenizer.decode(text_tokens), "result": result, "seek": seek,
+                             "decoded": [int(t) for t in tokens[first:stop] if t != tokenizer.eot]})
 
         if len(consecutive):
             slices = consecutive.tolist() + ([len(tokens)] if single_ending else [])
@@ -430,6 +431,7 @@ class WindowBatch:
 def _segment(seg: dict, words: list[WordTiming]) -> Segment:
     r = seg["result"]
     return Segment(start=seg["start"], end=seg["end"], text=seg["text"],
-                   words=tuple(Word(w.start, w.end, w.word, w.probability) for w in words),
+                   words=tuple(Word(w.start, w.end, w.word, w.probability, tokens=tuple(w.tokens)) for w in words),
                    avg_logprob=r.avg_logprob, no_speech_prob=r.no_speech_prob,
-                   compression_ratio=r.compression_ratio, temperature=r.temperature)
+                   compression_ratio=r.compression_ratio, temperature=r.temperature,
+                   tokens=tuple(seg["decoded"]), seek=seg["seek"])
