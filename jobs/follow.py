@@ -34,7 +34,7 @@ from typing import Optional
 
 import click
 
-from transcriber import FOLLOW_MODES, AudioError, LiveSource, ReadTimeout, Segment, Step, bounded, probe
+from transcriber import FOLLOW_MODES, AudioError, LiveSource, ReadTimeout, Step, bounded, probe, words_segment
 
 from .attempt import Attempt, RunResult, build_engine
 from .batch import OutputsSeen
@@ -255,7 +255,7 @@ class FollowAttempt(Attempt):
         segments = self.committed + self.pending
         if self.open_words:
             words = tuple(self.open_words)
-            segments = segments + [Segment(words[0].start, words[-1].end, "".join(w.text for w in words), words)]
+            segments = segments + [words_segment(words)]
         self._record(self._write(segments))
         self.store.checkpoint(self.job.id, self.owner, [], None, self.position, self.language, self.model,
                               self.ledger.lease_seconds, language_probability=self.probability)

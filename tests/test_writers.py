@@ -135,7 +135,7 @@ def test_vtt_karaoke(transcript):
 
 def test_json_round_trip(transcript):
     data = json.loads(write_json(transcript))
-    assert set(data) == {"language", "duration", "model", "segments"}
+    assert set(data) == {"text", "language", "duration", "model", "segments"}
     assert data["segments"][0]["words"][0] == {"word": " Hello", "start": 0.5, "end": 0.8,
                                                "probability": 0.75}
     assert Transcript.from_dict(data) == transcript

@@ -18,7 +18,7 @@ from .errors import AudioError, ModelError, OutputError, TranscriberError
 from .modes import DEFAULT_MODE, FOLLOW_MODES, FOLLOWABLE, MODES, engine_options, make_engine, mode_default, option_table
 from .options import Option, OptionError, fingerprint_data
 from .streaming.options import StreamingOptions
-from .types import Segment, Transcript, Word
+from .types import Segment, Transcript, Word, words_segment
 
 # The names above are light (no numpy, no MLX: ``transcribe --help`` imports them). The rest
 # are imported on first use, by name -> module. Any of them but ``probe`` imports the model
@@ -121,7 +121,7 @@ def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None
 
 
 __all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT_MODEL", "list_models", "ModelStatus", "probe",
-           "Transcript", "Segment", "Word", "Step", "Engine", "assemble", "words_to_transcript",
+           "Transcript", "Segment", "Word", "words_segment", "Step", "Engine", "assemble", "words_to_transcript",
            "MODES", "DEFAULT_MODE", "engine_options", "make_engine", "option_table", "mode_default", "Option", "OptionError",
            "fingerprint_data",
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",

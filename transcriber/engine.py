@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Iterator, Optional, Protocol, Union
 
 from .cues import ends_sentence, is_attached_mark  # noqa: F401  (is_attached_mark: part of this module's API)
-from .types import Segment, Transcript, Word
+from .types import Segment, Transcript, Word, words_segment
 
 SEGMENT_PAUSE = 1.0  # seconds of silence between streamed words that start a new segment
 SEGMENT_MAX_SECONDS = 30.0  # a streamed segment closes before it gets longer than this
@@ -157,7 +157,7 @@ class SegmentGrouper:
 
     def _close(self) -> Segment:
         words, self.open = tuple(self.open), []
-        return Segment(words[0].start, words[-1].end, "".join(w.text for w in words), words)
+        return words_segment(words)
 
     def to_list(self) -> list[dict]:
         return [asdict(w) for w in self.open]  # full precision: a resumed run matches exactly

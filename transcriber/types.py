@@ -6,7 +6,9 @@ space (" hello"), so joining the words of a segment gives its text exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import zlib
+from dataclasses import dataclass, field
 from typing import Optional
 
 
@@ -17,6 +19,16 @@ class Word:
     text: str
     probability: float
     emitted_at: Optional[float] = None  # streaming only: source time at which it was committed
+    # how it was decoded (for whisper's segment fields; not in the word's JSON, not compared):
+    # its text tokens, their summed log probability and the no-speech probability of the pass
+    # that committed it (streaming)
+    tokens: tuple[int, ...] = field(default=(), compare=False)
+    logprob: Optional[float] = field(default=None, compare=False)
+    no_speech_prob: Optional[float] = field(default=None, compare=False)
+
+    def __post_init__(self):
+        if not isinstance(self.tokens, tuple):  # a checkpoint's JSON list
+            object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
 
     def to_dict(self) -> dict:
         d = {"word": self.text, "start": round(self.start, 3), "end": round(self.end, 3),
@@ -38,20 +50,38 @@ class Segment:
     end: float
     text: str
     words: tuple[Word, ...] = ()
-    # decoding diagnostics (one-shot); not part of the JSON timeline
+    # openai-whisper's segment fields, as the JSON gives them (README "JSON schema"): one-shot,
+    # the decoding of the segment's window; streaming, what its words' passes give (words_segment)
     avg_logprob: float = 0.0
     no_speech_prob: float = 0.0
     compression_ratio: float = 0.0
     temperature: float = 0.0
+    tokens: tuple[int, ...] = ()  # one-shot: the window's tokens of this segment, timestamps included
+    seek: int = 0  # mel frames (10 ms): where the window decoded started
 
-    def to_dict(self) -> dict:
-        return {"start": round(self.start, 3), "end": round(self.end, 3), "text": self.text,
+    def __post_init__(self):
+        if not isinstance(self.tokens, tuple):  # a checkpoint's JSON list
+            object.__setattr__(self, "tokens", tuple(int(t) for t in self.tokens))
+
+    def to_dict(self, id: int = 0) -> dict:
+        """openai-whisper's segment (``id`` its index in the transcript), keys and types as its
+        ``transcribe`` gives them with ``word_timestamps=True``."""
+        return {"id": int(id), "seek": int(self.seek), "start": round(self.start, 3), "end": round(self.end, 3),
+                "text": self.text, "tokens": [int(t) for t in self.tokens],
+                "temperature": round(float(self.temperature), 2), "avg_logprob": round(float(self.avg_logprob), 4),
+                "compression_ratio": round(float(self.compression_ratio), 4),
+                "no_speech_prob": round(float(self.no_speech_prob), 4),
                 "words": [w.to_dict() for w in self.words]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Segment":
+        """A segment of ``to_dict``, or of a JSON written before whisper's fields (defaults)."""
         return cls(start=float(d["start"]), end=float(d["end"]), text=d["text"],
-                   words=tuple(Word.from_dict(w) for w in d.get("words", [])))
+                   words=tuple(Word.from_dict(w) for w in d.get("words", [])),
+                   avg_logprob=float(d.get("avg_logprob", 0.0)), no_speech_prob=float(d.get("no_speech_prob", 0.0)),
+                   compression_ratio=float(d.get("compression_ratio", 0.0)),
+                   temperature=float(d.get("temperature", 0.0)), tokens=tuple(d.get("tokens", ())),
+                   seek=int(d.get("seek", 0)))
 
 
 @dataclass(frozen=True)
@@ -82,8 +112,8 @@ class Transcript:
             d["language_probability"] = round(self.language_probability, 4)
         if self.task != "transcribe":
             d["task"] = self.task
-        return {**d, "duration": round(self.duration, 3), "model": self.model,
-                "segments": [s.to_dict() for s in self.segments]}
+        return {"text": "".join(s.text for s in self.segments), **d, "duration": round(self.duration, 3), "model": self.model,
+                "segments": [s.to_dict(i) for i, s in enumerate(self.segments)]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Transcript":
@@ -91,3 +121,26 @@ class Transcript:
                    model=d.get("model", ""), language_probability=d.get("language_probability"),
                    task=d.get("task", "transcribe"),
                    segments=tuple(Segment.from_dict(s) for s in d.get("segments", [])))
+
+
+def compression_ratio(text: str) -> float:
+    """How much zlib shrinks the text (whisper's ``compression_ratio``): repetitive
+    (hallucinated) text compresses well."""
+    raw = text.encode("utf-8")
+    return len(raw) / len(zlib.compress(raw)) if raw else 0.0
+
+
+def words_segment(words: tuple[Word, ...]) -> Segment:
+    """A segment of words that came without one (streaming, follow), whisper's fields from what
+    the words carry: their tokens; the mean log probability of those tokens; the highest
+    no-speech probability of the passes that committed them; the compression ratio of the
+    segment's text; temperature 0 (streaming decodes greedily, without fallback); ``seek``, the
+    frame where the segment starts (no window: the streaming buffer slides)."""
+    text = "".join(w.text for w in words)
+    tokens = tuple(t for w in words for t in w.tokens)
+    logprobs = [w.logprob for w in words if w.logprob is not None]
+    no_speech = [w.no_speech_prob for w in words if w.no_speech_prob is not None]
+    return Segment(words[0].start, words[-1].end, text, words,
+                   avg_logprob=sum(logprobs) / len(tokens) if tokens and logprobs else 0.0,
+                   no_speech_prob=max(no_speech, default=0.0), compression_ratio=compression_ratio(text),
+                   tokens=tokens, seek=math.floor(words[0].start * 100))

@@ -9,7 +9,6 @@ every step, every beam and every temperature retried on the window.
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -18,16 +17,11 @@ import numpy as np
 from ..constants import TIME_PRECISION
 from ..model.whisper import DecoderState, Whisper
 from ..tokenizer import Tokenizer
+from ..types import compression_ratio
 from .filters import ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressTokens
 from .loop import decode_loop
 from .options import DecodingOptions
 from .search import BeamSearchDecoder, Candidate, GreedyDecoder, MaximumLikelihoodRanker, TokenDecoder
-
-
-def compression_ratio(text: str) -> float:
-    """How much zlib shrinks the text: repetitive (hallucinated) text compresses well."""
-    raw = text.encode("utf-8")
-    return len(raw) / len(zlib.compress(raw)) if raw else 0.0
 
 
 @dataclass(frozen=True)

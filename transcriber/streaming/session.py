@@ -317,7 +317,8 @@ class StreamingSession:
                 continue  # invalid bytes or bare space at the very end: kept as tokens, not shown
             begin = min(max(buf.seconds(committed.start), last_end), now)
             finish = min(max(buf.seconds(committed.end), begin), now)
-            out.append(Word(begin, finish, text, float(np.mean(probs)), emitted_at=now))
+            out.append(Word(begin, finish, text, float(np.mean(probs)), emitted_at=now, tokens=tuple(tokens),
+                            logprob=float(np.sum(np.log(probs))), no_speech_prob=float(result.no_speech_prob)))
             last_end = finish
         # A sound caption or a guess inside a sure pass stays in the state as tokens only; a pass
         # that is a guess as a whole after a pause (over music: nonspeech.py) goes with its audio.
