@@ -358,3 +358,21 @@ def test_the_encoder_on_the_kernels_matches_mlx(model, monkeypatch):
     monkeypatch.setattr(MultiHeadAttention, "attend_all", lambda self, q, k, v: self.attend_with_weights(q, k, v)[0])
     want = np.array(model.encoder(mel))
     np.testing.assert_allclose(got, want, atol=1e-3 * np.abs(want).max())
+
+
+def test_the_native_encoder_on_every_path_and_route_stays_close_to_mlx_float32(kernels, model, monkeypatch):
+    """A 10 s window on each path's GEMM routes (the FMA route of avx2 / portable / avx512
+    without vdpbf16ps, and vdpbf16ps where the CPU has it) against MLX's float32 encoder."""
+    from transcriber.native.encoder import NativeEncoder
+
+    native.reset()
+    monkeypatch.setenv(native.ENCODER_ENV, "mlx")
+    model.encoder.restore_weights()
+    mel = np.random.default_rng(4).standard_normal((1000, 80), dtype=np.float32)
+    want = np.array(model.encoder(mx.array(mel[None])))[0]
+    encoder = NativeEncoder(kernels, model.encoder, threads=2)
+    for dot in _dots(kernels):
+        monkeypatch.setattr(kernels, "dot", dot)
+        got = encoder.window(mel)
+        assert got.shape == want.shape == (500, 384)
+        assert np.sqrt(((got - want) ** 2).mean() / (want ** 2).mean()) < 0.02, (kernels.path, dot)
