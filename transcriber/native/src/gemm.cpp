@@ -38,6 +38,13 @@ inline float round_bf16(float v) {  // v rounded to bf16, as a float32
   memcpy(&f, &u, 4);
   return f;
 }
+inline vf round_bf16(vf v) {  // the same, a vector at a time
+  vu u;
+  memcpy(&u, &v, sizeof u);
+  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  memcpy(&v, &u, sizeof v);
+  return v;
+}
 
 // Rows of A (at stride lda floats) times scale -> bf16 pairs (M, P), a zero in the odd K's
 // last half.
@@ -59,7 +66,9 @@ void pack_rows(int M, int K, const float* a, long lda, float* out, int threads, 
   for (int m = 0; m < M; m++) {
     const float* r = a + (long)m * lda;
     float* o = out + (long)m * K2;
-    for (int k = 0; k < K; k++) o[k] = round_bf16(scale * r[k]);
+    int k = 0;
+    for (; k + W <= K; k += W) store(o + k, round_bf16(load(r + k) * scale));
+    for (; k < K; k++) o[k] = round_bf16(scale * r[k]);
     if (K < K2) o[K] = 0.0f;
   }
 }
