@@ -69,6 +69,13 @@ void linear_blocks(int K, int j0, int blocks, const float* x, const T* w, const 
 // are only 12 KB each at K 384, so each group would start cold). bench/kernels.md: the 40 MB
 // projection 2.2 -> 1.3 ms on Zen 5.
 constexpr int AHEAD_ROWS = 32;
+// From 3 rows on, twice as far: their FMAs make an iteration ~2x longer, and 32 rows ahead came
+// sooner than the memory's latency (issue 30, Zen 5, the 4-row projection: AVX2 1.61 -> 1.49-1.53
+// ms, AVX-512 1.00-1.07 -> 0.77; 96 measured the same as 64).
+template <int R>
+constexpr int ahead_rows() {
+  return R >= 3 ? 2 * AHEAD_ROWS : AHEAD_ROWS;
+}
 
 // NB blocks of the pairs layout from wj on, for R rows: sums into acc. NB is a compile-time
 // constant so lo/hi/acc stay in registers (a run-time count kept them on the stack).
@@ -76,9 +83,10 @@ template <int R, int NB>
 inline void pairs_blocks(int P, int even, int K, const float* x, const uint32_t* wj, vf (&acc)[R][NB * S]) {
   constexpr int V = NB * S;
   const long group = (long)NB * P * LANES;  // words from a block to the same block of the next group
+  constexpr int AHEAD = ahead_rows<R>();
   for (int p = 0; p < P; p++) {
     vf lo[V], hi[V];
-    const long ahead = p + AHEAD_ROWS < P ? (long)AHEAD_ROWS * LANES : group - (long)(P - AHEAD_ROWS) * LANES;
+    const long ahead = p + AHEAD < P ? (long)AHEAD * LANES : group - (long)(P - AHEAD) * LANES;
     for (int c = 0; c < V; c++) {
       const uint32_t* a = wj + ((long)(c / S) * P + p) * LANES + (c % S) * W;
       if (c % S == 0) __builtin_prefetch(a + ahead, 0, 3);
