@@ -46,6 +46,7 @@ inline vf round_bf16(vf v) {  // the same, a vector at a time
   return v;
 }
 
+#if defined(TK_BF16)  // the vdpbf16ps route's A
 // Rows of A (at stride lda floats) times scale -> bf16 pairs (M, P), a zero in the odd K's
 // last half.
 void pack_rows(int M, int K, const float* a, long lda, uint32_t* out, int threads, float scale = 1.0f) {
@@ -58,8 +59,9 @@ void pack_rows(int M, int K, const float* a, long lda, uint32_t* out, int thread
     if (K % 2) o[P - 1] = to_bf16(scale * r[K - 1]);
   }
 }
+#endif
 
-// The same rows rounded to bf16 but kept as float32 (M, 2P), a zero past K: the FMA route's A.
+// Rows rounded to bf16 but kept as float32 (M, 2P), a zero past K: the FMA route's A.
 void pack_rows(int M, int K, const float* a, long lda, float* out, int threads, float scale = 1.0f) {
   const int K2 = (K + 1) / 2 * 2;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
@@ -171,10 +173,16 @@ __attribute__((target("avx512bf16"))) void tile(int P, const uint32_t* a, const 
 #endif
 
 // Tile shapes: rows x 16-column blocks, as many accumulators as the registers hold: 32 zmm,
-// 6 x 4 (vdpbf16ps on pairs, or FMAs); 16 ymm, 6 x 1 (two ymm a block); 16 xmm, 3 x 1.
+// 6 x 4 (vdpbf16ps on pairs, or FMAs); 16 ymm, 6 x 1 (two ymm a block); 16 xmm (SSE), 3 x 1;
+// 32 NEON q registers, 6 x 1 (24 accumulators, 4 weight vectors, 1 broadcast).
+#if defined(__aarch64__)
+constexpr int XMM_ROWS = 6;
+#else
+constexpr int XMM_ROWS = 3;
+#endif
 template <typename T>
 struct Shape {
-  static constexpr int MR = S == 1 ? 6 : S == 2 ? 6 : 3, NB = S == 1 ? 4 : 1;
+  static constexpr int MR = S == 4 ? XMM_ROWS : 6, NB = S == 1 ? 4 : 1;
 };
 
 template <int NB, typename T>
