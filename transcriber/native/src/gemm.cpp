@@ -180,10 +180,7 @@ constexpr int XMM_ROWS = 6;
 #else
 constexpr int XMM_ROWS = 3;
 #endif
-template <typename T>
-struct Shape {
-  static constexpr int MR = S == 4 ? XMM_ROWS : 6, NB = S == 1 ? 4 : 1;
-};
+constexpr int TILE_MR = S == 4 ? XMM_ROWS : 6, TILE_NB = S == 1 ? 4 : 1;
 
 template <int NB, typename T>
 void tile_rows(int mr, int count, const T* a, const T* w, long bstride, int m0, int n0, const Epilogue& e) {
@@ -205,7 +202,7 @@ constexpr int ROW_BLOCK = 96;
 // vdpbf16ps) or float (widened, FMAs); count: elements of T along k (P or 2P); a: row m0's.
 template <typename T>
 void row_block(int m0, int m1, int count, int nb, const T* a, const T* w, const Epilogue& e) {
-  constexpr int MR = Shape<T>::MR, NB = Shape<T>::NB;
+  constexpr int MR = TILE_MR, NB = TILE_NB;
   const long bstride = (long)count * LANES;
   for (int j = 0; j < nb; j += NB) {
     const int blocks = nb - j < NB ? nb - j : NB;
@@ -361,35 +358,43 @@ EXPORT void TK(gemm_pack_heads)(int H, int N, int K, const float* src, long sh, 
 
 namespace {
 // attention_packed on one route (T: uint32_t pairs for vdpbf16ps, float widened for FMAs): the
-// float route widens every head's keys and values once, before the row blocks.
+// float route widens a head's keys and values into the thread's slot 1 when its next block is
+// another head's (one head's, not all: 0.8 MB kept a thread, not 4.6, for tiny.en's window).
 template <typename T>
 void attention_route(int T_, int H, int Dh, const float* q, long ldq, const uint32_t* keys, const uint32_t* values,
                      int N, int causal, float* out, long ldo, float* weights, int threads) {
   const int Pq = (Dh + 1) / 2, Pn = (N + 1) / 2, cq = Pq * per_pair<T>(), cn = Pn * per_pair<T>();
   const int nbn = (N + LANES - 1) / LANES, nbd = (Dh + LANES - 1) / LANES;
-  const long kw = (long)nbn * cq * LANES, vw = (long)nbd * cn * LANES;
+  const long kp = (long)nbn * Pq * LANES, vp = (long)nbd * Pn * LANES;  // packed words a head
+  const long kw = kp * per_pair<T>(), vw = vp * per_pair<T>();         // the route's elements a head
   const float scale = 1.0f / __builtin_sqrtf((float)Dh);
   const int blocks = (T_ + ATTENTION_ROWS - 1) / ATTENTION_ROWS;
-  const T *kt = (const T*)keys, *vt = (const T*)values;
-  if (per_pair<T>() == 2) {  // widened into the caller's slot 1, the values after the keys
-    float* wide = scratch<float>(1, H * (kw + vw));
-    widen_panels((long)H * nbn, Pq, keys, wide, threads);
-    widen_panels((long)H * nbd, Pn, values, wide + H * kw, threads);
-    kt = (const T*)wide;
-    vt = (const T*)(wide + H * kw);
-  }
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     T* qp = scratch<T>(0, (long)ATTENTION_ROWS * cq);
     T* p = scratch<T>(2, (long)ATTENTION_ROWS * cn);
     float* s = scratch<float>(3, (long)ATTENTION_ROWS * N);
+    float* wide = per_pair<T>() == 2 ? scratch<float>(1, kw + vw) : nullptr;
+    const T *kt = nullptr, *vt = nullptr;
+    int head = -1;
 #pragma omp for collapse(2) schedule(dynamic)
     for (int h = 0; h < H; h++)
       for (int b = 0; b < blocks; b++) {
+        if (h != head) {
+          head = h;
+          kt = (const T*)(keys + h * kp);
+          vt = (const T*)(values + h * vp);
+          if (wide) {
+            widen_panels(nbn, Pq, keys + h * kp, wide, 1);
+            widen_panels(nbd, Pn, values + h * vp, wide + kw, 1);
+            kt = (const T*)wide;
+            vt = (const T*)(wide + kw);
+          }
+        }
         const int m0 = b * ATTENTION_ROWS, rows = T_ - m0 < ATTENTION_ROWS ? T_ - m0 : ATTENTION_ROWS;
         pack_rows(rows, Dh, q + m0 * ldq + h * Dh, ldq, qp, 1, scale);
         const Epilogue scores{nullptr, nullptr, 0, 0, s, N, N};
-        row_block(0, rows, cq, nbn, qp, kt + h * kw, scores);
+        row_block(0, rows, cq, nbn, qp, kt, scores);
         for (int r = 0; r < rows; r++) {
           float* sr = s + (long)r * N;
           for (int n = causal < 0 ? N : causal + m0 + r + 1; n < N; n++) sr[n] = -__builtin_inff();
@@ -398,7 +403,7 @@ void attention_route(int T_, int H, int Dh, const float* q, long ldq, const uint
         }
         pack_rows(rows, N, s, N, p, 1);
         const Epilogue o{nullptr, nullptr, 0, 0, out + m0 * ldo + h * Dh, ldo, Dh};
-        row_block(0, rows, cn, nbd, p, vt + h * vw, o);
+        row_block(0, rows, cn, nbd, p, vt, o);
       }
   }
 }
