@@ -107,21 +107,24 @@ def test_attention_with_masks_matches_mlx(kernels, rows):
         assert np.all(w[~np.broadcast_to(valid[:, None], w.shape)] == 0.0)
 
 
-@pytest.mark.parametrize("rows", [1, 3, 4, 5, 8])
-@pytest.mark.parametrize("t", [1500, 77])
-def test_attention_of_rows_sharing_one_window_matches_mlx(kernels, rows, t):
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("t", [1500, 77, 5])
+@pytest.mark.parametrize("dh", [64, 32, 128])
+def test_attention_of_rows_sharing_one_window_matches_mlx(kernels, rows, t, dh):
     """Beams over one window: the keys (transposed) and values broadcast (row stride 0), in
-    bf16 bits, read in groups of rows; per-row masks, positions off the 64-position tiles."""
-    rng = np.random.default_rng(rows + t)
-    heads, dh = 6, 64
+    bf16 bits, read in groups of rows; per-row masks, positions off the register tiles (and
+    fewer than one vector), head widths of 2 to 16 vectors (the values' tiles of 8, 4, 2, 1)."""
+    rng = np.random.default_rng(rows + t + dh)
+    heads = 6
     q = rng.standard_normal((rows, heads, dh), dtype=np.float32)
     k = rng.standard_normal((1, heads, t, dh), dtype=np.float32)
     v = rng.standard_normal((1, heads, t, dh), dtype=np.float32)
-    lo = np.array([r for r in range(rows)], np.int32)
-    hi = np.array([t - 5 * r for r in range(rows)], np.int32)
+    lo = np.array([r % t for r in range(rows)], np.int32)
+    hi = np.array([max(t - 5 * r, lo[r] + 1) for r in range(rows)], np.int32)
     valid = (np.arange(t)[None] >= lo[:, None]) & (np.arange(t)[None] < hi[:, None])
     kb, vb = _bf(k), _bf(v)
-    scores = mx.where(mx.array(valid)[:, None, None], (mx.array(q)[:, :, None] / 8) @ kb.swapaxes(-1, -2), -mx.inf)
+    scale = dh ** -0.5
+    scores = mx.where(mx.array(valid)[:, None, None], (mx.array(q)[:, :, None] * scale) @ kb.swapaxes(-1, -2), -mx.inf)
     weights = mx.softmax(scores, axis=-1, precise=True)
     want = np.array((weights @ vb)[:, :, 0])
     share = lambda a: np.broadcast_to(a, (rows, *a.shape[1:]))  # noqa: E731
@@ -359,3 +362,21 @@ def test_the_encoder_on_the_kernels_matches_mlx(model, monkeypatch):
     monkeypatch.setattr(MultiHeadAttention, "attend_all", lambda self, q, k, v: self.attend_with_weights(q, k, v)[0])
     want = np.array(model.encoder(mel))
     np.testing.assert_allclose(got, want, atol=1e-3 * np.abs(want).max())
+
+
+def test_the_native_encoder_on_every_path_and_route_stays_close_to_mlx_float32(kernels, model, monkeypatch):
+    """A 10 s window on each path's GEMM routes (the FMA route of avx2 / portable / avx512
+    without vdpbf16ps, and vdpbf16ps where the CPU has it) against MLX's float32 encoder."""
+    from transcriber.native.encoder import NativeEncoder
+
+    native.reset()
+    monkeypatch.setenv(native.ENCODER_ENV, "mlx")
+    model.encoder.restore_weights()
+    mel = np.random.default_rng(4).standard_normal((1000, 80), dtype=np.float32)
+    want = np.array(model.encoder(mx.array(mel[None])))[0]
+    encoder = NativeEncoder(kernels, model.encoder, threads=2)
+    for dot in _dots(kernels):
+        monkeypatch.setattr(kernels, "dot", dot)
+        got = encoder.window(mel)
+        assert got.shape == want.shape == (500, 384)
+        assert np.sqrt(((got - want) ** 2).mean() / (want ** 2).mean()) < 0.02, (kernels.path, dot)

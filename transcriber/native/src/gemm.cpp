@@ -9,11 +9,18 @@
 // Pairs of k: bfloat16 pairs (k, k+1) share one 32-bit word, low half the even k, as
 // AVX-512 BF16's vdpbf16ps reads them: one instruction multiplies 16 columns by a pair and adds
 // both products into float32 lanes (twice the multiply-adds of a float32 FMA). Where the CPU
-// lacks it (or the caller asks: `dot` 0), the same packed words are widened to float32 and
-// multiplied with FMAs: the same rounding of the inputs, float32 sums in another order.
+// lacks it (or the caller asks: `dot` 0; the only route of the avx2 and portable paths), the
+// same rounded values run as float32 FMAs: A's rows rounded to bf16 and widened once per call,
+// W's panels widened once per call (N x K floats, 1/M of the products' work), then register
+// tiles that only load, broadcast and FMA (6 rows x 16 columns on AVX2: 12 accumulators, 2
+// weight vectors, 1 broadcast of the 16 ymm). Widening inside the tile, as before, cost a shift
+// or mask per weight vector and a move + broadcast per row: 72% of FMA peak on Zen 5, ~1/3 on
+// Zen 3 (issue 30); bench/kernels.md has the figures.
 //
 // Layouts: A pairs (M, P) uint32, P = ceil(K/2); W packed (ceil(N/16), P, 16) uint32, columns
-// past N zero.
+// past N zero. Widened: A (M, 2P) float32, W (ceil(N/16), 2P, 16) float32 (k even, odd, ...).
+
+#include <type_traits>
 
 #include "vec.h"
 
@@ -25,6 +32,21 @@ inline uint32_t to_bf16(float v) {  // round to nearest even, as MLX rounds
   return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
 }
 
+inline float round_bf16(float v) {  // v rounded to bf16, as a float32
+  const uint32_t u = to_bf16(v) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+inline vf round_bf16(vf v) {  // the same, a vector at a time
+  vu u;
+  memcpy(&u, &v, sizeof u);
+  u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  memcpy(&v, &u, sizeof v);
+  return v;
+}
+
+#if defined(TK_BF16)  // the vdpbf16ps route's A
 // Rows of A (at stride lda floats) times scale -> bf16 pairs (M, P), a zero in the odd K's
 // last half.
 void pack_rows(int M, int K, const float* a, long lda, uint32_t* out, int threads, float scale = 1.0f) {
@@ -36,6 +58,39 @@ void pack_rows(int M, int K, const float* a, long lda, uint32_t* out, int thread
     for (int p = 0; p < K / 2; p++) o[p] = to_bf16(scale * r[2 * p]) | (to_bf16(scale * r[2 * p + 1]) << 16);
     if (K % 2) o[P - 1] = to_bf16(scale * r[K - 1]);
   }
+}
+#endif
+
+// Rows rounded to bf16 but kept as float32 (M, 2P), a zero past K: the FMA route's A.
+void pack_rows(int M, int K, const float* a, long lda, float* out, int threads, float scale = 1.0f) {
+  const int K2 = (K + 1) / 2 * 2;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int m = 0; m < M; m++) {
+    const float* r = a + (long)m * lda;
+    float* o = out + (long)m * K2;
+    int k = 0;
+    for (; k + W <= K; k += W) store(o + k, round_bf16(load(r + k) * scale));
+    for (; k < K; k++) o[k] = round_bf16(scale * r[k]);
+    if (K < K2) o[K] = 0.0f;
+  }
+}
+
+// Packed bf16 pairs (blocks, P, 16) -> float32 (blocks, 2P, 16): each word's low half (k even)
+// then its high half (k odd), a 16-bit shift and a mask.
+void widen_panels(long blocks, int P, const uint32_t* w, float* out, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (long j = 0; j < blocks; j++)
+    for (int p = 0; p < P; p++) {
+      const uint32_t* src = w + (j * P + p) * LANES;
+      uint32_t lo[LANES], hi[LANES];
+      for (int i = 0; i < LANES; i++) {
+        lo[i] = src[i] << 16;
+        hi[i] = src[i] & 0xFFFF0000u;
+      }
+      float* o = out + (j * P + p) * 2 * LANES;
+      memcpy(o, lo, sizeof lo);
+      memcpy(o + LANES, hi, sizeof hi);
+    }
 }
 
 struct Epilogue {
@@ -75,27 +130,18 @@ inline void finish(const Epilogue& e, int m, int n0, vf* acc) {
   }
 }
 
-// An MR x (NB x 16) tile by widening the bf16 words to float32: low halves (even k) by a
-// 16-bit shift, high halves (odd k) by masking. Every path has this one.
+// An MR x (NB x 16) tile of float32 FMAs over K2 widened k's: A's rows at stride K2, W's
+// panels bstride apart. Every path has this one.
 template <int MR, int NB>
-void tile_widen(int P, const uint32_t* a, const uint32_t* w, long bstride, int m0, int n0, const Epilogue& e) {
+void tile(int K2, const float* a, const float* w, long bstride, int m0, int n0, const Epilogue& e) {
   constexpr int V = NB * S;
   vf acc[MR][V] = {};
-  for (int p = 0; p < P; p++) {
-    vf lo[V], hi[V];
-    for (int c = 0; c < V; c++) {
-      vu u;
-      memcpy(&u, w + (c / S) * bstride + (long)p * LANES + (c % S) * W, sizeof u);
-      vu l = u << 16, h = u & 0xFFFF0000u;
-      memcpy(&lo[c], &l, sizeof l);
-      memcpy(&hi[c], &h, sizeof h);
-    }
+  for (int k = 0; k < K2; k++) {
+    vf wv[V];
+    for (int c = 0; c < V; c++) wv[c] = load(w + (c / S) * bstride + (long)k * LANES + (c % S) * W);
     for (int r = 0; r < MR; r++) {
-      const uint32_t x = a[(long)r * P + p], xl = x << 16, xh = x & 0xFFFF0000u;
-      float fl, fh;
-      memcpy(&fl, &xl, 4);
-      memcpy(&fh, &xh, 4);
-      for (int c = 0; c < V; c++) acc[r][c] += fl * lo[c] + fh * hi[c];
+      const float x = a[(long)r * K2 + k];
+      for (int c = 0; c < V; c++) acc[r][c] += x * wv[c];
     }
   }
   for (int r = 0; r < MR; r++)
@@ -105,8 +151,8 @@ void tile_widen(int P, const uint32_t* a, const uint32_t* w, long bstride, int m
 #if defined(TK_BF16)
 // The same tile with vdpbf16ps (AVX-512 BF16): one instruction per 16 columns and k pair.
 template <int MR, int NB>
-__attribute__((target("avx512bf16"))) void tile_dot(int P, const uint32_t* a, const uint32_t* w, long bstride,
-                                                   int m0, int n0, const Epilogue& e) {
+__attribute__((target("avx512bf16"))) void tile(int P, const uint32_t* a, const uint32_t* w, long bstride, int m0,
+                                               int n0, const Epilogue& e) {
   __m512 acc[MR][NB];
   for (int r = 0; r < MR; r++)
     for (int c = 0; c < NB; c++) acc[r][c] = _mm512_setzero_ps();
@@ -126,56 +172,93 @@ __attribute__((target("avx512bf16"))) void tile_dot(int P, const uint32_t* a, co
 }
 #endif
 
-// Tile shapes: rows x 16-column blocks, as many accumulators as the registers hold (32 zmm:
-// 6 x 4 with vdpbf16ps, 6 x 2 widening (two products per word); 16 ymm/xmm: fewer).
-constexpr int DOT_MR = 6, DOT_NB = 4;
-constexpr int WIDEN_MR = S == 1 ? 6 : S == 2 ? 4 : 2;
-constexpr int WIDEN_NB = S == 1 ? 2 : 1;
-
-template <int NB>
-void tile_rows(int dot, int mr, int P, const uint32_t* a, const uint32_t* w, long bstride, int m0, int n0,
-               const Epilogue& e) {
-#if defined(TK_BF16)
-  if (dot) {
-    switch (mr) {
-      case 6: return tile_dot<6, NB>(P, a, w, bstride, m0, n0, e);
-      case 5: return tile_dot<5, NB>(P, a, w, bstride, m0, n0, e);
-      case 4: return tile_dot<4, NB>(P, a, w, bstride, m0, n0, e);
-      case 3: return tile_dot<3, NB>(P, a, w, bstride, m0, n0, e);
-      case 2: return tile_dot<2, NB>(P, a, w, bstride, m0, n0, e);
-      default: return tile_dot<1, NB>(P, a, w, bstride, m0, n0, e);
-    }
-  }
+// Tile shapes: rows x 16-column blocks, as many accumulators as the registers hold: 32 zmm,
+// 6 x 4 (vdpbf16ps on pairs, or FMAs); 16 ymm, 6 x 1 (two ymm a block); 16 xmm (SSE), 3 x 1;
+// 32 NEON q registers, 6 x 1 (24 accumulators, 4 weight vectors, 1 broadcast).
+#if defined(__aarch64__)
+constexpr int XMM_ROWS = 6;
+#else
+constexpr int XMM_ROWS = 3;
 #endif
-  (void)dot;
-  if (mr >= WIDEN_MR) return tile_widen<WIDEN_MR, NB>(P, a, w, bstride, m0, n0, e);
-  if (mr >= 2) return tile_widen<2, NB>(P, a, w, bstride, m0, n0, e);  // 6 rows: in turns
-  return tile_widen<1, NB>(P, a, w, bstride, m0, n0, e);
+constexpr int TILE_MR = S == 4 ? XMM_ROWS : 6, TILE_NB = S == 1 ? 4 : 1;
+
+template <int NB, typename T>
+void tile_rows(int mr, int count, const T* a, const T* w, long bstride, int m0, int n0, const Epilogue& e) {
+  switch (mr) {
+    case 6: return tile<6, NB>(count, a, w, bstride, m0, n0, e);
+    case 5: return tile<5, NB>(count, a, w, bstride, m0, n0, e);
+    case 4: return tile<4, NB>(count, a, w, bstride, m0, n0, e);
+    case 3: return tile<3, NB>(count, a, w, bstride, m0, n0, e);
+    case 2: return tile<2, NB>(count, a, w, bstride, m0, n0, e);
+    default: return tile<1, NB>(count, a, w, bstride, m0, n0, e);
+  }
 }
 
-// Row blocks of this many rows keep their bf16 pairs in L2 while every column block passes.
+// Row blocks of this many rows keep their A rows in L2 while every column block passes.
 constexpr int ROW_BLOCK = 96;
 
 // One block of rows [m0, m1) against every column: column panels outer (a panel of weights
-// stays in L2 for all the block's tiles), tiles of rows inner.
-void row_block(int dot, int m0, int m1, int P, int nb, const uint32_t* a, const uint32_t* w, const Epilogue& e) {
-  const long bstride = (long)P * LANES;
-  const int mr_full = dot ? DOT_MR : WIDEN_MR, nb_full = dot ? DOT_NB : WIDEN_NB;
-  for (int j = 0; j < nb; j += nb_full) {
-    const int blocks = nb - j < nb_full ? nb - j : nb_full;
-    const uint32_t* wj = w + j * bstride;
-    for (int m = m0; m < m1;) {
-      const int mr = m1 - m < mr_full ? m1 - m : mr_full;
-      const int rows = mr >= WIDEN_MR || dot ? mr : mr >= 2 ? 2 : 1;
-      const uint32_t* am = a + (long)m * P;
+// stays in L1/L2 for all the block's tiles), tiles of rows inner. T: uint32_t (bf16 pairs,
+// vdpbf16ps) or float (widened, FMAs); count: elements of T along k (P or 2P); a: row m0's.
+template <typename T>
+void row_block(int m0, int m1, int count, int nb, const T* a, const T* w, const Epilogue& e) {
+  constexpr int MR = TILE_MR, NB = TILE_NB;
+  const long bstride = (long)count * LANES;
+  for (int j = 0; j < nb; j += NB) {
+    const int blocks = nb - j < NB ? nb - j : NB;
+    const T* wj = w + j * bstride;
+    for (int m = m0; m < m1; m += MR) {
+      const int mr = m1 - m < MR ? m1 - m : MR;
+      const T* am = a + (long)(m - m0) * count;
       switch (blocks) {
-        case 4: tile_rows<4>(dot, mr, P, am, wj, bstride, m, j * LANES, e); break;
-        case 3: tile_rows<3>(dot, mr, P, am, wj, bstride, m, j * LANES, e); break;
-        case 2: tile_rows<2>(dot, mr, P, am, wj, bstride, m, j * LANES, e); break;
-        default: tile_rows<1>(dot, mr, P, am, wj, bstride, m, j * LANES, e); break;
+        case 4: tile_rows<4 <= NB ? 4 : 1>(mr, count, am, wj, bstride, m, j * LANES, e); break;
+        case 3: tile_rows<3 <= NB ? 3 : 1>(mr, count, am, wj, bstride, m, j * LANES, e); break;
+        case 2: tile_rows<2 <= NB ? 2 : 1>(mr, count, am, wj, bstride, m, j * LANES, e); break;
+        default: tile_rows<1>(mr, count, am, wj, bstride, m, j * LANES, e); break;
       }
-      m += rows;
     }
+  }
+}
+
+// Elements of T per bf16 pair: 1 packed word, or 2 widened floats.
+template <typename T>
+constexpr int per_pair() {
+  return std::is_same<T, float>::value ? 2 : 1;
+}
+
+// A thread's scratch buffer `slot` of at least n elements, kept between calls (OpenMP's threads
+// persist): a fresh allocation per call cost its page faults and zeroing, ~20% of a 384 x 384
+// product. Slots: 0 a row block's A, 1 the caller's widened weights, 2-3 attention's rows.
+template <typename T>
+T* scratch(int slot, long n) {
+  static thread_local std::vector<T> buffers[4];
+  std::vector<T>& b = buffers[slot];
+  if ((long)b.size() < n) b.resize(n);
+  return b.data();
+}
+
+// W's packed pairs as route T reads them: as they are, or widened into the caller's slot 1.
+template <typename T>
+const T* route_weights(long blocks, int P, const uint32_t* w, int threads) {
+  if (per_pair<T>() == 1) return (const T*)w;
+  float* out = scratch<float>(1, blocks * P * 2 * LANES);
+  widen_panels(blocks, P, w, out, threads);
+  return (const T*)out;
+}
+
+// C = A x W^T + epilogue on route T: W as the route reads it, then row blocks over the
+// threads, each block's rows rounded (pack_rows) into its thread's scratch, hot in L2 for its tiles.
+template <typename T>
+void gemm_route(int M, int K, int nb, const float* a, long lda, const uint32_t* w, const Epilogue& e, int threads) {
+  const int P = (K + 1) / 2, count = P * per_pair<T>();
+  const T* wt = route_weights<T>(nb, P, w, threads);
+  const int blocks = (M + ROW_BLOCK - 1) / ROW_BLOCK;
+#pragma omp parallel for num_threads(threads) schedule(dynamic) if (threads > 1)
+  for (int b = 0; b < blocks; b++) {
+    const int m0 = b * ROW_BLOCK, m1 = m0 + ROW_BLOCK < M ? m0 + ROW_BLOCK : M;
+    T* rows = scratch<T>(0, (long)ROW_BLOCK * count);
+    pack_rows(m1 - m0, K, a + m0 * lda, lda, rows, 1);
+    row_block(m0, m1, count, nb, rows, wt, e);
   }
 }
 
@@ -220,17 +303,16 @@ EXPORT int TK(gemm)(int M, int N, int K, const float* a, long lda, const uint32_
 #if !defined(TK_BF16)
   if (dot) return 1;
 #endif
-  const int P = (K + 1) / 2, nb = (N + LANES - 1) / LANES;
+  const int nb = (N + LANES - 1) / LANES;
   threads = threads < 1 ? 1 : threads;
-  std::vector<uint32_t> pairs((long)M * P);
-  pack_rows(M, K, a, lda, pairs.data(), threads);
   const Epilogue e{bias, res, ldr, gelu, c, ldc, N};
-  const int blocks = (M + ROW_BLOCK - 1) / ROW_BLOCK;
-#pragma omp parallel for num_threads(threads) schedule(dynamic) if (threads > 1)
-  for (int b = 0; b < blocks; b++) {
-    const int m0 = b * ROW_BLOCK, m1 = m0 + ROW_BLOCK < M ? m0 + ROW_BLOCK : M;
-    row_block(dot, m0, m1, P, nb, pairs.data(), w, e);
+#if defined(TK_BF16)
+  if (dot) {
+    gemm_route<uint32_t>(M, K, nb, a, lda, w, e, threads);
+    return 0;
   }
+#endif
+  gemm_route<float>(M, K, nb, a, lda, w, e, threads);
   return 0;
 }
 
@@ -274,6 +356,59 @@ EXPORT void TK(gemm_pack_heads)(int H, int N, int K, const float* src, long sh, 
   for (int h = 0; h < H; h++) pack_weight(N, K, src + h * sh, sn, sk, out + h * per);
 }
 
+namespace {
+// attention_packed on one route (T: uint32_t pairs for vdpbf16ps, float widened for FMAs): the
+// float route widens a head's keys and values into the thread's slot 1 when its next block is
+// another head's (one head's, not all: 0.8 MB kept a thread, not 4.6, for tiny.en's window).
+template <typename T>
+void attention_route(int T_, int H, int Dh, const float* q, long ldq, const uint32_t* keys, const uint32_t* values,
+                     int N, int causal, float* out, long ldo, float* weights, int threads) {
+  const int Pq = (Dh + 1) / 2, Pn = (N + 1) / 2, cq = Pq * per_pair<T>(), cn = Pn * per_pair<T>();
+  const int nbn = (N + LANES - 1) / LANES, nbd = (Dh + LANES - 1) / LANES;
+  const long kp = (long)nbn * Pq * LANES, vp = (long)nbd * Pn * LANES;  // packed words a head
+  const long kw = kp * per_pair<T>(), vw = vp * per_pair<T>();         // the route's elements a head
+  const float scale = 1.0f / __builtin_sqrtf((float)Dh);
+  const int blocks = (T_ + ATTENTION_ROWS - 1) / ATTENTION_ROWS;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    T* qp = scratch<T>(0, (long)ATTENTION_ROWS * cq);
+    T* p = scratch<T>(2, (long)ATTENTION_ROWS * cn);
+    float* s = scratch<float>(3, (long)ATTENTION_ROWS * N);
+    float* wide = per_pair<T>() == 2 ? scratch<float>(1, kw + vw) : nullptr;
+    const T *kt = nullptr, *vt = nullptr;
+    int head = -1;
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int h = 0; h < H; h++)
+      for (int b = 0; b < blocks; b++) {
+        if (h != head) {
+          head = h;
+          kt = (const T*)(keys + h * kp);
+          vt = (const T*)(values + h * vp);
+          if (wide) {
+            widen_panels(nbn, Pq, keys + h * kp, wide, 1);
+            widen_panels(nbd, Pn, values + h * vp, wide + kw, 1);
+            kt = (const T*)wide;
+            vt = (const T*)(wide + kw);
+          }
+        }
+        const int m0 = b * ATTENTION_ROWS, rows = T_ - m0 < ATTENTION_ROWS ? T_ - m0 : ATTENTION_ROWS;
+        pack_rows(rows, Dh, q + m0 * ldq + h * Dh, ldq, qp, 1, scale);
+        const Epilogue scores{nullptr, nullptr, 0, 0, s, N, N};
+        row_block(0, rows, cq, nbn, qp, kt, scores);
+        for (int r = 0; r < rows; r++) {
+          float* sr = s + (long)r * N;
+          for (int n = causal < 0 ? N : causal + m0 + r + 1; n < N; n++) sr[n] = -__builtin_inff();
+          softmax_row(N, sr);
+          if (weights) memcpy(weights + ((long)h * T_ + m0 + r) * N, sr, N * sizeof(float));
+        }
+        pack_rows(rows, N, s, N, p, 1);
+        const Epilogue o{nullptr, nullptr, 0, 0, out + m0 * ldo + h * Dh, ldo, Dh};
+        row_block(0, rows, cn, nbd, p, vt, o);
+      }
+  }
+}
+}  // namespace
+
 // Attention of T query rows over N positions per head on the bf16 GEMM (a decoder prompt pass),
 // keys and values packed per head by gemm_pack_heads (keys as N x Dh, values as Dh x N).
 // q (T, H*Dh) at row stride ldq; causal >= 0: row t sees positions [0, causal + t] (self-
@@ -283,36 +418,14 @@ EXPORT void TK(gemm_pack_heads)(int H, int N, int K, const float* src, long sh, 
 EXPORT int TK(attention_packed)(int T, int H, int Dh, const float* q, long ldq, const uint32_t* keys,
                                 const uint32_t* values, int N, int causal, float* out, long ldo, float* weights,
                                 int dot, int threads) {
-#if !defined(TK_BF16)
-  if (dot) return 1;
-#endif
-  const int Pq = (Dh + 1) / 2, Pn = (N + 1) / 2;
-  const int nbn = (N + LANES - 1) / LANES, nbd = (Dh + LANES - 1) / LANES;
-  const long kw = (long)nbn * Pq * LANES, vw = (long)nbd * Pn * LANES;
-  const float scale = 1.0f / __builtin_sqrtf((float)Dh);
-  const int blocks = (T + ATTENTION_ROWS - 1) / ATTENTION_ROWS;
   threads = threads < 1 ? 1 : threads;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    std::vector<uint32_t> qp((long)ATTENTION_ROWS * Pq), p((long)ATTENTION_ROWS * Pn);
-    std::vector<float> s((long)ATTENTION_ROWS * N);
-#pragma omp for collapse(2) schedule(dynamic)
-    for (int h = 0; h < H; h++)
-      for (int b = 0; b < blocks; b++) {
-        const int m0 = b * ATTENTION_ROWS, rows = T - m0 < ATTENTION_ROWS ? T - m0 : ATTENTION_ROWS;
-        pack_rows(rows, Dh, q + m0 * ldq + h * Dh, ldq, qp.data(), 1, scale);
-        const Epilogue scores{nullptr, nullptr, 0, 0, s.data(), N, N};
-        row_block(dot, 0, rows, Pq, nbn, qp.data(), keys + h * kw, scores);
-        for (int r = 0; r < rows; r++) {
-          float* sr = s.data() + (long)r * N;
-          for (int n = causal < 0 ? N : causal + m0 + r + 1; n < N; n++) sr[n] = -__builtin_inff();
-          softmax_row(N, sr);
-          if (weights) memcpy(weights + ((long)h * T + m0 + r) * N, sr, N * sizeof(float));
-        }
-        pack_rows(rows, N, s.data(), N, p.data(), 1);
-        const Epilogue o{nullptr, nullptr, 0, 0, out + m0 * ldo + h * Dh, ldo, Dh};
-        row_block(dot, 0, rows, Pn, nbd, p.data(), values + h * vw, o);
-      }
+#if defined(TK_BF16)
+  if (dot) {
+    attention_route<uint32_t>(T, H, Dh, q, ldq, keys, values, N, causal, out, ldo, weights, threads);
+    return 0;
   }
+#endif
+  if (dot) return 1;
+  attention_route<float>(T, H, Dh, q, ldq, keys, values, N, causal, out, ldo, weights, threads);
   return 0;
 }

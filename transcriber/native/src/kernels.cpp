@@ -69,6 +69,13 @@ void linear_blocks(int K, int j0, int blocks, const float* x, const T* w, const 
 // are only 12 KB each at K 384, so each group would start cold). bench/kernels.md: the 40 MB
 // projection 2.2 -> 1.3 ms on Zen 5.
 constexpr int AHEAD_ROWS = 32;
+// From 3 rows on, twice as far: their FMAs make an iteration ~2x longer, and 32 rows ahead came
+// sooner than the memory's latency (issue 30, Zen 5, the 4-row projection: AVX2 1.61 -> 1.49-1.53
+// ms, AVX-512 1.00-1.07 -> 0.77; 96 measured the same as 64).
+template <int R>
+constexpr int ahead_rows() {
+  return R >= 3 ? 2 * AHEAD_ROWS : AHEAD_ROWS;
+}
 
 // NB blocks of the pairs layout from wj on, for R rows: sums into acc. NB is a compile-time
 // constant so lo/hi/acc stay in registers (a run-time count kept them on the stack).
@@ -76,9 +83,10 @@ template <int R, int NB>
 inline void pairs_blocks(int P, int even, int K, const float* x, const uint32_t* wj, vf (&acc)[R][NB * S]) {
   constexpr int V = NB * S;
   const long group = (long)NB * P * LANES;  // words from a block to the same block of the next group
+  constexpr int AHEAD = ahead_rows<R>();
   for (int p = 0; p < P; p++) {
     vf lo[V], hi[V];
-    const long ahead = p + AHEAD_ROWS < P ? (long)AHEAD_ROWS * LANES : group - (long)(P - AHEAD_ROWS) * LANES;
+    const long ahead = p + AHEAD < P ? (long)AHEAD * LANES : group - (long)(P - AHEAD) * LANES;
     for (int c = 0; c < V; c++) {
       const uint32_t* a = wj + ((long)(c / S) * P + p) * LANES + (c % S) * W;
       if (c % S == 0) __builtin_prefetch(a + ahead, 0, 3);
@@ -250,62 +258,113 @@ inline float tof(uint16_t h) {  // bfloat16 bits -> float
   return f;
 }
 
+// Vectors a register tile of RR rows spans in attend_shared (positions for the scores, dims for
+// the values): RR x C accumulators, at least 8 (two FMA pipes x 4 cycles of latency: with 4, as
+// before, one row's tile waited on its own sums: the cross-attention on AVX2 ran at half the
+// speed of AVX-512 for one row), at most what the registers hold beside C keys: 16 zmm or 8 ymm / xmm.
+constexpr int MAX_SHARED_DH = 256;  // head widths attend_shared takes (Whisper's: 64)
+template <int RR>
+constexpr int shared_vectors() {
+  const int budget = S == 1 ? 16 : 8, c = budget / RR;
+  return c < 2 ? 2 : c > 8 ? 8 : c;
+}
+
+// Scores of RR rows for C vectors of positions from t: s[r][t...] = q[r] . keys, q (RR, Dh) already
+// scaled (a broadcast from memory per row and dim: scaling there cost a multiply and a move). valid < W:
+// one vector (C 1) of the last `valid` positions, read through a zero-padded copy.
+template <int RR, int C, typename KV>
+inline void shared_scores(int Dh, const float* q, const KV* kt, long kdim, int t, int valid, float* const* s) {
+  vf acc[RR][C] = {};
+  for (int d = 0; d < Dh; d++) {
+    const KV* kd = kt + d * kdim + t;
+    vf k[C];
+    if (valid < W) {
+      KV tail[W] = {};
+      memcpy(tail, kd, valid * sizeof(KV));
+      k[0] = load_w(tail);
+    } else {
+      if (C > 1) prefetch_span(kd + 2 * C * W, C * W);  // this dim's positions two tiles on
+      for (int c = 0; c < C; c++) k[c] = load_w(kd + c * W);
+    }
+    for (int r = 0; r < RR; r++) {
+      const float qd = q[r * Dh + d];
+      for (int c = 0; c < C; c++) acc[r][c] += qd * k[c];
+    }
+  }
+  for (int r = 0; r < RR; r++) {
+    if (valid < W) {
+      float tail[W];
+      store(tail, acc[r][0]);
+      memcpy(s[r] + t, tail, valid * sizeof(float));
+    } else {
+      for (int c = 0; c < C; c++) store(s[r] + t + c * W, acc[r][c]);
+    }
+  }
+}
+
+// out[r][d0 ... d0 + C W) = sum over the T positions of s[r][u] values[u]: U positions at a time
+// into their own sums (U x RR x C >= 8 chains where the rows and dims are few), added at the end.
+template <int RR, int C, typename KV>
+inline void shared_values(int T, int d0, const KV* v, long vpos, float* const* s, float* const* out) {
+  constexpr int U = RR * C >= 8 ? 1 : 8 / (RR * C);
+  vf acc[U][RR][C] = {};
+  int u = 0;
+  for (; u + U <= T; u += U)
+    for (int i = 0; i < U; i++) {
+      const KV* vu = v + (u + i) * vpos + d0;
+      prefetch_span(vu + AHEAD_POSITIONS * vpos, C * W);
+      vf vv[C];
+      for (int c = 0; c < C; c++) vv[c] = load_w(vu + c * W);
+      for (int r = 0; r < RR; r++) {
+        const float p = s[r][u + i];
+        for (int c = 0; c < C; c++) acc[i][r][c] += p * vv[c];
+      }
+    }
+  for (; u < T; u++)  // the last positions into the first sums
+    for (int r = 0; r < RR; r++)
+      for (int c = 0; c < C; c++) acc[0][r][c] += s[r][u] * load_w(v + u * vpos + d0 + c * W);
+  for (int r = 0; r < RR; r++)
+    for (int c = 0; c < C; c++) {
+      vf sum = acc[0][r][c];
+      for (int i = 1; i < U; i++) sum += acc[i][r][c];
+      store(out[r] + d0 + c * W, sum);
+    }
+}
+
 // RR rows of one head that read the same keys, transposed (dim-major, positions contiguous),
 // and values (the cross-attention: one row, or beams over one window): scores in register tiles
-// of RR rows x 4 vectors of positions, so each key and value vector is loaded and widened once
+// of RR rows x C vectors of positions, so each key and value vector is loaded and widened once
 // for all the rows. Then per row the [first, last) mask and the softmax (weights copied out when
-// asked), and the values' product in register tiles of RR rows x 4 vectors of dims. Dh is a
+// asked), and the values' product in register tiles of RR rows x C vectors of dims. Dh is a
 // multiple of W. q[r], s[r] (T floats of scratch), out[r], weights[r] (or null): per row.
 template <int RR, typename KV>
 void attend_shared(int T, int Dh, float scale, const float* const* q, const KV* kt, long kdim, const KV* v, long vpos,
                    const int* first, const int* last, float* const* s, float* const* out, float* const* weights) {
+  constexpr int C = shared_vectors<RR>();
+  float qs[RR * MAX_SHARED_DH];
+  for (int r = 0; r < RR; r++)
+    for (int d = 0; d < Dh; d++) qs[r * Dh + d] = q[r][d] * scale;
   int t = 0;
-  for (; t + 4 * W <= T; t += 4 * W) {
-    vf acc[RR][4] = {};
-    for (int d = 0; d < Dh; d++) {
-      const KV* kd = kt + d * kdim + t;
-      prefetch_span(kd + 8 * W, 4 * W);  // this dim's positions two tiles on
-      vf k[4] = {load_w(kd), load_w(kd + W), load_w(kd + 2 * W), load_w(kd + 3 * W)};
-      for (int r = 0; r < RR; r++) {
-        const float qd = q[r][d] * scale;
-        for (int c = 0; c < 4; c++) acc[r][c] += qd * k[c];
-      }
-    }
-    for (int r = 0; r < RR; r++)
-      for (int c = 0; c < 4; c++) store(s[r] + t + c * W, acc[r][c]);
-  }
-  for (; t < T; t++)  // the last positions, one at a time
-    for (int r = 0; r < RR; r++) {
-      float sum = 0.0f;
-      for (int d = 0; d < Dh; d++) sum += q[r][d] * tof(kt[d * kdim + t]);
-      s[r][t] = sum * scale;
-    }
+  for (; t + C * W <= T; t += C * W) shared_scores<RR, C>(Dh, qs, kt, kdim, t, W, s);
+  for (; t + W <= T; t += W) shared_scores<RR, 1>(Dh, qs, kt, kdim, t, W, s);
+  if (t < T) shared_scores<RR, 1>(Dh, qs, kt, kdim, t, T - t, s);  // the last positions
   for (int r = 0; r < RR; r++) {
     for (int u = 0; u < first[r] && u < T; u++) s[r][u] = -__builtin_inff();
     for (int u = last[r] > 0 ? last[r] : 0; u < T; u++) s[r][u] = -__builtin_inff();
     softmax_row(T, s[r]);
     if (weights[r]) memcpy(weights[r], s[r], T * sizeof(float));
   }
-  for (int d0 = 0; d0 < Dh; d0 += 4 * W) {
-    const int nv = (Dh - d0) / W < 4 ? (Dh - d0) / W : 4;
-    vf acc[RR][4] = {};
-    for (int u = 0; u < T; u++) {
-      const KV* vu = v + u * vpos + d0;
-      prefetch_span(vu + AHEAD_POSITIONS * vpos, nv * W);
-      vf vv[4];
-      for (int c = 0; c < nv; c++) vv[c] = load_w(vu + c * W);
-      for (int r = 0; r < RR; r++) {
-        const float p = s[r][u];
-        for (int c = 0; c < nv; c++) acc[r][c] += p * vv[c];
-      }
-    }
-    for (int r = 0; r < RR; r++)
-      for (int c = 0; c < nv; c++) store(out[r] + d0 + c * W, acc[r][c]);
-  }
+  int d0 = 0;  // dims in tiles of C vectors, then 4, 2, 1 (Dh 64: 4 zmm, 8 ymm)
+  for (; d0 + C * W <= Dh; d0 += C * W) shared_values<RR, C>(T, d0, v, vpos, s, out);
+  if (C > 4)
+    for (; d0 + 4 * W <= Dh; d0 += 4 * W) shared_values<RR, (C > 4 ? 4 : 1)>(T, d0, v, vpos, s, out);
+  if (C > 2)
+    for (; d0 + 2 * W <= Dh; d0 += 2 * W) shared_values<RR, (C > 2 ? 2 : 1)>(T, d0, v, vpos, s, out);
+  for (; d0 < Dh; d0 += W) shared_values<RR, 1>(T, d0, v, vpos, s, out);
 }
 
-// Rows sharing keys at a time in attend_shared: RR x 4 accumulators + 4 keys in the registers.
-constexpr int SHARED_ROWS = S == 1 ? 4 : 2;
+// Rows sharing keys at a time in attend_shared (shared_vectors gives each its tile's width).
+constexpr int SHARED_ROWS = 4;
 
 // attend() for keys transposed and no `extra` position, Dh a multiple of W: rows that share
 // their keys and values (row stride 0) in groups, others one at a time.
@@ -355,7 +414,7 @@ template <typename KV>
 void attend(int R, int H, int Dh, float scale, const float* q, const KV* k, Strides ks, const KV* v,
             Strides vs, int T, const float* extra_k, const float* extra_v, const int* lo, const int* hi,
             float* out, float* weights) {
-  if (ks.dim != 1 && ks.pos == 1 && vs.dim == 1 && !extra_k && Dh % W == 0 && T > 0)
+  if (ks.dim != 1 && ks.pos == 1 && vs.dim == 1 && !extra_k && Dh % W == 0 && Dh <= MAX_SHARED_DH && T > 0)
     return attend_transposed(R, H, Dh, scale, q, k, ks, v, vs, T, lo, hi, out, weights);
   const int total = T + (extra_k ? 1 : 0);
   const int D = H * Dh;
