@@ -65,10 +65,12 @@ ISOLATION = 2.0
 # -1.76; the first text after a pause in speech: no-speech at most 0.25 (streaming) and 0.50
 # (one-shot, the Apollo 11 radio's " Yeah.", -0.62; its noisiest window 0.47, -0.86), and none
 # of it under -0.93. So two corners, (no-speech over, log probability under): a guess beyond either.
-# One-shot only: a streaming pass sees a few seconds, and its scores do not tell speech from
-# non-speech. The first passes after a pause in the Apollo 11 radio (speech through noise) scored
-# (0.45, -1.36), (0.56, -1.29), (0.57, -2.1): the rule cut its 106 streamed words to 22, while
-# passes over clicks scored (0.48, -1.76), (0.58, -1.81) and over babble (0.53, -0.75), (0.59, -1.13).
+# A streaming pass sees a few seconds, and its scores do not tell speech from non-speech: the
+# first passes after a pause in the Apollo 11 radio (speech through noise) scored (0.45, -1.36),
+# (0.56, -1.29), (0.57, -2.1), and the rule alone cut its 106 streamed words to 22, while passes
+# over clicks scored (0.48, -1.76), (0.58, -1.81) and over babble (0.53, -0.75), (0.59, -1.13).
+# There a pass the rule doubts is judged again as one-shot would judge its buffer
+# (``StreamingSession._one_shot_refuses``).
 GUESS_CORNERS = ((0.5, -0.5), (0.4, -1.0))
 
 _NOT_LETTERS = re.compile(r"[^\w ]+")
@@ -119,7 +121,8 @@ def speech_words(words: Sequence[Word], after_speech: bool = False) -> list[Word
     of them when the pass as a whole is a guess (mean probability of its words, punctuation
     aside, under ``MIN_SEGMENT_PROBABILITY``), or only vocables (``is_vocables``) or an isolated
     guess (``is_isolated_guess``) unless it goes on from speech (``after_speech``: "Oh," then
-    "I see" in the next pass). (``is_unlikely_start`` is not asked: see ``GUESS_CORNERS``.)"""
+    "I see" in the next pass). (A pass ``is_unlikely_start`` doubts is judged by the session:
+    see ``GUESS_CORNERS``.)"""
     kept = [w for w in words if is_speech_word(w)]
     if not after_speech and (is_vocables("".join(w.text for w in kept)) or is_isolated_guess(kept)):
         return []

@@ -159,6 +159,14 @@ class OneShotEngine:
                 break
         return result
 
+    def refuses(self, result: DecodingResult, n_frames: int) -> bool:
+        """Nothing of a window of ``n_frames`` mel frames decoded (with the fallback) as
+        ``result`` is written: no speech, a text still looping or unreadable at the last
+        temperature, or repetitive."""
+        return (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob)
+                or self._looping(result, n_frames) or self._unreadable(result)  # (at every temperature)
+                or self._repetitive(result))
+
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
         """Decode ``source`` window by window from ``state``: one ``Step`` per window."""
         with contextlib.closing(self._walk(source, state)) as walker:  # closing it stops ffmpeg
@@ -234,9 +242,7 @@ class OneShotEngine:
         # (bench/nonspeech_set.py) the window's no-speech probability (0.6-0.87) ended the
         # fallback at temperature 0 with " I'm going to go to the next one." 13 times
         # (compression ratio 10.7), and all 104 words were written.
-        if (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob)
-                or self._looping(result, n_frames) or self._unreadable(result)  # (at every temperature)
-                or self._repetitive(result)):
+        if self.refuses(result, n_frames):
             return [], replace(state, seek=state.seek + n_frames)
         pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
         if opts.word_timestamps and pieces:
