@@ -40,6 +40,7 @@ from transcriber.evaluation import normalize, wer  # noqa: E402
 PEER_PY = BENCH / ".venvs" / "faster-whisper" / "bin" / "python"
 TARGET_RATIO = 0.8  # issue 21: one-shot time <= 0.8x faster-whisper int8 (issue 8 asked 1.2)
 PEER = "faster-whisper int8"
+PEER_AVX2 = "faster-whisper int8, AVX2"  # --peer-avx2: CTranslate2 held to AVX2 (CT2_FORCE_CPU_ISA)
 
 
 OURS_PY = ROOT / ".venv" / "bin" / "python"
@@ -57,17 +58,27 @@ def systems(args):
     the native kernels as installed, and (unless --no-kernels-off) with MLX's own ops, in the
     same run: the before/after of issue 21 on the same machine at the same load."""
     ours = OURS_PY
-    label, env = BEFORE[args.before]
-    kernel_rows = [("", {})] + ([] if args.no_kernels_off else [(label, {"env": env})])
+    kernel_rows = [(label, {"env": env}) for label, env in kernel_configs(args)]
     rows = [(f"ours one-shot{label}", ours, "_worker_ours.py", {"mode": "oneshot", **extra})
             for label, extra in kernel_rows]
     if not args.no_stream:
         rows += [(f"ours streaming (1 s chunks){label}", ours, "_worker_ours.py",
                   {"mode": "stream", "chunk_seconds": 1.0, **extra}) for label, extra in kernel_rows]
     rows.append((PEER, PEER_PY, "_worker_peer.py", {"compute_type": "int8"}))
+    if args.peer_avx2:
+        rows.append((PEER_AVX2, PEER_PY, "_worker_peer.py", {"compute_type": "int8", "env": {"CT2_FORCE_CPU_ISA": "AVX2"}}))
     if not args.no_float32:
         rows.append(("faster-whisper float32", PEER_PY, "_worker_peer.py", {"compute_type": "float32"}))
     return rows
+
+
+def kernel_configs(args) -> list[tuple[str, dict]]:
+    """(label, environment) of each configuration of ours: the kernels as installed (or, with
+    --paths, one per instruction-set path: ", avx2 kernels"), then the --before row unless
+    --no-kernels-off."""
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()] if args.paths else []
+    rows = [(f", {p} kernels", {"TRANSCRIBER_KERNELS": p}) for p in paths] or [("", {})]
+    return rows + ([] if args.no_kernels_off else [BEFORE[args.before]])
 
 
 def load_manifest(data, subsets):
@@ -121,6 +132,12 @@ def main():
     ap.add_argument("--before", choices=sorted(BEFORE), default="off",
                     help="our second row: MLX's own ops (off), or the kernels with MLX's float32 encoder "
                          "(mlx-encoder) or MLX's float32 cross-attention keys/values (mlx-cross)")
+    ap.add_argument("--paths", metavar="P[,P...]",
+                    help="our rows once per kernel path (TRANSCRIBER_KERNELS=P), e.g. avx512,avx2 on an "
+                         "AVX-512 CPU: both instruction sets in one run")
+    ap.add_argument("--peer-avx2", action="store_true",
+                    help=f"also run faster-whisper held to AVX2 ({PEER_AVX2!r}); our rows with 'avx2' in "
+                         "their name are compared with it")
     ap.add_argument("--no-kernels-off", action="store_true",
                     help="skip our rows on MLX's own ops (TRANSCRIBER_KERNELS=off)")
     ap.add_argument("--no-micro", action="store_true",
@@ -171,7 +188,7 @@ def main():
     micro = {} if args.no_micro else {
         label: run_worker(OURS_PY, "_worker_micro.py", {"steps": 40, "env": env, "model": args.model},
                           args.threads, args.timeout)
-        for label, env in (("", {}), BEFORE[args.before])}
+        for label, env in kernel_configs(args)}
     load_after = os.getloadavg()
     refs = [normalize(e["text"]) for e in entries]
     summary = {}
@@ -189,8 +206,10 @@ def main():
             "info": ok[0]["info"],
             "hyps": ok[0]["hyps"],
         }
+    from transcriber.native.blas.probe import cpu_model
+
     print(f"{args.model}: {len(entries)} files ({args.subsets}), {audio_s:.1f} s of audio, {args.threads} threads, "
-          f"{os.cpu_count()} cores, repeat {args.repeat} (min kept)\n")
+          f"CPU {cpu_model()}, {os.cpu_count()} cores, repeat {args.repeat} (min kept)\n")
     print_tables(summary, audio_s, micro)
     print(f"\nload average (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in load_before)} before, "
           f"{' '.join(f'{x:.2f}' for x in load_after)} after; CPU flags: {cpu_flags()}")
@@ -215,8 +234,8 @@ def cpu_flags() -> str:
 
 def _micro_cells(micro: dict, name: str) -> str:
     """Step ms (1 row, 4 rows) and encoder s for our rows: wall (CPU)."""
-    before = next((label for label, _ in BEFORE.values() if name.endswith(label)), "")
-    m = micro.get(before, {}) if name.startswith("ours") else {}
+    label = max((label for label in micro if name.endswith(label)), key=len, default="")
+    m = micro.get(label, {}) if name.startswith("ours") else {}
     if "step_ms" not in m:
         return " | | |"
     one, four, enc = m["step_ms"]["1"], m["step_ms"]["4"], m["encoder_s"]
@@ -224,9 +243,16 @@ def _micro_cells(micro: dict, name: str) -> str:
             f"{enc['wall']:.2f} ({enc['cpu']:.2f}) |")
 
 
+def _peer_of(name: str, summary: dict) -> dict:
+    """The faster-whisper row a row of ours is compared with: the AVX2 one for our avx2 rows
+    when it ran (--peer-avx2), else the default one."""
+    if "avx2" in name and "transcribe_s" in summary.get(PEER_AVX2, {}):
+        return summary[PEER_AVX2]
+    return summary.get(PEER, {})
+
+
 def print_tables(summary, audio_s, micro=None):
     micro = micro or {}
-    peer = summary.get(PEER, {}).get("transcribe_s")
     print("| system | load s | transcribe s | / fw int8 | CPU s | RTF | WER % | peak RSS MB "
           "| step ms, 1 row | 4 rows | encoder 30 s, s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -234,6 +260,7 @@ def print_tables(summary, audio_s, micro=None):
         if "error" in s:
             print(f"| {name} | failed: {s['error'][:120]} | | | | | | | | | |")
             continue
+        peer = _peer_of(name, summary).get("transcribe_s")
         ratio = f"{s['transcribe_s'] / peer:.2f}" if peer else ""
         print(f"| {name} | {s['load_s']:.2f} | {s['transcribe_s']:.2f} | {ratio} | {s['cpu_s']:.1f} | "
               f"{s['transcribe_s'] / audio_s:.3f} | {100 * s['wer']:.2f} | {s['peak_rss_mb']:.0f} |"
@@ -244,13 +271,13 @@ def print_tables(summary, audio_s, micro=None):
             print(f"- {name}: {s['info']}")
     for label, m in micro.items():
         print(f"- micro{label or ' (as installed)'}: {m.get('kernels', m.get('error'))}")
-    peer = summary.get(PEER, {})
-    if "transcribe_s" not in peer:
+    if "transcribe_s" not in summary.get(PEER, {}):
         return
-    print(f"\n| ratio to {PEER} | time | CPU time | WER | peak RSS |")
+    print(f"\n| ratio to {PEER} (our avx2 rows: to {PEER_AVX2}, where it ran) | time | CPU time | WER | peak RSS |")
     print("|---|---:|---:|---:|---:|")
     for name, s in summary.items():
         if name.startswith("ours") and "error" not in s:
+            peer = _peer_of(name, summary)
             time_ratio = s["transcribe_s"] / peer["transcribe_s"]
             verdict = f" ({'meets' if time_ratio <= TARGET_RATIO else 'misses'} <= {TARGET_RATIO})" if "one-shot" in name else ""
             wer_ratio = s["wer"] / peer["wer"] if peer["wer"] else float("nan")
