@@ -21,6 +21,11 @@ Headline: time ours / faster-whisper int8: one-shot target <= 1.2 (issue 8), <= 
 Ours runs twice, with the native kernels as installed and with TRANSCRIBER_KERNELS=off (MLX's
 own ops): the before and after in one run. The micro figures (a decoder step of 1 and 4 rows,
 one 30 s encoder window; bench/_worker_micro.py) come from their own processes, both ways.
+
+Both instruction sets in one run, on an AVX-512 CPU: ``--paths avx512,avx2 --peer-avx2`` runs
+ours once per kernel path and faster-whisper also held to AVX2 (CT2_FORCE_CPU_ISA=AVX2): each of
+our avx2 rows is compared with that row, the rest with faster-whisper as it runs here. The
+header names the CPU; each row of ours names its path.
 """
 import argparse
 import json
