@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from . import build
+from .. import settings
 
 ENV = "TRANSCRIBER_KERNELS"
 FOLDER = build.HERE  # where build.py put the library and build.json
@@ -96,7 +97,7 @@ def _mlx_version() -> str | None:
 
 def _choose(built: list[str], flags: frozenset[str]) -> tuple[str | None, str | None]:
     """(path, None) or (None, reason)."""
-    forced = os.environ.get(ENV, "").strip().lower()
+    forced = settings.get(ENV) or ""
     if forced in ("off", "none", "0"):
         return None, f"off ({ENV}={forced})"
     if forced:
