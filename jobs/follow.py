@@ -106,7 +106,7 @@ def follow_source(runner: Runner, live: LiveSource, stem: Optional[Path], spec: 
             identity, place = bounded(place_of, live.source, live.kind, stem, root, output_dir, path=live.source,
                                       what=PATH)  # before ffmpeg reads it: a hung mount is one line
             key = FOLLOW_KEY + live.key()  # waits for the first seconds of audio (or fails)
-            request = Request(identity, key, spec.fingerprint(), spec.stored(), place)
+            request = Request(identity, key, spec.fingerprint(), spec.stored(), place, os.path.dirname(place))
             job, action = _enqueue(runner.store, request, spec, settings.force, runner.reporter)
             if action == SKIP:
                 return RunResult()
@@ -176,7 +176,7 @@ def _run(runner: Runner, job, live: LiveSource, settings: FollowSettings) -> Opt
     attempt = FollowAttempt(runner, claimed, live, settings)
     runner.reporter.info(f"following {live.name} (Ctrl-C to end it)")
     try:
-        with Heartbeat(runner.store.path, claimed.id, ledger.owner, ledger.lease_seconds):
+        with Heartbeat(runner.store, claimed.id, ledger.owner, ledger.lease_seconds):
             attempt.run()
     except BaseException as e:
         ledger.settle(attempt, result, e)

@@ -161,7 +161,7 @@ def enqueue_ready(store: JobStore, tracker: StableFiles, ready: list[Path], root
             continue
         if isinstance(identity, Exception):
             raise identity
-        requests.append((path, request_of(identity, spec)))
+        requests.append((path, request_of(identity, spec, output_dir)))
     seen = OutputsSeen(store, [request for _, request in requests], spec)  # their outputs, read at once
     for path, request in requests:
         if request.path in seen.hung:

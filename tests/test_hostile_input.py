@@ -491,7 +491,9 @@ def test_separate_runs_into_one_folder_never_overwrite_another_files_transcript(
 
 def test_a_hand_made_subtitle_survives_a_run(tmp_path, monkeypatch):
     """talk.srt made by hand beside talk.flac: the run skips the file with the reason, the
-    subtitle untouched; --force replaces it, and from then on it is the job's."""
+    subtitle untouched (a new job transcribes first: an srt of no record that holds what it
+    would write is a lost database's, and adopted; this one does not); --force replaces it, and
+    from then on it is the job's."""
     media = tmp_path / "talk.flac"
     shutil.copy(PRESS_YARD, media)
     mine = "1\n00:00:00,000 --> 00:00:01,000\nmy own words\n"
@@ -504,7 +506,7 @@ def test_a_hand_made_subtitle_survives_a_run(tmp_path, monkeypatch):
     assert lines(result) == ["0 done, 1 skipped, 0 failed",
                              f"skipped: {media}: {tmp_path / 'talk.srt'} exists and was not written by "
                              f"transcribe; --force replaces it"]
-    assert (tmp_path / "talk.srt").read_text() == mine and engine.started_from == []
+    assert (tmp_path / "talk.srt").read_text() == mine and engine.started_from == [None]
     forced = invoke("--db", str(db), str(media), "-q", "--force")
     assert lines(forced) == ["1 done, 0 skipped, 0 failed"]
     assert "w1" in (tmp_path / "talk.srt").read_text()
