@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import transcriber
-from transcriber import AudioError, ReadTimeout, RunFault, Segment, TranscriberError, bounded, settings
+from transcriber import AudioError, OutputError, ReadTimeout, RunFault, Segment, TranscriberError, bounded, settings
 from transcriber.errors import no_space
 
 if TYPE_CHECKING:
@@ -172,7 +172,8 @@ class Ledger:
             # the database (locked too long), not the file: the command reports it and stops;
             # the job keeps its last checkpoint and is resumed once its lease is seen dead
             raise error
-        if not isinstance(error, RunFault) and no_space(error):  # a full disk or temporary folder
+        if not isinstance(error, (RunFault, OutputError)) and no_space(error):  # a full temporary folder
+            # (not the outputs' disk: that is the job's, told on its file and retried)
             error = RunFault(f"no space left on a disk this run writes to ({tempfile.gettempdir()} for "
                              f"temporary files): {one_line(error)}")
         if isinstance(error, RunFault) or not isinstance(error, Exception) or (

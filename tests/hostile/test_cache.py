@@ -1,7 +1,6 @@
-"""Caches and model folders are data, never instructions (issue 31): a library is loaded only
-when it is one of the candidates the code enumerates (or the user's TRANSCRIBER_BLAS path); what
-the cache holds is private to the user whatever the umask; a model folder never names a file
-outside itself for us to open.
+"""Caches and model folders are data, never instructions: a library is loaded only when it is
+one of the candidates the code enumerates (or the user's TRANSCRIBER_BLAS path); cache files are
+private to the user whatever the umask; a model folder never names a file outside itself.
 """
 
 from __future__ import annotations
@@ -19,7 +18,8 @@ from transcriber import ModelError
 from transcriber.cachedir import private_dir, private_write
 from transcriber.model import hf
 
-from .test_blas import PIP_ONLY, run_python
+from ..test_blas import PIP_ONLY, run_python
+
 
 EVIL = r"""
 #include <stdio.h>
@@ -38,7 +38,7 @@ def planted_library(tmp_path: Path) -> tuple[Path, Path]:
     return lib, marker
 
 
-def mode(path: Path) -> int:
+def permissions(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
@@ -66,7 +66,7 @@ def test_a_poisoned_blas_cache_never_loads_its_library(tmp_path):
     assert not marker.exists(), err
     assert report["name"] == "scipy-openblas32" and report["matmul_ok"], report
     assert "planted" not in path.read_text()
-    assert mode(path) == 0o600
+    assert permissions(path) == 0o600
 
 
 def test_cache_files_and_folders_are_private_whatever_the_umask(tmp_path):
@@ -78,9 +78,9 @@ def test_cache_files_and_folders_are_private_whatever_the_umask(tmp_path):
         private_dir(tmp_path / "cache" / "models" / "tiny")
     finally:
         os.umask(old)
-    assert mode(tmp_path / "cache" / "blas" / "x.json") == 0o600
+    assert permissions(tmp_path / "cache" / "blas" / "x.json") == 0o600
     for folder in ("cache", "cache/blas", "cache/models", "cache/models/tiny"):
-        assert mode(tmp_path / folder) == 0o700, folder
+        assert permissions(tmp_path / folder) == 0o700, folder
     assert [p.name for p in (tmp_path / "cache" / "blas").iterdir()] == ["x.json"]  # no temporary left
 
 

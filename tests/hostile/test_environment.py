@@ -1,50 +1,166 @@
-"""Faults of the environment, bad settings, and a job row steering writes (issue 31): an
-environment fault is said once for the run, its files stay queued with no attempt counted; a bad
-TRANSCRIBER_* value is a usage error before any work; an output path is checked against the job's
-own output folder when it is written; a model's config that no Whisper has is refused when the
-model loads.
+"""Faults that no input can cause are the run's, said once: ffprobe or ffmpeg that cannot
+start, a full temporary folder, an unusable cache folder, a model that cannot load (a pickle
+given as the model, a config no Whisper has). The files stay queued with no attempt counted.
+A bad TRANSCRIBER_* value is a usage error (exit 2) before any work.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pickle
 import shutil
 import sqlite3
+import time
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from jobs.discover import file_signature
-from transcriber import audio
+from transcriber import ModelError, audio
+from transcriber.model import loader
 from transcriber.model.whisper import ModelDimensions
 
-from .conftest import PRESS_YARD
-from .test_bad_input import invoke, no_traceback, use_engine
-from .test_hostile_input import lines
-from .test_jobs_runner import ScriptedEngine
+from ..conftest import PRESS_YARD
+from ..test_jobs_runner import ScriptedEngine
+from .helpers import cli, intact, invoke, lines, media_folder, no_traceback, read_only, use_engine
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in ("TRANSCRIBER_DEBUG", "TRANSCRIBER_DB", "TRANSCRIBER_DB_TIMEOUT"):
-        monkeypatch.delenv(name, raising=False)
-    yield
-    audio._ffprobe_binary.cache_clear()  # found on $PATH once per process: a test's PATH is its own
+def test_a_stale_conversion_folder_is_no_model_and_the_next_conversion_removes_it(tmp_path, monkeypatch):
+    """kill -9 mid-conversion leaves models/.convert-XXXX: `transcribe models` does not list
+    it, and the next conversion in that cache removes it once it is stale (not a fresh one)."""
+    import numpy as np
+    from transcriber.model import loader
+    monkeypatch.setenv("TRANSCRIBER_CACHE", str(tmp_path / "cache"))
+    models = tmp_path / "cache" / "models"
+    stale, fresh = models / ".convert-k1ll3d", models / ".convert-wr1t1n"
+    for folder in (stale, fresh):
+        folder.mkdir(parents=True)
+        (folder / "weights.safetensors").write_bytes(b"\0" * 1000)
+        (folder / "config.json").write_text("{}")
+    os.utime(stale, (time.time() - 3600,) * 2)
+    listing = invoke("models")
+    assert listing.exit_code == 0 and ".convert" not in listing.stdout
+    loader._convert_once(models / "made-1234", tmp_path, lambda: ({"w": np.zeros(2, np.float32)}, {}))
+    assert (models / "made-1234" / "weights.safetensors").is_file()
+    assert not stale.exists() and fresh.exists()
+
+
+@pytest.fixture
+def converted_tiny() -> Path:
+    """The default cache's conversion of tiny.en (made if needed)."""
+    from transcriber.model import loader
+    folder, _ = loader.resolve("tiny.en")
+    return folder
+
+
+@pytest.mark.parametrize("fault", ["not a folder", "read-only"])
+def test_an_unusable_cache_folder_is_one_line_and_fails_no_job(tmp_path, media, fault):
+    """$TRANSCRIBER_CACHE a file, or a read-only folder without the conversion: one line naming
+    the cache folder and what to do, exit 1; the job is still queued, no attempt counted."""
+    cache = tmp_path / "cache"
+    db = tmp_path / "jobs.db"
+    with contextlib.ExitStack() as stack:
+        if fault == "not a folder":
+            cache.write_text("")
+        else:
+            cache.mkdir()
+            stack.enter_context(read_only(cache))
+        result = cli("--db", str(db), str(media), "-q", env={"TRANSCRIBER_CACHE": str(cache)})
+    assert result.returncode == 1, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: the cache folder {cache} cannot be used (") and line.endswith(
+        "): make it a writable folder, or point $TRANSCRIBER_CACHE at one"), line
+    row = intact(db, media)
+    assert row["status"] == "queued" and row["errors"] == 0
+
+
+@pytest.mark.slow
+def test_a_cache_that_cannot_take_the_checked_marker_still_transcribes(tmp_path, media, converted_tiny):
+    """A cache holding a good conversion where the "checked" marker cannot be written (read-only,
+    or its folder taken by a file): the model is checked again and the file transcribed."""
+    models = tmp_path / "cache" / "models" / converted_tiny.name
+    models.mkdir(parents=True)
+    for f in converted_tiny.iterdir():
+        os.link(f, models / f.name)
+    (tmp_path / "cache" / "checked").write_text("")  # the marker's folder cannot be made
+    for folder in (models, models.parent, tmp_path / "cache"):
+        folder.chmod(0o500)
+    try:
+        result = cli("--db", str(tmp_path / "jobs.db"), str(media), "--mode", "oneshot", "-f", "json", "-q",
+                     env={"TRANSCRIBER_CACHE": str(tmp_path / "cache")})
+    finally:
+        for folder in (models, models.parent, tmp_path / "cache"):
+            folder.chmod(0o700)
+    assert result.returncode == 0, result.stderr
+    assert "country" in media.with_suffix(".json").read_text()
+
+
+class Trap:
+    """Unpickling this makes a folder: the proof that something unpickled it."""
+
+    def __init__(self, sentinel: Path):
+        self.sentinel = str(sentinel)
+
+    def __reduce__(self):
+        return os.mkdir, (self.sentinel,)
+
+
+def torch_zip(path: Path, payload: bytes) -> None:
+    """What ``torch.save`` writes: a zip whose ``data.pkl`` is a pickle."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", payload)
+        z.writestr("archive/version", "3\n")
+
+
+def model_folder(folder: Path, weights: str, payload: bytes, as_zip: bool) -> Path:
+    """A model folder with the real tiny.en config and tokenizer, and ``weights`` a pickle."""
+    source, _ = loader.resolve("tiny.en")
+    folder.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(source / name, folder / name)
+    if as_zip:
+        torch_zip(folder / weights, payload)
+    else:
+        (folder / weights).write_bytes(payload)
+    return folder
+
+
+@pytest.mark.parametrize("weights, as_zip, cause", [
+    ("model.pt", False, "is not a folder"),
+    ("weights.safetensors", False, "weights.safetensors"),
+    ("weights.npz", False, "weights.npz"),
+    ("weights.npz", True, "weights.npz"),
+    ("model.bin", True, "model.bin"),
+    ("pytorch_model.bin", True, "has no weights.safetensors, weights.npz, model.safetensors or model.bin"),
+])
+def test_a_pickle_given_as_the_model_is_refused_never_unpickled(tmp_path, monkeypatch, weights, as_zip, cause):
+    monkeypatch.setenv("TRANSCRIBER_CACHE", str(tmp_path / "cache"))
+    sentinel = tmp_path / "unpickled"
+    payload = pickle.dumps({"model_state_dict": Trap(sentinel)})
+    if weights == "model.pt":
+        model = tmp_path / weights
+        model.write_bytes(payload)
+    else:
+        model = model_folder(tmp_path / "evil-model", weights, payload, as_zip)
+    media = tmp_path / "talk.flac"
+    shutil.copy(PRESS_YARD, media)
+    db = tmp_path / "jobs.db"
+    result = invoke("--db", str(db), str(media), "--model", str(model), "-q")
+    no_traceback(result)
+    assert result.exit_code == 1
+    (line,) = lines(result)
+    assert line.startswith("error: ") and str(model) in line and cause in line, line
+    assert not sentinel.exists()
+    assert not media.with_suffix(".srt").exists()
+    row = intact(db, media)
+    assert row["status"] == "queued" and row["errors"] == 0  # the model, not the file: nothing counted
 
 
 def runs_anew() -> None:
     """What a new process would find: ffprobe looked up on $PATH again."""
     audio._ffprobe_binary.cache_clear()
-
-
-def media_folder(tmp_path: Path, n: int = 2) -> list[Path]:
-    folder = tmp_path / "in"
-    folder.mkdir()
-    paths = [folder / f"{chr(97 + i)}.flac" for i in range(n)]
-    for path in paths:
-        shutil.copy(PRESS_YARD, path)
-    return paths
 
 
 def rows(db: Path) -> list[tuple]:
@@ -132,51 +248,10 @@ def test_a_bad_setting_is_a_usage_error_before_any_work(tmp_path, monkeypatch, n
     assert not db.exists() and engine.started_from == []
 
 
-def test_force_replaces_a_dangling_symbolic_link(tmp_path, monkeypatch):
-    """talk.srt a symbolic link to nothing: refused without --force (it says to use it); with
-    --force the link itself is replaced by the subtitle (nothing made where it pointed)."""
-    (media,) = media_folder(tmp_path, 1)
-    link = media.with_suffix(".srt")
-    target = tmp_path / "nowhere" / "x.srt"
-    link.symlink_to(target)
-    use_engine(monkeypatch, ScriptedEngine(n=4))
-    db = tmp_path / "jobs.db"
-    refused = invoke("--db", str(db), str(media), "-q")
-    assert lines(refused)[1].endswith("--force replaces it")
-    forced = invoke("--db", str(db), str(media), "-q", "--force")
-    assert forced.exit_code == 0, forced.output
-    assert lines(forced) == ["1 done, 0 skipped, 0 failed"]
-    assert not link.is_symlink() and "w1" in link.read_text() and not target.parent.exists()
-
-
-def test_a_forged_job_row_writes_nothing_outside_its_output_folder(tmp_path, monkeypatch):
-    """A failed job's ``output_stem`` edited to point outside its output folder, with an
-    ``outputs`` row forged (size, mtime, SHA-256) for a file there: ``retry --failed`` creates
-    nothing there and leaves the claimed file as it was; one line says why."""
-    (media,) = media_folder(tmp_path, 1)
-    use_engine(monkeypatch, ScriptedEngine(n=4))
-    db = tmp_path / "jobs.db"
-    assert invoke("--db", str(db), str(media), "-q").exit_code == 0
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    victim = elsewhere / "victim.srt"
-    victim.write_text("precious\n")
-    sig = file_signature(victim)
-    conn = sqlite3.connect(db)
-    conn.execute("UPDATE jobs SET status = 'failed', output_stem = ?", [str(elsewhere / "victim")])
-    conn.execute("INSERT INTO outputs (path, job_id, size, mtime_ns, sha256, written_at) VALUES (?, 1, ?, ?, ?, 0)",
-                 [str(victim), sig.size, sig.mtime_ns, sig.sha256])
-    conn.commit()
-    conn.close()
-    result = invoke("--db", str(db), "retry", "--failed", "-q")
-    no_traceback(result)
-    assert result.exit_code == 1
-    assert f"not written: {victim} is outside the job's output folder {media.parent}" in result.stderr
-    assert victim.read_text() == "precious\n" and sorted(p.name for p in elsewhere.iterdir()) == ["victim.srt"]
-
-
 TINY = {"n_mels": 80, "n_audio_ctx": 1500, "n_audio_state": 384, "n_audio_head": 6, "n_audio_layer": 4,
         "n_vocab": 51864, "n_text_ctx": 448, "n_text_state": 384, "n_text_head": 6, "n_text_layer": 4}
+
+
 BAD_CONFIGS = {
     "heads 0": ({**TINY, "n_audio_head": 0}, "n_audio_head 0 is not from 1 to 64"),
     "heads that do not divide": ({**TINY, "n_text_head": 5}, "n_text_head 5 does not divide n_text_state 384"),
@@ -186,7 +261,7 @@ BAD_CONFIGS = {
 }
 
 
-def model_folder(tmp_path: Path, config: str) -> Path:
+def model_with_config(tmp_path: Path, config: str) -> Path:
     """An MLX-layout folder: the real tiny.en's weights and tokenizer, and ``config`` as its config.json."""
     from transcriber.model.loader import resolve
 
@@ -206,7 +281,7 @@ def test_a_malformed_model_config_is_refused_when_the_model_loads(tmp_path, monk
     vocabulary: the model is refused as it loads, one line naming the folder and the entry,
     exit 1; the file stays queued with no attempt counted."""
     (media,) = media_folder(tmp_path, 1)
-    folder = model_folder(tmp_path, json.dumps(config))
+    folder = model_with_config(tmp_path, json.dumps(config))
     db = tmp_path / "jobs.db"
     result = invoke("--db", str(db), str(media), "--model", str(folder), "-q")
     no_traceback(result)
@@ -220,7 +295,7 @@ def test_a_deeply_nested_model_config_is_refused_without_recursing(tmp_path):
     """A config.json nested 200,000 deep: a ModelError naming the folder, not a RecursionError."""
     from transcriber import ModelError, load_model
 
-    folder = model_folder(tmp_path, "[" * 200_000 + "]" * 200_000)
+    folder = model_with_config(tmp_path, "[" * 200_000 + "]" * 200_000)
     with pytest.raises(ModelError, match=f"cannot load model from {folder}"):
         load_model(folder)
 
