@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import transcriber
-from transcriber import AudioError, OutputError, ReadTimeout, RunFault, Segment, TranscriberError, bounded, settings
-from transcriber.errors import no_space
+from transcriber import (AudioError, OutputError, ReadTimeout, RunFault, Segment, TranscriberError, bounded, no_space,
+                         settings)
 
 if TYPE_CHECKING:
     from transcriber import Step

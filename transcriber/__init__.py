@@ -14,7 +14,8 @@ import os
 from .bounded import ReadTimeout, bounded, bounded_each, start_reader
 from .constants import DEFAULT_MODEL
 from .decoding.options import DecodingOptions, TranscribeOptions
-from .errors import AudioError, ModelError, OutputError, RunFault, ToolError, TranscriberError
+from . import settings
+from .errors import AudioError, ModelError, OutputError, RunFault, ToolError, TranscriberError, no_space
 from .modes import DEFAULT_MODE, FOLLOW_MODES, FOLLOWABLE, MODES, engine_options, make_engine, mode_default, option_table
 from .options import Option, OptionError, fingerprint_data
 from .streaming.options import StreamingOptions
@@ -128,5 +129,5 @@ __all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",
            "StreamingEngine", "StreamingOptions", "StreamingSession", "LiveSource", "FollowOptions", "FOLLOWABLE", "FOLLOW_MODES",
            "CueOptions", "OutputOptions", "FORMATS", "write_outputs", "render_outputs", "write_rendered", "blas", "doctor_report",
-           "TranscriberError", "AudioError", "ModelError", "RunFault", "ToolError", "OutputError", "ReadTimeout", "bounded", "bounded_each",
+           "TranscriberError", "AudioError", "ModelError", "RunFault", "ToolError", "no_space", "settings", "OutputError", "ReadTimeout", "bounded", "bounded_each",
            "start_reader"]

@@ -343,9 +343,7 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
 
     tail = "\n".join(stderr.tail)
     if proc.returncode != 0:
-        _check_started(command[0], proc.returncode, tail)
-        raise AudioError(_message(name, _reason(tail, name)
-                                  or f"ffmpeg exited with status {proc.returncode}"))
+        raise _decode_failed(name, command[0], proc.returncode, tail)
     _check_length(name, info, start, duration, decoded, tail)
     if stderr.count:
         stream.warnings = (stderr.warning(),)
@@ -465,6 +463,12 @@ def _run(cmd: list[str], name: str) -> subprocess.CompletedProcess:
         _reap(proc)
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _decode_failed(name: str, program: str, status: int, stderr: str) -> AudioError:
+    """The error of an ffmpeg that exited with ``status`` while decoding ``name``."""
+    _check_started(program, status, stderr)
+    return AudioError(_message(name, _reason(stderr, name) or f"ffmpeg exited with status {status}"))
 
 
 def _check_started(program: str, status: int, stderr: str) -> None:
