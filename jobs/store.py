@@ -179,14 +179,19 @@ class DatabaseGone(StoreError):
     command stops, and writes nothing more, to it or to the file now at its path."""
 
 
-SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+SQLITE_HEADER = 100  # bytes: the header every SQLite database file begins with
 
 
 class FileIdentity:
     """The database file a connection opened: its (device, inode), taken once SQLite has written
     its header. ``lost`` says what became of the file at ``path`` since: deleted, replaced (another
-    inode, such as ``mv other.db jobs.db``), truncated or overwritten (the same inode without a
-    SQLite header); None while it is the same file."""
+    inode, such as ``mv other.db jobs.db``) or truncated (the same inode, shorter than a header);
+    None while it is the same file.
+
+    Told by ``os.stat`` alone, never by opening the file: closing any descriptor of it would
+    drop every POSIX lock this process holds on it, SQLite's included, and another process
+    closing its connection would then take itself for the last one and delete the write-ahead
+    log this one still writes to."""
 
     def __init__(self, path: Path):
         st = os.stat(path)
@@ -194,22 +199,19 @@ class FileIdentity:
 
     def lost(self) -> Optional[str]:
         try:
-            with open(self.path, "rb") as f:
-                st, head = os.fstat(f.fileno()), f.read(len(SQLITE_MAGIC))
+            st = os.stat(self.path)
         except FileNotFoundError:
             return "deleted"
         except OSError:
-            return None  # unreadable now (permissions, a mount): SQLite's own errors tell
+            return None  # cannot tell now (permissions, a mount): SQLite's own errors tell
         if (st.st_dev, st.st_ino) != self.key:
             return "replaced by another file"
-        if head != SQLITE_MAGIC:
-            return "truncated" if len(head) < len(SQLITE_MAGIC) else "overwritten"
-        return None
+        return "truncated" if st.st_size < SQLITE_HEADER else None
 
     def gone(self, what: str) -> DatabaseGone:
         """One line naming the file and what happened to it."""
         return DatabaseGone(f"the job database {self.path} was {what} while this command ran: stopped, "
-                               f"nothing more written to it (outputs already written stay; a new database "
+                            f"nothing more written to it (outputs already written stay; a new database "
                             f"adopts those whose content the job would write)")
 
 
@@ -256,8 +258,8 @@ class _Database(Database):
         write-ahead log kept out of whatever is at the path now. SQLite checkpoints the log into
         the database when its last connection closes, and a later connection to the path
         replays a log it finds there: so the log is emptied into the file this connection still
-        holds (deleted or replaced: no one else's), and into a truncated or overwritten file
-        nothing is checkpointed (a later connection to an empty file discards the log)."""
+        holds (deleted or replaced: no one else's), and into a truncated file nothing is
+        checkpointed (a later connection to an empty file discards the log)."""
         if self.lost or self.identity is None:
             return bool(self.lost)
         self.lost = self.identity.lost()

@@ -138,7 +138,10 @@ def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path]
         to_run = enqueue_ready(store, tracker, ready, root, output_dir, spec, reporter, stop)
         if to_run:
             reporter.add_files(len(to_run))
+            told = len(result.refused)
             runner.run(to_run, result)
+            for path, why in result.refused[told:]:  # an output found the user's as it was written
+                reporter.error(f"skipped: {path}: {why}")
         stop.sleep(interval)
     result.stopped = stop.signum
     return result

@@ -13,6 +13,8 @@ import os
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -336,3 +338,21 @@ def test_our_database_carries_our_application_id(tmp_path):
         assert store.db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     with JobStore(tmp_path / "jobs.db"):  # and is opened again
         pass
+
+
+def test_checking_the_database_file_keeps_sqlites_locks(tmp_path):
+    """The identity check before each write never opens the database file: closing a descriptor
+    of it would drop SQLite's POSIX locks in this process, and another process closing its
+    connection would delete the write-ahead log this one still writes to (its commits lost)."""
+    db = tmp_path / "jobs.db"
+    with JobStore(db) as store:
+        store.db.execute("CREATE TABLE t (x)")  # checked, then written
+        reader = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1 FROM t'); c.close()"
+        subprocess.run([sys.executable, "-c", reader, str(db)], check=True)  # another process, in and out
+        store.db.execute("INSERT INTO t VALUES (1)")
+        store.db.conn.commit()
+        conn = sqlite3.connect(db)
+        try:
+            assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 1  # the commit is seen
+        finally:
+            conn.close()
