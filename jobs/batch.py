@@ -78,8 +78,11 @@ class OutputsSeen:
     enqueue, in one line naming it (not queued: a later run looks again)."""
 
     def __init__(self, store: JobStore, requests: Sequence[Request], spec: JobSpec,
-                 records: Optional[dict[str, OutputRecord]] = None):
-        self.spec = spec
+                 records: Optional[dict[str, OutputRecord]] = None, adopt: bool = True):
+        """``adopt``: a new job's outputs of no record are left to the attempt, which takes
+        those holding exactly what it writes (False: refused here, as a followed source's are:
+        its outputs are written while it is still being made)."""
+        self.spec, self.adopt = spec, adopt
         listed = store.outputs_for(requests) if requests else {}
         paths = [self.names(r.output_stem) + listed.get((r.path, r.output_stem), []) for r in requests]
         self.records = store.output_records([p for ps in paths for p in ps]) if records is None else records
@@ -117,7 +120,7 @@ class OutputsSeen:
         request's job, if it has one. (A path not read before is taken as absent: the attempt
         looks again before it writes.)"""
         present = [p for p in self.names(request.output_stem) if self.states.get(p, (False,))[0]]
-        if job is None:  # a file of no record, for a new job: whether it is what the job would write
+        if job is None and self.adopt:  # a file of no record, for a new job: whether it is what the job would write
             # is known once the job has its words (the attempt); the input itself never is
             present = [p for p in present if p in self.records or p == request.path]
         listed = job.outputs if job else ()

@@ -144,7 +144,7 @@ def _enqueue(store: JobStore, request: Request, spec: JobSpec, force: bool, repo
     """(the job to follow, the store's action); (None, the action), told why, when there is
     nothing to do."""
     store.expire_dead_leases(owner_is_dead)  # a killed follow's job is resumed, not "busy"
-    seen = OutputsSeen(store, [request], spec)
+    seen = OutputsSeen(store, [request], spec, adopt=False)
     if request.path in seen.hung:
         reporter.error(f"error: {request.path}: {seen.hung[request.path]}")
         return None, REFUSED
