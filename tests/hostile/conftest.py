@@ -18,10 +18,8 @@ from ..conftest import JFK
 
 
 @pytest.fixture
-def media(tmp_path, monkeypatch) -> Path:
-    monkeypatch.delenv("TRANSCRIBER_DEBUG", raising=False)
-    monkeypatch.delenv("TRANSCRIBER_DB", raising=False)
-    monkeypatch.delenv("TRANSCRIBER_DB_TIMEOUT", raising=False)
+def media(tmp_path) -> Path:
+    """talk.flac (JFK) in the test's folder (its environment cleaned by ``clean_env``)."""
     path = tmp_path / "talk.flac"
     shutil.copy(JFK, path)
     return path
