@@ -24,13 +24,16 @@ died under it; no attempt counted), or lost to another runner.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import transcriber
-from transcriber import AudioError, ModelError, ReadTimeout, Segment, TranscriberError, bounded
+from transcriber import (AudioError, OutputError, ReadTimeout, RunFault, Segment, TranscriberError, bounded, no_space,
+                         settings)
 
 if TYPE_CHECKING:
     from transcriber import Step
@@ -51,6 +54,7 @@ class RunResult:
     done: list[Job] = field(default_factory=list)
     failed: list[tuple[Job, str]] = field(default_factory=list)
     lost: list[Job] = field(default_factory=list)  # taken over by another runner
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (path, why): an output found the user's
     stopped: Optional[int] = None  # the signal that stopped the run
 
 
@@ -61,7 +65,16 @@ class SourceChanged(TranscriberError):
 
 
 class OutputConflict(TranscriberError):
-    """An output file is the user's (not written by this job, or changed since): not replaced."""
+    """An output file is the user's (not written by this job, or changed since): not replaced.
+    The job is given back with its words (no attempt counted), and the file is a skip."""
+
+    def __init__(self, why: str):
+        super().__init__(f"not written: {why}")
+        self.why = why
+
+
+class OutputOutside(TranscriberError):
+    """An output path outside the job's output folder (its row edited): not written."""
 
 
 class OutputsHung(TranscriberError):
@@ -82,7 +95,7 @@ class SetupError(TranscriberError):
 
 # The input itself is bad (unreadable, no audio, a bad option for this model): retrying cannot
 # help until the file or the options change.
-NOT_RETRIED = (AudioError, SetupError, SourceChanged, OutputConflict)
+NOT_RETRIED = (AudioError, SetupError, SourceChanged, OutputConflict, OutputOutside)
 
 
 def build_engine(engines: EngineCache, spec: JobSpec):
@@ -90,7 +103,7 @@ def build_engine(engines: EngineCache, spec: JobSpec):
     options this model cannot take are the job's own failure (``SetupError``)."""
     try:
         return engines.get(spec)
-    except ModelError:
+    except RunFault:
         raise
     except (TranscriberError, ValueError) as e:
         raise SetupError(str(e)) from e
@@ -111,6 +124,11 @@ class Ledger:
         self.max_attempts = max_attempts
         self.checkpoint_seconds = checkpoint_seconds
         self.lease_seconds = lease_seconds
+        self.held_back: set[int] = set()  # jobs given back that this run takes no more (a user's output)
+
+    def claim(self, ids: list[int], spec: Optional[dict] = None) -> Optional[Job]:
+        """The next job among ``ids`` for this runner (the store's ``claim``), but those held back."""
+        return self.store.claim(self.owner, [i for i in ids if i not in self.held_back], self.lease_seconds, spec)
 
     def settle(self, attempt: "Attempt", result: RunResult, error: Optional[BaseException] = None) -> None:
         """Book how an attempt ended (``error`` None: done) in the store and ``result``: done,
@@ -123,7 +141,7 @@ class Ledger:
             else:
                 final = self._book_error(attempt.job, error, result)
         finally:  # a model error is re-raised and its job given back: not counted either
-            self.reporter.end(attempt.bar, counts_as_file=final and not isinstance(error, ModelError))
+            self.reporter.end(attempt.bar, counts_as_file=final and not isinstance(error, RunFault))
         if error is None:
             warned = "".join(f" (warning: {w})" for w in result.done[-1].warnings)
             self.reporter.info(f"done: {attempt.job.path} -> {', '.join(attempt.outputs)}{warned}")
@@ -140,6 +158,12 @@ class Ledger:
                 self.store.release(job.id, self.owner)
             self.reporter.error(f"warning: {with_path(job.path, one_line(error))}")
             return False
+        if isinstance(error, OutputConflict):  # the user's file: a skip, as at enqueue
+            with contextlib.suppress(LeaseLost):
+                self.store.release(job.id, self.owner)
+            result.refused.append((job.path, error.why))
+            self.held_back.add(job.id)
+            return True
         if isinstance(error, LeaseLost):
             result.lost.append(job)
             self.reporter.error(f"warning: {job.path}: taken over by another runner")
@@ -148,7 +172,11 @@ class Ledger:
             # the database (locked too long), not the file: the command reports it and stops;
             # the job keeps its last checkpoint and is resumed once its lease is seen dead
             raise error
-        if isinstance(error, ModelError) or not isinstance(error, Exception) or (
+        if not isinstance(error, (RunFault, OutputError)) and no_space(error):  # a full temporary folder
+            # (not the outputs' disk: that is the job's, told on its file and retried)
+            error = RunFault(f"no space left on a disk this run writes to ({tempfile.gettempdir()} for "
+                             f"temporary files): {one_line(error)}")
+        if isinstance(error, RunFault) or not isinstance(error, Exception) or (
                 self.stop.requested and isinstance(error, TranscriberError)):
             # a model that cannot load fails every job alike: the job goes back untouched (no
             # attempt counted) and the command stops with one line. Ctrl-C twice, or ffmpeg
@@ -156,10 +184,10 @@ class Ledger:
             # failure of the file
             with contextlib.suppress(Exception):
                 self.store.release(job.id, self.owner)
-            if isinstance(error, ModelError) or not isinstance(error, Exception):
+            if isinstance(error, RunFault) or not isinstance(error, Exception):
                 raise error
             return True
-        if os.environ.get("TRANSCRIBER_DEBUG") and not isinstance(error, TranscriberError):
+        if settings.get("TRANSCRIBER_DEBUG") and not isinstance(error, TranscriberError):
             raise error
         return self._fail(job, error, result)
 
@@ -290,15 +318,33 @@ class Attempt:
         transcript = transcriber.assemble(segments, self.language, self.duration, self.model or "", self.probability,
                                           self.spec.task)
         language = "en" if self.spec.task == "translate" else self.language
-        paths = self.spec.output_paths(self.job.output_stem, language)
-        self._check_ours(paths)
-        self.store.expect_outputs(self.job.id, [str(p) for p in paths])
         stem = Path(self.spec.named_stem(self.job.output_stem, language))
-        return [str(p) for p in transcriber.write_outputs(transcript, stem, self.spec.formats, self.spec.output_options())]
+        rendered = transcriber.render_outputs(transcript, stem, self.spec.formats, self.spec.output_options())
+        paths = [path for path, _ in rendered]
+        self._check_place(paths)
+        self._check_ours(paths, {str(path): hashlib.sha256(text.encode()).hexdigest() for path, text in rendered})
+        self.store.expect_outputs(self.job.id, [str(p) for p in paths])
+        return [str(p) for p in transcriber.write_rendered(stem, rendered)]
 
-    def _check_ours(self, paths: list[Path]) -> None:
+    def _check_place(self, paths: list[Path]) -> None:
+        """OutputOutside unless every output lies in the job's output folder (the one its
+        command named, else its input's), symbolic links and ``..`` resolved: a job's row edited
+        to point elsewhere writes nothing there. The folder is resolved by the reader child,
+        with the bound (an output folder on a hung mount)."""
+        allowed = self.job.output_root or os.path.dirname(self.job.path)
+        try:
+            real = bounded(_real_paths, [allowed, *(str(p.parent) for p in paths)], path=allowed)
+        except ReadTimeout as e:
+            raise OutputsHung(f"cannot check the outputs in {allowed!r}: {e.strerror}") from None
+        for path, folder in zip(paths, real[1:]):
+            if os.path.commonpath([real[0], folder]) != real[0]:
+                raise OutputOutside(f"not written: {path} is outside the job's output folder {allowed}")
+
+    def _check_ours(self, paths: list[Path], would_write: dict[str, str]) -> None:
         """OutputConflict when an output exists that this job did not write, or that changed
-        since (a hand-made subtitle, another file's transcript): the user's, left as it is.
+        since (a hand-made subtitle, another file's transcript): the user's, left as it is; one
+        of no record that holds exactly what the job would write (``would_write``: SHA-256 by
+        path) is the job's, written by a run whose database was lost.
         Also removes the temporary files a killed writer left in the outputs' folder. Each
         read is the reader child's, with the bound (an output folder on a hung mount)."""
         folder = paths[0].parent
@@ -307,9 +353,9 @@ class Attempt:
             records = self.store.output_records([str(p) for p in present]) if present else {}
             for path in present:
                 why = bounded(refusal, path, records.get(str(path)), self.job.path, self.job.output_stem,
-                              self.job.outputs)
+                              self.job.outputs, None, would_write.get(str(path)))
                 if why:
-                    raise OutputConflict(f"not written: {why}")
+                    raise OutputConflict(why)
         except ReadTimeout as e:  # not the input's fault: said of the outputs' folder
             raise OutputsHung(f"cannot check the outputs in {str(folder)!r}: {e.strerror}") from None
 
@@ -338,6 +384,11 @@ def _outputs_answer(paths: list[str]):
         yield
     except ReadTimeout as e:
         raise OutputsHung(f"cannot check the outputs in {os.path.dirname(paths[0])!r}: {e.strerror}") from None
+
+
+def _real_paths(paths: list[str]) -> list[str]:
+    """Each path with its symbolic links and ``..`` resolved (for the reader child)."""
+    return [os.path.realpath(p) for p in paths]
 
 
 def one_line(error: BaseException) -> str:

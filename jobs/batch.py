@@ -41,13 +41,16 @@ class Batch:
 
 def request_for(source: Path, root: Optional[Path], output_dir: Optional[Path], spec: JobSpec) -> Request:
     """OSError if the file cannot be read, ValueError if its name cannot be stored."""
-    return request_of(identify(source, root, output_dir), spec)
+    return request_of(identify(source, root, output_dir), spec, output_dir)
 
 
-def request_of(identity: tuple[str, str, str], spec: JobSpec) -> Request:
-    """The Request of a file's ``identify`` (its path, content key and outputs' stem)."""
+def request_of(identity: tuple[str, str, str], spec: JobSpec, output_dir: Optional[Path] = None) -> Request:
+    """The Request of a file's ``identify`` (its path, content key and outputs' stem), its
+    outputs kept inside ``output_dir`` (None: the input's folder)."""
     path, key, stem = identity
-    return Request(path=path, content_key=key, fingerprint=spec.fingerprint(), spec=spec.stored(), output_stem=stem)
+    root = None if output_dir is None else os.path.realpath(output_dir)
+    return Request(path=path, content_key=key, fingerprint=spec.fingerprint(), spec=spec.stored(), output_stem=stem,
+                   output_root=root)
 
 
 class NameClash(ValueError):
@@ -75,8 +78,11 @@ class OutputsSeen:
     enqueue, in one line naming it (not queued: a later run looks again)."""
 
     def __init__(self, store: JobStore, requests: Sequence[Request], spec: JobSpec,
-                 records: Optional[dict[str, OutputRecord]] = None):
-        self.spec = spec
+                 records: Optional[dict[str, OutputRecord]] = None, adopt: bool = True):
+        """``adopt``: a new job's outputs of no record are left to the attempt, which takes
+        those holding exactly what it writes (False: refused here, as a followed source's are:
+        its outputs are written while it is still being made)."""
+        self.spec, self.adopt = spec, adopt
         listed = store.outputs_for(requests) if requests else {}
         paths = [self.names(r.output_stem) + listed.get((r.path, r.output_stem), []) for r in requests]
         self.records = store.output_records([p for ps in paths for p in ps]) if records is None else records
@@ -97,6 +103,11 @@ class OutputsSeen:
     def exists(self, path: str) -> bool:
         return self.states.get(path, (False, False))[1]
 
+    def dangling(self, path: str) -> bool:
+        """A name that is there but leads to no file (a symbolic link to nothing)."""
+        present, exists = self.states.get(path, (False, False))[:2]
+        return present and not exists
+
     def _written(self, path: str) -> Optional[tuple]:
         """What this tool wrote at ``path``, as ``output_states`` takes it (a tuple: 10,000 of
         them pickle in a fraction of the time dataclasses take), or None."""
@@ -109,6 +120,9 @@ class OutputsSeen:
         request's job, if it has one. (A path not read before is taken as absent: the attempt
         looks again before it writes.)"""
         present = [p for p in self.names(request.output_stem) if self.states.get(p, (False,))[0]]
+        if job is None and self.adopt:  # a file of no record, for a new job: whether it is what the job would write
+            # is known once the job has its words (the attempt); the input itself never is
+            present = [p for p in present if p in self.records or p == request.path]
         listed = job.outputs if job else ()
         reasons = (refusal(Path(p), self.records.get(p), request.path, request.output_stem, listed,
                            changed=self.states[p][2]) for p in present)
@@ -145,7 +159,7 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
         elif isinstance(identity, Exception):
             raise identity
         else:
-            requests.append((str(source), request_of(identity, spec)))
+            requests.append((str(source), request_of(identity, spec, output_dir)))
     check_clashes(requests, spec)
     given = {request.path: name for name, request in requests}
     seen = OutputsSeen(store, [r for _, r in requests], spec, store.output_records())
@@ -163,7 +177,9 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
         if action == REFUSED:
             continue
         if force and action in (NEW, REDO):  # what it replaces is the job's now
-            store.record_outputs(job.id, [p for p in seen.names(job.output_stem) if seen.exists(p)])
+            names = seen.names(job.output_stem)
+            store.record_outputs(job.id, [p for p in names if seen.exists(p)])
+            store.expect_outputs(job.id, [p for p in names if seen.dangling(p)])  # a link to nothing: replaced
         batch.add(job, action)
     return batch
 
@@ -172,13 +188,14 @@ def summary(batch: Batch, result: RunResult) -> tuple[list[str], int]:
     """The closing lines of a run and its exit status: 1 if any file failed, 128 + the signal
     if a signal stopped it, else 0."""
     failed = len(batch.failed) + len(result.failed)
-    parts = [f"{len(result.done)} done", f"{len(batch.skipped) + len(batch.refused)} skipped", f"{failed} failed"]
+    refused = batch.refused + result.refused
+    parts = [f"{len(result.done)} done", f"{len(batch.skipped) + len(refused)} skipped", f"{failed} failed"]
     if batch.busy or result.lost:
         parts.append(f"{len(batch.busy) + len(result.lost)} left to another runner")
     lines = [", ".join(parts)]
     # the runner printed its failures as they happened ("error: ..."): only those found before
     # running (missing, unreadable, failed before) are told here, so each error shows once
-    lines += [f"skipped: {path}: {reason}" for path, reason in batch.refused]
+    lines += [f"skipped: {path}: {reason}" for path, reason in refused]
     lines += [f"failed: {with_path(path, reason)}" for path, reason in batch.failed]
     if result.stopped is not None:
         lines.append("stopped: unfinished files stay queued; run the same command again to resume")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
 import click
 
-from transcriber import FOLLOW_MODES, ModelError, start_reader
+from transcriber import FOLLOW_MODES, RunFault, start_reader
 
 from .flags import (FOLLOW_HELP, LazyHelp, RaySettings, RunnerSettings, db_option, follow_options, quiet_option,
                     ray_options, runner_options, spec_options)
@@ -113,7 +113,7 @@ def one_line_errors() -> tuple[type, ...]:
     """The errors told in one line: the database's, the model's and, once Ray's module is
     imported (a --ray run), the cluster's. Not imported to be checked: Ray's module costs a
     second of imports to a command that never uses it."""
-    errors: list[type] = [ModelError]
+    errors: list[type] = [RunFault]
     for module, name in (("jobs.store", "StoreError"), ("jobs.ray_worker", "ClusterError")):
         if module in sys.modules:
             errors.append(getattr(sys.modules[module], name))
@@ -143,7 +143,13 @@ def _optional_values(args: list[str]) -> list[str]:
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="transcriber")
 def main():
-    pass
+    from transcriber import settings
+
+    try:  # every TRANSCRIBER_* variable, before any work: a bad value is a usage error
+        settings.check_all()
+    except settings.SettingError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
 
 
 def open_store(db: Optional[Path], timeout: Optional[float] = None) -> JobStore:
@@ -157,10 +163,14 @@ def open_store(db: Optional[Path], timeout: Optional[float] = None) -> JobStore:
         tqdm.write(message, file=sys.stderr)  # between progress bars, if any
 
     try:
-        return JobStore(db or default_path(), timeout=timeout, on_wait=waiting)
+        store = JobStore(db or default_path(), timeout=timeout, on_wait=waiting)
     except StoreError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
+    # closed when the command ends, however it ends: a database lost mid-run (DatabaseGone) is
+    # left without a checkpoint into whatever is at its path
+    click.get_current_context().call_on_close(store.close)
+    return store
 
 
 @contextlib.contextmanager

@@ -112,7 +112,7 @@ def follow_source(runner: Runner, live: LiveSource, stem: Optional[Path], spec: 
                 raise
             except AudioError as e:  # (ffmpeg failed, no audio...): a failed job, never a lost file
                 key, failure = FOLLOW_KEY + UNREAD, e
-            request = Request(identity, key, spec.fingerprint(), spec.stored(), place)
+            request = Request(identity, key, spec.fingerprint(), spec.stored(), place, os.path.dirname(place))
             job, action = _enqueue(runner.store, request, spec, settings.force, runner.reporter)
             if action == SKIP:
                 return RunResult()
@@ -151,7 +151,7 @@ def _enqueue(store: JobStore, request: Request, spec: JobSpec, force: bool, repo
     """(the job to follow, the store's action); (None, the action), told why, when there is
     nothing to do."""
     store.expire_dead_leases(owner_is_dead)  # a killed follow's job is resumed, not "busy"
-    seen = OutputsSeen(store, [request], spec)
+    seen = OutputsSeen(store, [request], spec, adopt=False)
     if request.path in seen.hung:
         reporter.error(f"error: {request.path}: {seen.hung[request.path]}")
         return None, REFUSED
@@ -189,7 +189,7 @@ def _run(runner: Runner, job, live: LiveSource, settings: FollowSettings,
     attempt = FollowAttempt(runner, claimed, live, settings)
     runner.reporter.info(f"following {live.name} (Ctrl-C to end it)")
     try:
-        with Heartbeat(runner.store.path, claimed.id, ledger.owner, ledger.lease_seconds):
+        with Heartbeat(runner.store, claimed.id, ledger.owner, ledger.lease_seconds):
             attempt.run()
     except BaseException as e:
         ledger.settle(attempt, result, e)

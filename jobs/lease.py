@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from pathlib import Path
 
 from .store import JobStore
 
@@ -53,16 +52,16 @@ class Heartbeat:
     """Keeps a job's lease alive from a thread (its own connection), so a long window or a slow
     model load never lets the lease expire under a live runner."""
 
-    def __init__(self, store_path: Path, job_id: int, owner: str, lease_seconds: float):
-        self.args = (store_path, job_id, owner, lease_seconds)
+    def __init__(self, store: JobStore, job_id: int, owner: str, lease_seconds: float):
+        self.args = (store.path, store.db.identity, job_id, owner, lease_seconds)
         self.lost = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
 
     def _run(self) -> None:
-        store_path, job_id, owner, lease_seconds = self.args
+        store_path, identity, job_id, owner, lease_seconds = self.args
         try:
-            with JobStore(store_path) as store:
+            with JobStore(store_path, same_as=identity) as store:  # the very file the run opened
                 while not self._stop.wait(lease_seconds / 4):
                     if not store.heartbeat(job_id, owner, lease_seconds):
                         self.lost = True

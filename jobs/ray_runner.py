@@ -269,11 +269,11 @@ class RayRunner:
             if not slot.idle or self.stop.requested:
                 continue
             self.store.expire_dead_leases(owner_is_dead)
-            job = self.store.claim(self.ledger.owner, ids, self.ledger.lease_seconds)
+            job = self.ledger.claim(ids)
             if job is None:
                 return True
             slot.attempt = attempt = Attempt(self.ledger, job, slot.name)
-            slot.heartbeat = Heartbeat(self.store.path, job.id, self.ledger.owner, self.ledger.lease_seconds)
+            slot.heartbeat = Heartbeat(self.store, job.id, self.ledger.owner, self.ledger.lease_seconds)
             slot.heartbeat.__enter__()
             try:
                 resume = attempt.begin()

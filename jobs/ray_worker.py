@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
-from transcriber import Step, TranscriberError, blas
+from transcriber import Step, TranscriberError, blas, settings
 
 from .engines import EngineCache
 from .attempt import build_engine
@@ -40,7 +40,7 @@ SIGNAL_HOOK_ENV = "TRANSCRIBER_TEST_WORKER_SIGNAL_AT"
 
 
 def _signal_hook(name: str, n: int) -> None:
-    signame, _, at = os.environ.get(SIGNAL_HOOK_ENV, "").partition("@")
+    signame, _, at = (settings.get(SIGNAL_HOOK_ENV) or "").partition("@")
     if at and at == f"{name}:{n}":
         os.kill(os.getpid(), signal.Signals[signame])
 

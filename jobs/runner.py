@@ -56,7 +56,7 @@ class Runner:
         ledger = self.ledger
         while not self.stop.requested:
             self.store.expire_dead_leases(owner_is_dead)
-            job = self.store.claim(ledger.owner, ids, ledger.lease_seconds)
+            job = ledger.claim(ids)
             if job is None:
                 break
             side_by_side = self._side_by_side(job, ids, result)
@@ -71,7 +71,7 @@ class Runner:
     def _process(self, job: Job, result: RunResult) -> None:
         attempt = Attempt(self.ledger, job, worker_name())
         try:
-            with Heartbeat(self.store.path, job.id, self.ledger.owner, self.ledger.lease_seconds):
+            with Heartbeat(self.store, job.id, self.ledger.owner, self.ledger.lease_seconds):
                 self._decode_here(attempt)
         except BaseException as e:
             self.ledger.settle(attempt, result, e)
@@ -144,7 +144,7 @@ class SideBySide:
         """More jobs of the same spec, while there is room and no stop."""
         ledger = self.ledger
         while not ledger.stop.requested and len(self.batch) < self.width:
-            job = ledger.store.claim(ledger.owner, self.ids, ledger.lease_seconds, spec=spec)
+            job = ledger.claim(self.ids, spec)
             if job is None:
                 return
             self._start(job)
@@ -153,7 +153,7 @@ class SideBySide:
         """Begin the job's attempt and add it to the batch (or, words complete, finish it here)."""
         attempt, stack = Attempt(self.ledger, job, worker_name()), contextlib.ExitStack()
         try:
-            stack.enter_context(Heartbeat(self.ledger.store.path, job.id, self.ledger.owner,
+            stack.enter_context(Heartbeat(self.ledger.store, job.id, self.ledger.owner,
                                           self.ledger.lease_seconds))
             resume = attempt.begin()
             if resume is not None:

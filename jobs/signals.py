@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Optional
 
+from transcriber import settings
+
 # Test-only: make this process SIGKILL itself at a precise point, to test crash recovery
 # deterministically: "checkpoint:N" (right after committing a job's checkpoint number N),
 # "step:N" (the engine has yielded its Nth step in this process, decoded but not yet
@@ -32,9 +34,9 @@ STOP_GRACE_SECONDS = 1.5
 
 def at_point(point: str) -> None:
     """Where the test hooks may act: called at each named point (see KILL_HOOK_ENV, SIGNAL_HOOK_ENV)."""
-    if os.environ.get(KILL_HOOK_ENV) == point:
+    if settings.get(KILL_HOOK_ENV) == point:
         os.kill(os.getpid(), signal.SIGKILL)
-    name, _, at = os.environ.get(SIGNAL_HOOK_ENV, "").partition("@")
+    name, _, at = (settings.get(SIGNAL_HOOK_ENV) or "").partition("@")
     if at == point:
         os.kill(os.getpid(), signal.Signals[name])  # a Python handler runs before this returns
 

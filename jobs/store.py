@@ -42,7 +42,7 @@ from sqlite_utils.migrations import Migrations
 
 from transcriber import Segment, Word, bounded
 
-from .discover import FileSignature, file_signatures, output_states, unchanged
+from .discover import FileSignature, file_signature, file_signatures, output_states, unchanged
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 STATUSES = (QUEUED, RUNNING, DONE, FAILED)
@@ -64,6 +64,7 @@ REFUSED = "refused"  # would replace an output that is not its own (enqueue_many
 _WRITTEN = (NEW, REDO, RESUME, OUTPUTS)  # the actions that change the job's row
 
 migrations = Migrations("transcriber.jobs")
+APPLICATION_ID = 0x74726E73  # "trns": SQLite's application_id of a job database (m009)
 
 
 @migrations()
@@ -136,6 +137,26 @@ def m008_kept_words(db: Database) -> None:
                       pk="job_id", not_null={"job", "segments"})
 
 
+@migrations()
+def m009_application_id(db: Database) -> None:
+    """The file says it is ours (SQLite's ``application_id`` in its header): a SQLite file that
+    is not, another program's, is refused untouched (``JobStore._refuse_others``)."""
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+
+@migrations()
+def m010_output_root(db: Database) -> None:
+    """The folder the command named for the job's outputs (``-o``, a followed source's stem's
+    folder); NULL: the input's own folder. Every output is checked to lie inside it when it is
+    written (jobs/attempt.py), so an edited ``output_stem`` cannot steer a write elsewhere. Jobs
+    of before: the folder their stem is in, where it is not the input's."""
+    db["jobs"].add_column("output_root", str)
+    for row in list(db.query("SELECT id, path, output_stem FROM jobs")):
+        folder = os.path.dirname(row["output_stem"])
+        if folder != os.path.dirname(row["path"]):
+            db.execute("UPDATE jobs SET output_root = ? WHERE id = ?", [folder, row["id"]])
+
+
 # the columns of a done job that its words were made with, kept with them (``kept``)
 KEPT_COLUMNS = ("content_key", "fingerprint", "spec", "progress", "duration", "language", "language_probability",
                 "model", "worker", "warnings", "outputs", "finished_at")
@@ -151,6 +172,47 @@ class DatabaseLocked(StoreError):
 
 class NewerDatabase(StoreError):
     """The database was migrated by a newer version of this program."""
+
+
+class DatabaseGone(StoreError):
+    """The database file a command opened was deleted, truncated or replaced under it: the
+    command stops, and writes nothing more, to it or to the file now at its path."""
+
+
+SQLITE_HEADER = 100  # bytes: the header every SQLite database file begins with
+
+
+class FileIdentity:
+    """The database file a connection opened: its (device, inode), taken once SQLite has written
+    its header. ``lost`` says what became of the file at ``path`` since: deleted, replaced (another
+    inode, such as ``mv other.db jobs.db``) or truncated (the same inode, shorter than a header);
+    None while it is the same file.
+
+    Told by ``os.stat`` alone, never by opening the file: closing any descriptor of it would
+    drop every POSIX lock this process holds on it, SQLite's included, and another process
+    closing its connection would then take itself for the last one and delete the write-ahead
+    log this one still writes to."""
+
+    def __init__(self, path: Path):
+        st = os.stat(path)
+        self.path, self.key = path, (st.st_dev, st.st_ino)
+
+    def lost(self) -> Optional[str]:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return "deleted"
+        except OSError:
+            return None  # cannot tell now (permissions, a mount): SQLite's own errors tell
+        if (st.st_dev, st.st_ino) != self.key:
+            return "replaced by another file"
+        return "truncated" if st.st_size < SQLITE_HEADER else None
+
+    def gone(self, what: str) -> DatabaseGone:
+        """One line naming the file and what happened to it."""
+        return DatabaseGone(f"the job database {self.path} was {what} while this command ran: stopped, "
+                            f"nothing more written to it (outputs already written stay; a new database "
+                            f"adopts those whose content the job would write)")
 
 
 ENQUEUE_BATCH = 500  # files queued per transaction
@@ -179,11 +241,44 @@ class _Database(Database):
         self.path, self.timeout, self.on_wait = path, timeout, on_wait
         self.first_wait = min(timeout, NOTICE_AFTER)
         self._busy_ms(self.first_wait)
+        self.identity: Optional[FileIdentity] = None  # set once the file is open (JobStore)
+        self.lost: Optional[str] = None  # what became of the file, once a check found it lost
+
+    def verify(self) -> None:
+        """Before a write and before each commit: the file is the one this connection opened
+        (``FileIdentity``); DatabaseGone, and this connection writes nothing more, if not."""
+        if self.identity is None:
+            return
+        if self.found_lost():
+            raise self.identity.gone(self.lost)
+
+    def found_lost(self) -> bool:
+        """Whether the file was lost (checked now, unless found before); the first time it is,
+        this connection is made safe to leave: its transaction rolled back, and its
+        write-ahead log kept out of whatever is at the path now. SQLite checkpoints the log into
+        the database when its last connection closes, and a later connection to the path
+        replays a log it finds there: so the log is emptied into the file this connection still
+        holds (deleted or replaced: no one else's), and into a truncated file nothing is
+        checkpointed (a later connection to an empty file discards the log)."""
+        if self.lost or self.identity is None:
+            return bool(self.lost)
+        self.lost = self.identity.lost()
+        if self.lost:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.rollback()
+                if self.lost in ("deleted", "replaced by another file"):
+                    self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                else:
+                    _no_checkpoint_on_close(self.conn, self.path)
+        return bool(self.lost)
 
     def _busy_ms(self, seconds: float) -> None:
         self.conn.execute(f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}")
 
     def execute(self, sql, parameters=None):
+        word = sql.split(None, 1)[0].upper() if sql.strip() else ""
+        if word == "COMMIT" or (word in _WRITES and not self.conn.in_transaction):
+            self.verify()
         try:
             return super().execute(sql, parameters)
         except sqlite3.OperationalError as e:
@@ -213,9 +308,33 @@ class _Database(Database):
         try:
             with super().atomic():
                 yield self
+                self.verify()  # before its COMMIT
         except sqlite3.OperationalError as e:
             _raise_if_unusable(self.path, e)
             raise
+
+
+# the statements that write (or begin a transaction that will): the file is checked before them
+_WRITES = {"BEGIN", "INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER"}
+SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE = 1006
+
+
+def _no_checkpoint_on_close(conn: sqlite3.Connection, path: Path) -> None:
+    """``sqlite3_db_config(NO_CKPT_ON_CLOSE)`` on ``conn`` (Python 3.12's ``setconfig``; before it,
+    through ctypes on the connection's handle, used only once SQLite confirms that the handle
+    is this connection's, on ``path``)."""
+    if hasattr(conn, "setconfig"):
+        conn.setconfig(SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, True)
+        return
+    import _sqlite3
+    import ctypes
+    lib = ctypes.CDLL(_sqlite3.__file__)  # its symbols and those of the libsqlite3 it links
+    lib.sqlite3_db_filename.restype = ctypes.c_char_p
+    handle = ctypes.c_void_p.from_address(id(conn) + object.__basicsize__)  # pysqlite_Connection.db
+    name = lib.sqlite3_db_filename(handle, b"main")
+    if name and os.fsdecode(name) in (os.path.abspath(path), os.path.realpath(path)):
+        lib.sqlite3_db_config(handle, ctypes.c_int(SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE), ctypes.c_int(1),
+                              ctypes.c_void_p(0))
 
 
 def _is_locked(error: sqlite3.OperationalError) -> bool:
@@ -296,6 +415,7 @@ class Job:
     model: Optional[str] = None
     language_probability: Optional[float] = None
     worker: Optional[str] = None  # host:pid of the process that decodes (or last decoded) it
+    output_root: Optional[str] = None  # the folder its outputs must be in (None: the input's)
     warnings: tuple[str, ...] = ()
     runs: int = 0
     errors: int = 0
@@ -363,13 +483,18 @@ class OutputRecord:
 
 
 def refusal(path: Path, record: Optional[OutputRecord], job_path: str, job_stem: str,
-            listed: Iterable[str] = (), changed: Optional[bool] = None) -> Optional[str]:
+            listed: Iterable[str] = (), changed: Optional[bool] = None,
+            would_write: Optional[str] = None) -> Optional[str]:
     """Why the job of (``job_path``, ``job_stem``) must not replace ``path``, an existing file
     (``record``: what this tool wrote there, if anything); None when it may. ``listed``: the
     job's own list of outputs, which vouches for a file written before outputs were recorded
     (a database of an older version). ``changed``: whether the file differs from ``record``,
-    if known (read before: ``output_states``); else the file is read now."""
+    if known (read before: ``output_states``); else the file is read now. ``would_write``: the
+    SHA-256 of what the job is about to write there: a file of no record that holds exactly that
+    is taken as the job's (written by a run whose database was lost)."""
     if record is None and str(path) in listed:
+        return None
+    if record is None and would_write is not None and _holds(path, would_write):
         return None
     if record is None:
         return f"{path} exists and was not written by transcribe; --force replaces it"
@@ -380,6 +505,13 @@ def refusal(path: Path, record: Optional[OutputRecord], job_path: str, job_stem:
     if changed:
         return f"{path} was changed since transcribe wrote it; --force replaces it"
     return None
+
+
+def _holds(path: Path, sha256: str) -> bool:
+    try:
+        return file_signature(path).sha256 == sha256
+    except OSError:
+        return False
 
 
 # Asked by enqueue_many before a file is queued to write outputs: a reason not to, or None.
@@ -395,6 +527,7 @@ class Request:
     fingerprint: str
     spec: dict
     output_stem: str
+    output_root: Optional[str] = None  # the output folder the command named (-o); None: the input's
 
 
 def _all_exist(paths: Iterable[str]) -> bool:
@@ -414,11 +547,15 @@ class JobStore:
     """Jobs and checkpoints in one SQLite file; safe to share between processes."""
 
     def __init__(self, path, timeout: float = DEFAULT_TIMEOUT,
-                 on_wait: Optional[Callable[[str], None]] = None):
+                 on_wait: Optional[Callable[[str], None]] = None, same_as: Optional[FileIdentity] = None):
         """``timeout``: seconds to wait for another process's lock (then DatabaseLocked);
-        ``on_wait(message)`` is told once per wait that lasts more than NOTICE_AFTER seconds."""
+        ``on_wait(message)`` is told once per wait that lasts more than NOTICE_AFTER seconds;
+        ``same_as``: the file another store of this run opened (a heartbeat's connection), which
+        this one must be, checked before it connects (DatabaseGone, nothing opened, if not)."""
         self.path = Path(path)
         self.timeout = timeout
+        if same_as is not None and (lost := same_as.lost()):
+            raise same_as.gone(lost)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(str(self.path), timeout=min(timeout, NOTICE_AFTER))
@@ -426,6 +563,8 @@ class JobStore:
             self._refuse_others()  # before the first write: a database not ours is left as it was
             self.db.enable_wal()  # readers never block the runner's checkpoints, nor it them
             self._migrate()
+            self.db.identity = same_as or FileIdentity(self.path)  # each write checks it from now on
+            self.db.verify()  # (a heartbeat's: replaced while it connected)
         except StoreError:
             raise
         except OSError as e:  # its folder: not a folder, not writable...
@@ -468,6 +607,11 @@ class JobStore:
         if not applied and tables:
             raise StoreError(f"the job database {self.path} is not one of transcriber's: it holds other "
                              f"tables ({', '.join(tables[:3])}); use another --db")
+        marks = {name: self.db.execute(f"PRAGMA {name}").fetchone()[0] for name in ("application_id", "user_version")}
+        if marks["application_id"] not in (0, APPLICATION_ID) or (not applied and marks["user_version"]):
+            name, value = next((n, v) for n, v in marks.items() if v)
+            raise StoreError(f"the job database {self.path} is not one of transcriber's: another program "
+                             f"marked it as its own ({name} {value}); use another --db")
         known = {m.name for m in migrations.pending(Database(memory=True))}  # all of this version's
         unknown = [name for name in applied if name not in known]
         if unknown:
@@ -475,6 +619,7 @@ class JobStore:
                                 f"(migration {unknown[0]}); upgrade transcriber, or use another --db")
 
     def close(self) -> None:
+        self.db.found_lost()  # a lost file: nothing checkpointed into it on the way out
         self.db.close()
 
     def __enter__(self) -> "JobStore":
@@ -619,12 +764,12 @@ class JobStore:
             if vet is not None and vet(request, None):
                 return None, REFUSED
             cursor = self.db.execute(
-                "INSERT INTO jobs (path, content_key, fingerprint, spec, output_stem, status, "
-                "created_at, queued_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO jobs (path, content_key, fingerprint, spec, output_stem, output_root, status, "
+                "created_at, queued_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [request.path, request.content_key, request.fingerprint, spec, request.output_stem,
-                 QUEUED, now, now, now])
+                 request.output_root, QUEUED, now, now, now])
             return Job(cursor.lastrowid, request.path, request.content_key, request.fingerprint, request.spec,
-                       request.output_stem, QUEUED), NEW
+                       request.output_stem, QUEUED, output_root=request.output_root), NEW
         action = self._decide(job, request, force, outputs_present, now)
         if action == REDO and not force and self._restore_kept(job.id, now, (request.content_key, request.fingerprint)):
             job = self.get(job.id)  # the redo of other options never finished: back to the words of these

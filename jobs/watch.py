@@ -147,7 +147,10 @@ def watch(store: JobStore, root: Path, spec: JobSpec, output_dir: Optional[Path]
         to_run = enqueue_ready(store, tracker, ready, root, output_dir, spec, reporter, stop)
         if to_run:
             reporter.add_files(len(to_run))
+            told = len(result.refused)
             runner.run(to_run, result)
+            for path, why in result.refused[told:]:  # an output found the user's as it was written
+                reporter.error(f"skipped: {path}: {why}")
         stop.sleep(interval)
     result.stopped = stop.signum
     return result
@@ -170,7 +173,7 @@ def enqueue_ready(store: JobStore, tracker: StableFiles, ready: list[Path], root
             continue
         if isinstance(identity, Exception):
             raise identity
-        requests.append((path, request_of(identity, spec)))
+        requests.append((path, request_of(identity, spec, output_dir)))
     seen = OutputsSeen(store, [request for _, request in requests], spec)  # their outputs, read at once
     for path, request in requests:
         if request.path in seen.hung:

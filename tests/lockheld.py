@@ -1,4 +1,4 @@
-"""A lock that a thread of a test holds while the reader starts (tests/test_hostile_input.py):
+"""A lock that a thread of a test holds while the reader starts (tests/hostile/test_hung_mounts.py):
 a call made in a fork of that process would find it held forever."""
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ import os
 from .bounded import ReadTimeout, bounded, bounded_each, start_reader
 from .constants import DEFAULT_MODEL
 from .decoding.options import DecodingOptions, TranscribeOptions
-from .errors import AudioError, ModelError, OutputError, TranscriberError
+from . import settings
+from .errors import AudioError, ModelError, OutputError, RunFault, ToolError, TranscriberError, no_space
 from .modes import DEFAULT_MODE, FOLLOW_MODES, FOLLOWABLE, MODES, engine_options, make_engine, mode_default, option_table
 from .options import Option, OptionError, fingerprint_data
 from .streaming.options import StreamingOptions
@@ -27,7 +28,8 @@ _LAZY = {"probe": ".audio", "CueOptions": ".cues", "doctor_report": ".doctor:rep
          "Engine": ".engine", "Step": ".engine", "assemble": ".engine", "words_to_transcript": ".engine",
          "ModelStatus": ".model.catalog", "list_models": ".model.catalog", "OneShotEngine": ".oneshot",
          "StreamingEngine": ".streaming", "StreamingSession": ".streaming", "FORMATS": ".writers",
-         "OutputOptions": ".writers", "write_outputs": ".writers", "blas": ".native.blas:",
+         "OutputOptions": ".writers", "write_outputs": ".writers",
+         "render_outputs": ".writers", "write_rendered": ".writers", "blas": ".native.blas:",
          "LiveSource": ".follow", "FollowOptions": ".follow", "kernels_note": ".native:first_run_note"}
 _NO_MLX = {"probe"}
 
@@ -126,6 +128,7 @@ __all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT
            "fingerprint_data",
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",
            "StreamingEngine", "StreamingOptions", "StreamingSession", "LiveSource", "FollowOptions", "FOLLOWABLE", "FOLLOW_MODES",
-           "CueOptions", "OutputOptions", "FORMATS", "write_outputs", "blas", "doctor_report", "kernels_note",
-           "TranscriberError", "AudioError", "ModelError", "OutputError", "ReadTimeout", "bounded", "bounded_each",
+           "CueOptions", "OutputOptions", "FORMATS", "write_outputs", "render_outputs", "write_rendered", "blas",
+           "doctor_report", "kernels_note",
+           "TranscriberError", "AudioError", "ModelError", "RunFault", "ToolError", "no_space", "settings", "OutputError", "ReadTimeout", "bounded", "bounded_each",
            "start_reader"]

@@ -53,7 +53,7 @@ import numpy as np
 
 from transcriber.bounded import ReadTimeout, bounded, read_seconds, timeout_error
 from transcriber.constants import SAMPLE_RATE
-from transcriber.errors import AudioError
+from transcriber.errors import AudioError, ToolError
 
 _log = logging.getLogger(__name__)
 
@@ -162,6 +162,7 @@ def _probe_ffprobe(name: str) -> _MediaInfo:
            "-of", "json", _ffmpeg_path(name)]
     proc = _run(cmd, name)
     if proc.returncode != 0:
+        _check_started(cmd[0], proc.returncode, proc.stderr)
         cause = _reason(proc.stderr, name) or "not a media file ffprobe can read"
         raise AudioError(_message(name, cause))
     return _parse_ffprobe_json(name, proc.stdout)
@@ -316,7 +317,7 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, bufsize=0,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     except OSError as e:
-        raise AudioError(_message(name, f"cannot run ffmpeg: {e}")) from e
+        raise ToolError(f"ffmpeg ({command[0]}) cannot start: {e}") from e
     output, seconds = _Output(proc.stdout, name), read_seconds()
     # stderr is drained by a thread: a chatty ffmpeg blocked on a full stderr pipe would
     # otherwise never write stdout again, and we would wait on it forever.
@@ -353,8 +354,7 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
 
     tail = "\n".join(stderr.tail)
     if proc.returncode != 0:
-        raise AudioError(_message(name, _reason(tail, name)
-                                  or f"ffmpeg exited with status {proc.returncode}"))
+        raise _decode_failed(name, command[0], proc.returncode, tail)
     _check_length(name, info, start, duration, decoded, tail)
     if stderr.count:
         stream.warnings = (stderr.warning(),)
@@ -464,7 +464,7 @@ def _run(cmd: list[str], name: str) -> subprocess.CompletedProcess:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, errors="replace", start_new_session=True)
     except OSError as e:
-        raise AudioError(_message(name, f"cannot run {cmd[0]}: {e}")) from e
+        raise ToolError(f"{os.path.basename(cmd[0])} ({cmd[0]}) cannot start: {e}") from e
     try:
         out, err = proc.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:
@@ -474,6 +474,21 @@ def _run(cmd: list[str], name: str) -> subprocess.CompletedProcess:
         _reap(proc)
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _decode_failed(name: str, program: str, status: int, stderr: str) -> AudioError:
+    """The error of an ffmpeg that exited with ``status`` while decoding ``name``."""
+    _check_started(program, status, stderr)
+    return AudioError(_message(name, _reason(stderr, name) or f"ffmpeg exited with status {status}"))
+
+
+def _check_started(program: str, status: int, stderr: str) -> None:
+    """ToolError when ``program`` exited as a program that never started does (126: not
+    executable, 127: the dynamic loader could not load it, a shared library missing), not as
+    ffmpeg or ffprobe refusing a file (status 1)."""
+    if status in (126, 127):
+        last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), f"status {status}")
+        raise ToolError(f"{os.path.basename(program)} ({program}) cannot start: {last}")
 
 
 def _reap(proc: subprocess.Popen) -> bool:

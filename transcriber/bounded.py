@@ -42,6 +42,7 @@ import threading
 import time
 from typing import Callable, Iterable, Optional, TypeVar, Union
 
+from . import settings
 from .errors import AudioError
 
 READ_SECONDS = 120.0  # a local disk answers in milliseconds, a slow share in seconds
@@ -64,11 +65,8 @@ class ReadTimeout(TimeoutError, AudioError):
 def read_seconds() -> float:
     """How long a wait on a file (a read, ffmpeg's output) may last: $TRANSCRIBER_READ_TIMEOUT
     (seconds, > 0), else READ_SECONDS."""
-    try:
-        seconds = float(os.environ.get(READ_SECONDS_ENV, READ_SECONDS))
-    except ValueError:
-        return READ_SECONDS
-    return seconds if seconds > 0 else READ_SECONDS
+    seconds = settings.get(READ_SECONDS_ENV)  # checked: finite, > 0 (a bad value is a SettingError)
+    return READ_SECONDS if seconds is None else seconds
 
 
 def timeout_error(path, what: str, seconds: float) -> ReadTimeout:

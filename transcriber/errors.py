@@ -14,8 +14,23 @@ class AudioError(TranscriberError):
     """The media could not be read or holds no audio."""
 
 
-class ModelError(TranscriberError):
+class RunFault(TranscriberError):
+    """A fault no input file can cause, the machine's or the model's: a job runner stops at once
+    with one line, its files left queued with no attempt counted."""
+
+
+class ModelError(RunFault):
     """The model could not be found, converted or loaded."""
+
+
+class ToolError(RunFault):
+    """A program this library runs (ffmpeg, ffprobe) cannot start on this machine."""
+
+
+def no_space(error: BaseException) -> bool:
+    """Whether ``error`` is a disk's (or the temporary folder's) lack of space, whatever raised
+    it (an OSError, MLX's RuntimeError when its compile step cannot write)."""
+    return getattr(error, "errno", None) == 28 or "No space left on device" in str(error)
 
 
 class OutputError(TranscriberError):

@@ -323,6 +323,13 @@ def write_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[str
     nothing. A write error leaves the files already written complete and the failing one
     untouched.
     """
+    rendered = render_outputs(transcript, stem_path, formats, options)
+    return write_rendered(stem_path, rendered)
+
+
+def render_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[str],
+                   options: Union[OutputOptions, CueOptions] = OutputOptions()) -> list[tuple[Path, str]]:
+    """``write_outputs``' first half: each format's (path, text), nothing written."""
     if isinstance(options, CueOptions):
         options = OutputOptions(cues=options)
     if isinstance(formats, str):
@@ -338,6 +345,11 @@ def write_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[str
             rendered.append((path, FORMATS[fmt][1](transcript, options)))
         except Exception as e:
             raise OutputError(f"cannot render {path}: {_one_line(e)}") from e
+    return rendered
+
+
+def write_rendered(stem_path: Path, rendered: list[tuple[Path, str]]) -> list[Path]:
+    """``write_outputs``' second half: the rendered files written atomically, by the reader."""
     folder = Path(stem_path).parent
     try:
         return bounded(write_files, folder, rendered, path=folder, what=WRITE) if rendered else []

@@ -17,6 +17,7 @@ MLX. ``pytorch_model.bin`` (a pickle) is never read. No transformers or torch is
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -106,8 +107,8 @@ def _json(path: Path) -> dict | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ModelError(f"model {path.parent}: {path.name} is not readable JSON ({e})") from e
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:  # (nested too deeply)
+        raise ModelError(f"model {path.parent}: {path.name} is not readable JSON ({type(e).__name__}: {e})") from e
     if not isinstance(data, dict):
         raise ModelError(f"model {path.parent}: {path.name} is not a JSON object")
     return data
@@ -127,6 +128,22 @@ def is_hf_folder(folder: Path) -> bool:
     return any((folder / f).is_file() for f in (SINGLE_FILE, INDEX_FILE, *PICKLE_FILES))
 
 
+def inside(folder: Path, name: str, listed_in: str) -> Path:
+    """``folder / name`` for a file name a model file lists (a shard of the index): ModelError
+    unless it stays in the folder: no absolute path, no ``..``, no symbolic link out of it. A
+    model folder is data; it never names a file elsewhere for this process to open. (A snapshot
+    of the Hugging Face hub's cache links its files to the repository's ``../../blobs``: those
+    links stay in the repository, and are followed.)"""
+    path = folder / name
+    real = os.path.realpath(path)
+    roots = [os.path.realpath(folder)]
+    if folder.parent.name == "snapshots":
+        roots.append(os.path.realpath(folder.parent.parent / "blobs"))
+    if os.path.isabs(name) or ".." in Path(name).parts or not any(os.path.commonpath([r, real]) == r for r in roots):
+        raise ModelError(f"model {folder}: {listed_in} names {name!r}, outside the model's folder: not read")
+    return path
+
+
 def weight_files(folder: Path) -> list[Path]:
     """The safetensors files of the folder, in order (one file, or the shards of the index)."""
     if (folder / INDEX_FILE).is_file():
@@ -134,13 +151,13 @@ def weight_files(folder: Path) -> list[Path]:
         weight_map = index.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise ModelError(f"model {folder}: {INDEX_FILE} has no weight_map")
-        files = [folder / name for name in sorted(set(weight_map.values()))]
+        files = [inside(folder, name, INDEX_FILE) for name in sorted(set(map(str, weight_map.values())))]
         for f in files:
             if not f.is_file():
                 raise ModelError(f"model {folder}: {f.name}, listed in {INDEX_FILE}, is missing")
         return files
     if (folder / SINGLE_FILE).is_file():
-        return [folder / SINGLE_FILE]
+        return [inside(folder, SINGLE_FILE, "the folder")]
     pickles = [f for f in PICKLE_FILES if (folder / f).is_file()]
     if pickles:
         raise ModelError(f"model {folder}: only {pickles[0]} (a pickle, never loaded here); save it as "
@@ -164,7 +181,10 @@ def read_config(folder: Path) -> tuple[ModelDimensions, dict]:
     missing = [theirs for theirs in dict.fromkeys(names.values()) if not isinstance(config.get(theirs), int)]
     if missing:
         raise ModelError(f"{where} has no {', '.join(missing)}")
-    dims = ModelDimensions(**{ours: config[theirs] for ours, theirs in names.items()})
+    try:
+        dims = ModelDimensions(**{ours: config[theirs] for ours, theirs in names.items()})
+    except ValueError as e:
+        raise ModelError(f"{where}: {e}") from e
     d = config["d_model"]
     for key in ("encoder_ffn_dim", "decoder_ffn_dim"):  # our blocks' MLP is 4 x d_model wide
         if config.get(key, 4 * d) != 4 * d:

@@ -31,7 +31,7 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten
 
-from ..cachedir import cache_root
+from ..cachedir import cache_root, make_private, private_dir, private_write
 from ..errors import ModelError
 from ..tokenizer import LANGUAGES, load_tokenizer
 from . import ct2, hf
@@ -117,9 +117,9 @@ def _convert_once(target: Path, folder: Path, build: Callable[[], tuple[dict, di
     if (target / "weights.safetensors").is_file():
         return target
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(target.parent)
         _remove_stale_conversions(target.parent)
-        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))  # 0700
     except OSError as e:
         raise _unusable_cache(e) from e
     try:
@@ -129,6 +129,8 @@ def _convert_once(target: Path, folder: Path, build: Callable[[], tuple[dict, di
         for f in TOKENIZER_FILES:
             if (folder / f).is_file():
                 shutil.copy(folder / f, tmp / f)
+        for f in tmp.iterdir():  # MLX and shutil write under the umask: the cache is the user's alone
+            make_private(f)
         try:
             tmp.rename(target)
         except OSError:
@@ -144,7 +146,10 @@ def convert_ct2(parts: list[Path], folder: Path, name: str) -> Path:
 
     def build():
         variables = ct2.read_model_bin(parts)
-        dims = ct2.dims_from_variables(variables)
+        try:
+            dims = ct2.dims_from_variables(variables)
+        except (ValueError, KeyError) as e:
+            raise ModelError(f"model {folder}: not a Whisper's dimensions: {e}") from e
         ct2_config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
         config = {"model_type": "whisper", **dims.to_dict(),
                   "alignment_heads": ct2_config.get("alignment_heads"),
@@ -276,8 +281,7 @@ def check_model(whisper: Whisper, folder: Path, weights: Path) -> None:
     if not np.isfinite(np.asarray(logits)).all():
         raise fail("gives logits that are not finite numbers on a test input")
     try:  # a read-only cache: the check is done again next time, nothing worse
-        stamp.parent.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(f"{weights.resolve()}\n")
+        private_write(stamp, f"{weights.resolve()}\n")
     except OSError:
         pass
 
@@ -308,7 +312,7 @@ def load_model(model: str | os.PathLike = DEFAULT_MODEL, dtype: mx.Dtype = mx.fl
     except ModelError:
         raise
     except (OSError, KeyError, ValueError, TypeError, RuntimeError) as e:
-        # RuntimeError: MLX's reader on a truncated or garbage file
+        # RuntimeError: MLX's reader on a truncated or garbage file, or JSON nested too deeply (RecursionError)
         cause = " ".join(str(e).split())  # one line: MLX's messages can list names line by line
         raise ModelError(f"cannot load model from {folder} ({path.name}): {cause}; {_rebuild_hint(folder)}") from e
     mx.eval(whisper.parameters())

@@ -102,6 +102,14 @@ def softmax(scores: mx.array) -> mx.array:
     return scores
 
 
+# What any Whisper's config holds (tiny to large-v3 and the distilled ones), with room; a config
+# outside is refused when the model loads, before a file is transcribed.
+DIMENSION_BOUNDS = {"n_mels": (80, 128), "n_audio_ctx": (1, 1500), "n_audio_state": (2, 4096), "n_audio_head": (1, 64),
+                    "n_audio_layer": (1, 64), "n_vocab": (51864, 52000), "n_text_ctx": (1, 448),
+                    "n_text_state": (2, 4096), "n_text_head": (1, 64), "n_text_layer": (1, 64)}
+MAX_PARAMETERS = 2_000_000_000  # large-v3: 1.55 billion
+
+
 @dataclass(frozen=True)
 class ModelDimensions:
     n_mels: int
@@ -115,9 +123,35 @@ class ModelDimensions:
     n_text_head: int
     n_text_layer: int
 
+    def __post_init__(self) -> None:
+        """ValueError, naming the entry, for dimensions no Whisper has: checked before anything
+        is allocated (a config of 10^9 dimensions would allocate until memory runs out)."""
+        for name, (low, high) in DIMENSION_BOUNDS.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                raise ValueError(f"{name} {value!r} is not from {low} to {high}")
+        for state, head in (("n_audio_state", "n_audio_head"), ("n_text_state", "n_text_head")):
+            if getattr(self, state) % getattr(self, head):
+                raise ValueError(f"{head} {getattr(self, head)} does not divide {state} {getattr(self, state)}")
+        if self.n_parameters() > MAX_PARAMETERS:
+            raise ValueError(f"{self.n_parameters():,} parameters, more than any Whisper ({MAX_PARAMETERS:,})")
+
+    def n_parameters(self) -> int:
+        """About how many weights a model of these dimensions has (4 d^2 per attention, 8 d^2
+        per MLP; the text decoder's layers attend twice; the token embedding)."""
+        audio, text = self.n_audio_state, self.n_text_state
+        return (self.n_audio_layer * 12 * audio * audio + self.n_text_layer * 16 * text * text
+                + self.n_vocab * text + self.n_text_ctx * text + self.n_mels * audio * 3)
+
     @classmethod
     def from_dict(cls, d: dict) -> "ModelDimensions":
-        return cls(**{k: int(d[k]) for k in cls.__dataclass_fields__})
+        """ValueError (or KeyError) for a config that is not one of a Whisper."""
+        values = {}
+        for k in cls.__dataclass_fields__:
+            if not isinstance(d[k], (int, float)) or isinstance(d[k], bool) or d[k] != int(d[k]):
+                raise ValueError(f"{k} {d[k]!r} is not a whole number")
+            values[k] = int(d[k])
+        return cls(**values)
 
     @property
     def is_multilingual(self) -> bool:
@@ -543,6 +577,14 @@ class Whisper(nn.Module):
             alignment_heads = [(layer, head) for layer in range(dims.n_text_layer // 2, dims.n_text_layer)
                                for head in range(dims.n_text_head)]
         self._alignment_heads = np.asarray(alignment_heads, dtype=np.int64).reshape(-1, 2)
+        outside = [(int(layer), int(head)) for layer, head in self._alignment_heads
+                   if not (0 <= layer < dims.n_text_layer and 0 <= head < dims.n_text_head)]
+        if outside:
+            raise ValueError(f"alignment head (layer, head) {outside[0]} is not in the model's "
+                             f"{dims.n_text_layer} layers of {dims.n_text_head} heads")
+        if any(not 0 <= i < dims.n_vocab for i in info.suppress_ids):
+            raise ValueError(f"suppress_ids holds {next(i for i in info.suppress_ids if not 0 <= i < dims.n_vocab)}, "
+                             f"not a token of the {dims.n_vocab} of the vocabulary")
 
     def filter_and_map(self, *args, **kwargs):
         # parameters() walks the encoder's items directly: give it the float32 weights, never

@@ -17,6 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .. import settings
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ KEPT_MODELS = 2  # decoders whose packed weights are kept (jobs may switch betwe
 def weights_precision() -> str:
     """The decoder's weight precision on the kernels: $TRANSCRIBER_KERNEL_WEIGHTS (bf16, the
     default, or f32: for the precision measurements in bench/)."""
-    value = os.environ.get(PRECISION_ENV, "").strip().lower() or "bf16"
+    value = settings.get(PRECISION_ENV) or "bf16"
     return value if value in ("bf16", "f32") else "bf16"
 
 
@@ -132,7 +133,7 @@ ENCODER_KINDS = ("gemm", "attention_bf16", "layer_norm")
 def encoder_choice() -> str:
     """The encoder on the kernels: $TRANSCRIBER_KERNEL_ENCODER, bf16 (the default: the native
     bf16 GEMM) or mlx (MLX's float32 ops, the native attention: for measurements)."""
-    value = os.environ.get(ENCODER_ENV, "").strip().lower() or "bf16"
+    value = settings.get(ENCODER_ENV) or "bf16"
     return value if value in ("bf16", "mlx") else "bf16"
 
 
@@ -143,7 +144,7 @@ PASS_KINDS = ("gemm", "attention_packed", "layer_norm")
 def pass_choice() -> str:
     """The decoder's multi-token passes (prompts, word timing): $TRANSCRIBER_KERNEL_PASS, bf16
     (the default: the native pass) or mlx (MLX's float32 decoder: for measurements)."""
-    value = os.environ.get(PASS_ENV, "").strip().lower() or "bf16"
+    value = settings.get(PASS_ENV) or "bf16"
     return value if value in ("bf16", "mlx") else "bf16"
 
 
@@ -153,7 +154,7 @@ CROSS_ENV = "TRANSCRIBER_KERNEL_CROSS"
 def cross_choice() -> str:
     """The decoder's cross-attention keys and values per window: $TRANSCRIBER_KERNEL_CROSS,
     bf16 (the default: the bf16 GEMM) or mlx (MLX's float32 sgemms: for measurements)."""
-    value = os.environ.get(CROSS_ENV, "").strip().lower() or "bf16"
+    value = settings.get(CROSS_ENV) or "bf16"
     return value if value in ("bf16", "mlx") else "bf16"
 
 
@@ -200,9 +201,9 @@ THREADS_ENV = "TRANSCRIBER_KERNEL_THREADS"
 def threads() -> int:
     """Threads for the large kernels: $TRANSCRIBER_KERNEL_THREADS, else DEFAULT_THREADS capped
     at the cores this process may use."""
-    text = os.environ.get(THREADS_ENV, "").strip()
-    if text.isdigit() and int(text) >= 1:
-        return int(text)
+    forced = settings.get(THREADS_ENV)
+    if forced:
+        return forced
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(DEFAULT_THREADS, cores))
 
@@ -268,9 +269,10 @@ def first_run_note() -> Optional[str]:
     marker = folder() / f"told-{hashlib.sha256(st.reason.encode()).hexdigest()[:16]}"
     if marker.exists():
         return None
+    from ..cachedir import private_write
+
     try:
-        marker.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        marker.touch(mode=0o600)
+        private_write(marker, "")
     except OSError:
         pass  # told again next run: better than never
     return f"note: {st.line()} (said once)"

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from . import build
+from .. import settings
 
 ENV = "TRANSCRIBER_KERNELS"
 FOLDER = build.HERE  # where build.py put the library and build.json
@@ -95,7 +96,7 @@ def record() -> dict | None:
 
 def _choose(built: list[str], flags: frozenset[str]) -> tuple[str | None, str | None]:
     """(path, None) or (None, reason)."""
-    forced = os.environ.get(ENV, "").strip().lower()
+    forced = settings.get(ENV) or ""
     if forced in ("off", "none", "0"):
         return None, f"off ({ENV}={forced})"
     if forced:

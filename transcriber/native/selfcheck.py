@@ -21,7 +21,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 FORMAT = 1
@@ -103,12 +102,10 @@ def _run_child(path: str) -> dict[str, str | None]:
 def _store(file: Path, found: dict) -> None:
     """Write the verdict atomically, readable by this user only; a cache that cannot be
     written costs a child per process, nothing more."""
+    from ..cachedir import private_write
+
     try:
-        file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".verdict-")  # created 0600
-        with os.fdopen(fd, "w") as f:
-            json.dump(found, f)
-        os.replace(tmp, file)
+        private_write(file, json.dumps(found))
     except OSError:
         pass
 

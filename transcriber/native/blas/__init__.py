@@ -40,6 +40,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
+from ... import settings
 from . import matvec, probe, slot
 from .libraries import BUNDLED, ENV, NAMES, Failure, Library, candidates, library_from_path
 from .matvec import THREADS_ENV, numpy_one_thread
@@ -88,10 +89,15 @@ def _decide(setting: str, reprobe: bool) -> tuple[Library, int | None, float | N
     choice = result.get("choice")
     if not choice:
         raise Failure("the BLAS probe measured nothing")
-    # The cache is per machine, not per environment: take the chosen library from this
-    # environment's candidates (same name and file version, by the cache key), never a path another
-    # virtualenv held when it measured.
-    lib = next((c for c in libraries if c.name == choice["library"]["name"]), Library(**choice["library"]))
+    # The cache is data, never an instruction to load code: the chosen library is taken from
+    # this environment's candidates (same name and file version, by the cache key), never from
+    # a path the file holds. A choice that names none of them (another virtualenv's, or a file
+    # someone wrote there) is measured again.
+    lib = next((c for c in libraries if c.name == choice["library"]["name"]), None)
+    if lib is None:
+        if reprobe:
+            raise Failure(f"the BLAS probe chose {choice['library']['name']!r}, not a candidate here")
+        return _decide(setting, True)
     note = None
     if lib.name == BUNDLED:  # every faster candidate failed (or was slower): say why
         errors = [f"{n}: {r['error']}" for n, r in result["measured"].items() if "error" in r]
@@ -129,7 +135,7 @@ def apply(setting: str | None = None, *, reprobe: bool = False) -> Choice:
         current, loaded_path = Choice("platform"), None
         return current
     numpy_one_thread()
-    setting = (os.environ.get(ENV, "") if setting is None else setting).strip()
+    setting = (settings.get(ENV) or "" if setting is None else setting).strip()
     importlib.import_module("mlx.core")  # loads libmlx.so, whose slot we rewrite
     preloaded = slot.preloaded()
     if preloaded:  # e.g. LD_PRELOAD=libopenblas.so: someone chose already; not ours to undo
@@ -170,7 +176,7 @@ def describe() -> str:
     if current.name == "platform":
         return "BLAS: the platform's own (Accelerate on macOS)"
     if current.path is None:
-        why = current.note or ("TRANSCRIBER_BLAS=none" if os.environ.get(ENV, "").lower() == "none" else "")
+        why = current.note or ("TRANSCRIBER_BLAS=none" if (settings.get(ENV) or "").lower() == "none" else "")
         return (f"BLAS: MLX's bundled reference BLAS (slow{': ' + why if why else ''}); "
                 "`transcribe doctor` says more")
     detail = [f"{current.threads} thread{'s' if current.threads != 1 else ''}" if current.threads else "",

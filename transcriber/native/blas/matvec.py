@@ -13,6 +13,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Callable
 
+from ... import settings
 from . import slot
 from .libraries import Library
 
@@ -48,14 +49,8 @@ def library_threads(lib: Library | None) -> int | None:
 
 
 def threads_override() -> int | None:
-    """$TRANSCRIBER_BLAS_THREADS as a positive count, or None (unset, or not a count: logged)."""
-    text = os.environ.get(THREADS_ENV, "").strip()
-    if not text:
-        return None
-    if not text.isdigit() or int(text) < 1:
-        log.warning("transcriber: %s=%r is not a positive whole number: ignored", THREADS_ENV, text)
-        return None
-    return int(text)
+    """$TRANSCRIBER_BLAS_THREADS (1 to the cores), or None when unset (SettingError if bad)."""
+    return settings.get(THREADS_ENV)
 
 
 def numpy_one_thread() -> bool:

@@ -172,12 +172,10 @@ def probed(names: list[str], libraries: list[Library], reprobe: bool) -> tuple[d
     result = _probe(libraries)
     if not result["choice"]:
         return result, None  # nothing worked, perhaps only this time: not worth remembering
-    try:  # atomically: a concurrent first run must never read half a file
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(tmp, path)
+    from ...cachedir import private_write
+
+    try:  # atomically (a concurrent first run must never read half a file), private to the user
+        private_write(path, json.dumps(result, indent=1))
         return result, path
     except OSError as e:
         log.debug("cannot cache the BLAS probe in %s: %s", path, e)

@@ -1,0 +1,105 @@
+"""Every ``TRANSCRIBER_*`` environment variable: read here, and only here, each checked (type,
+bounds, no nan or inf) by ``get``. A bad value is a ``SettingError`` naming the variable, the
+value and what it takes; the CLI checks them all before any work (``check_all``: a usage error,
+exit 2), so a job never fails on a setting and a value is never silently ignored.
+
+No imports beyond the standard library: every module may read its settings from here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Optional, Union
+
+Value = Union[str, int, float, bool]
+
+# the kernels' precision and op choices (transcriber/native/__init__.py): bf16, or mlx for measurements
+_KERNEL_CHOICES = ("bf16", "mlx")
+KERNEL_PATHS = ("avx512", "avx2", "neon", "portable")  # transcriber/native/loader.py's PATHS
+
+
+class SettingError(ValueError):
+    """A TRANSCRIBER_* variable holds a value it cannot take: one line naming both."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    kind: type = str  # str, int, float, or bool (a flag: set to anything but "" or "0")
+    low: float = 0  # bounds of a number, inclusive
+    high: Optional[float] = None  # None: the cores this process may use
+    choices: tuple[str, ...] = ()  # the words a str setting takes (compared in lower case)
+    doc: str = ""
+
+    def parse(self, text: str) -> Value:
+        if self.kind is bool:
+            return text.strip() not in ("", "0")
+        if self.kind is str:
+            word = text.strip().lower()
+            if self.choices and word not in self.choices:
+                raise self.error(text, f"one of {', '.join(self.choices)}")
+            return word if self.choices else text
+        try:
+            value = self.kind(text.strip())
+        except ValueError:
+            raise self.error(text, self._range()) from None
+        if not math.isfinite(value) or value < self.low or value > self._high():
+            raise self.error(text, self._range())
+        return value
+
+    def _high(self) -> float:
+        return _cores() if self.high is None else self.high  # None: the cores this process may use
+
+    def _range(self) -> str:
+        what = "a whole number" if self.kind is int else "a number of seconds"
+        cores = " (the cores this process may use)" if self.high is None else ""
+        return f"{what} from {self.low:g} to {self._high():g}{cores}"
+
+    def error(self, text: str, takes: str) -> SettingError:
+        return SettingError(f"{self.name}={text!r}: takes {takes}")
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+DAY = 86400.0
+
+SETTINGS = {s.name: s for s in (
+    Setting("TRANSCRIBER_DB", doc="the job database's path"),
+    Setting("TRANSCRIBER_DB_TIMEOUT", float, 0, DAY, doc="seconds to wait for another process's lock"),
+    Setting("TRANSCRIBER_CACHE", doc="the cache folder (converted models, the BLAS probe's verdict)"),
+    Setting("TRANSCRIBER_DEBUG", bool, doc="an unexpected error raises with its traceback"),
+    Setting("TRANSCRIBER_READ_TIMEOUT", float, 0.001, DAY, doc="seconds a read of a file may take"),
+    Setting("TRANSCRIBER_BLAS", doc="none, candidate names, or a library's path: loaded and run"),
+    Setting("TRANSCRIBER_BLAS_THREADS", int, 1, None, doc="threads of the BLAS serving MLX (at most the cores)"),
+    Setting("TRANSCRIBER_KERNELS", str, choices=("off", "none", "0", *KERNEL_PATHS), doc="the kernels' path"),
+    Setting("TRANSCRIBER_KERNEL_THREADS", int, 1, None, doc="threads of the large kernels (at most the cores)"),
+    Setting("TRANSCRIBER_KERNEL_WEIGHTS", str, choices=("bf16", "f32"), doc="the decoder's weight precision"),
+    Setting("TRANSCRIBER_KERNEL_ENCODER", str, choices=_KERNEL_CHOICES, doc="the encoder's ops"),
+    Setting("TRANSCRIBER_KERNEL_PASS", str, choices=_KERNEL_CHOICES, doc="the decoder's multi-token passes"),
+    Setting("TRANSCRIBER_KERNEL_CROSS", str, choices=_KERNEL_CHOICES, doc="the cross-attention keys and values"),
+    # the test suite's hooks (jobs/signals.py, jobs/ray_worker.py): a point name, or SIGNAL@point
+    Setting("TRANSCRIBER_TEST_KILL_AT"),
+    Setting("TRANSCRIBER_TEST_SIGNAL_AT"),
+    Setting("TRANSCRIBER_TEST_WORKER_SIGNAL_AT"),
+    Setting("TRANSCRIBER_TEST_DATA", doc="the test suite's data folder"),
+)}
+
+
+def get(name: str) -> Optional[Value]:
+    """The variable's value, parsed and checked; None when it is unset or empty (the default
+    applies). SettingError for a value it cannot take."""
+    setting = SETTINGS[name]
+    text = os.environ.get(name, "")
+    if not text.strip():
+        return None
+    return setting.parse(text)
+
+
+def check_all() -> None:
+    """SettingError for the first TRANSCRIBER_* variable set to a value it cannot take."""
+    for name in SETTINGS:
+        get(name)
