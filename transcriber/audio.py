@@ -329,18 +329,9 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
     decoded = 0
     limit = None if duration is None else round(duration * SAMPLE_RATE)
     try:
-        _skip_samples(output, skip)
-        while True:
-            want = chunk_samples if limit is None else min(chunk_samples, limit - decoded)
-            if want <= 0:  # the margin past the duration asked for: read to ffmpeg's end, dropped
-                _skip_samples(output, round(2 * _DURATION_MARGIN_S * SAMPLE_RATE) + chunk_samples)
-                break
-            samples = _read_samples(output, want)
-            if samples.size:
-                yield first_offset + decoded, samples
-                decoded += samples.size
-            if samples.size < want:
-                break
+        for samples in _chunks(output, skip, chunk_samples, limit):
+            yield first_offset + decoded, samples
+            decoded += samples.size
         try:
             proc.wait(timeout=seconds)
         except subprocess.TimeoutExpired:
@@ -358,6 +349,24 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
     _check_length(name, info, start, duration, decoded, tail)
     if stderr.count:
         stream.warnings = (stderr.warning(),)
+
+
+def _chunks(output, skip: int, chunk_samples: int, limit: int | None) -> Iterator[np.ndarray]:
+    """ffmpeg's samples after the first ``skip``, in chunks, at most ``limit`` of them: what
+    ffmpeg gives past the limit (its -t margin) is read to its end and dropped."""
+    _skip_samples(output, skip)
+    given = 0
+    while True:
+        want = chunk_samples if limit is None else min(chunk_samples, limit - given)
+        if want <= 0:
+            _skip_samples(output, round(2 * _DURATION_MARGIN_S * SAMPLE_RATE) + chunk_samples)
+            return
+        samples = _read_samples(output, want)
+        if samples.size:
+            yield samples
+            given += samples.size
+        if samples.size < want:
+            return
 
 
 def _check_length(name: str, info: _MediaInfo, start: float, duration: float | None,
