@@ -92,16 +92,3 @@ def test_the_no_speech_rule_is_one_object_both_modes_build_from_their_options():
     alone = NoSpeechRule(threshold=0.6, logprob_threshold=None)
     assert alone.is_silence(0.7, -0.1) and alone.undecoded_above == 0.6
     assert not NoSpeechRule(threshold=None).is_silence(1.0, -9.0)
-
-
-def test_unlikely_text_after_a_pause_is_a_guess():
-    from transcriber.nonspeech import is_unlikely_start
-
-    # one-shot's " Thank you." over plucked music; streaming's first pass over reversed babble
-    assert is_unlikely_start(0.735, -0.987) and is_unlikely_start(0.59, -1.13)
-    assert is_unlikely_start(0.48, -1.76)  # streaming over 30 s of clicks
-    # speech: the Apollo radio's noisiest windows, and a sure text over a high no-speech
-    assert not is_unlikely_start(0.5, -0.62) and not is_unlikely_start(0.47, -0.86)
-    assert not is_unlikely_start(0.23, -0.93)
-    assert not is_unlikely_start(0.87, -0.27)
-    assert not is_unlikely_start(None, -2.0) and not is_unlikely_start(0.9, None)
