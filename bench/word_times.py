@@ -10,7 +10,6 @@ are of their absolute values (``transcriber.evaluation.word_start_offsets``). fa
 in its own interpreter (``bench/_worker_peer.py``), skipped when its venv is missing.
 """
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -23,35 +22,27 @@ from dev_set import DATA, decode_all, rows  # noqa: E402
 
 def aligned() -> list[tuple[dict, list[tuple[str, float]]]]:
     """(manifest entry, reference [(word, start)]) for each dev-set file with word alignments."""
-    out = []
-    for e in rows():
-        if e.get("word_alignment"):
-            ref = json.loads((DATA / e["word_alignment"]).read_text())["words"]
-            out.append((e, [(w["word"], w["start"]) for w in ref]))
-    return out
+    from transcriber.evaluation import aligned_starts
 
-
-def stats(offsets: list[float]) -> dict:
-    errors = sorted(abs(x) for x in offsets)
-    return {"n": len(errors), "median": errors[len(errors) // 2], "p90": errors[int(0.9 * (len(errors) - 1))],
-            "mean_signed": sum(offsets) / len(offsets), "late": sum(x > 0 for x in offsets)}
+    return [(e, aligned_starts(DATA / e["word_alignment"])) for e in rows() if e.get("word_alignment")]
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--words", action="store_true", help="print every matched word's offset")
     ap.add_argument("--no-peer", action="store_true", help="ours only")
+    ap.add_argument("--peer-python", type=Path, default=PEER_PY, help="faster-whisper's interpreter")
     args = ap.parse_args(argv)
     import transcriber
-    from transcriber.evaluation import word_start_offsets
+    from transcriber.evaluation import error_quantiles, word_start_offsets
 
     files = aligned()
     paths = [DATA / e["file"] for e, _ in files]
     model = transcriber.load_model("tiny.en")
     hyps = {mode: [[(w.text, w.start) for w in ws] for ws in decode_all(mode, model, paths, None, 1)]
             for mode in ("oneshot", "stream")}
-    if not args.no_peer and PEER_PY.exists():
-        res = run_worker(PEER_PY, "_worker_peer.py", {
+    if not args.no_peer:
+        res = run_worker(args.peer_python, "_worker_peer.py", {
             "files": [str(p) for p in paths], "compute_type": "int8", "threads": 2, "word_timestamps": True,
             "warmup": False, "detail": True, "words": True}, 2, 600)
         if "error" in res:
@@ -66,8 +57,9 @@ def main(argv=None):
             offsets += got
             if args.words:
                 print(f"  {name} {Path(e['file']).stem}: " + " ".join(f"{x:+.2f}" for x in got), file=sys.stderr)
-        s = stats(offsets)
-        print(f"| {name} | {s['n']} | {s['median']:.3f} | {s['p90']:.3f} | {s['mean_signed']:+.3f} | {s['late']}/{s['n']} |")
+        median, p90 = error_quantiles(offsets)
+        n = len(offsets)
+        print(f"| {name} | {n} | {median:.3f} | {p90:.3f} | {sum(offsets) / n:+.3f} | {sum(x > 0 for x in offsets)}/{n} |")
 
 
 if __name__ == "__main__":

@@ -43,9 +43,11 @@ where a word error rate would count whole sentences: the edit distance over char
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 import unicodedata
+from pathlib import Path
 from typing import Optional, Sequence, Union
 
 import numpy as np
@@ -323,3 +325,15 @@ def word_start_errors(reference: Sequence[tuple[str, float]], hypothesis: Sequen
     """|start error| in seconds for each reference word matched to a hypothesis word
     (``word_start_offsets`` without the sign)."""
     return [abs(x) for x in word_start_offsets(reference, hypothesis)]
+
+
+def aligned_starts(path) -> list[tuple[str, float]]:
+    """(word, start) of a forced-alignment file (``{"words": [{"word", "start", ...}]}``, as in
+    the evaluation set's ``alignments/``), for ``word_start_offsets``."""
+    return [(w["word"], w["start"]) for w in json.loads(Path(path).read_text())["words"]]
+
+
+def error_quantiles(errors: Sequence[float]) -> tuple[float, float]:
+    """(upper median, p90) of absolute errors: the sorted values at n // 2 and 0.9 (n - 1)."""
+    ranked = sorted(abs(e) for e in errors)
+    return ranked[len(ranked) // 2], ranked[int(0.9 * (len(ranked) - 1))]
