@@ -10,7 +10,7 @@ from transcriber.decoding.options import DecodingOptions
 from transcriber.decoding.search import BeamSearchDecoder, GreedyDecoder, MaximumLikelihoodRanker
 from transcriber.decoding.task import compression_ratio
 from transcriber.model import loader
-from transcriber.timing import WordTiming, dtw, median_filter, snap_to_sound
+from transcriber.timing import WordTiming, dtw, median_filter, snap_to_sound, start_at_onsets
 from transcriber.tokenizer import load_tokenizer
 
 
@@ -209,3 +209,18 @@ def test_a_word_in_silence_nearer_the_sound_after_it_moves_to_its_onset():
     silent = _timed((" a", 1.0, 2.0))
     snap_to_sound(silent, np.zeros(100, dtype=bool), 0.0, 0.3, floor=0.0)
     assert (silent[0].start, silent[0].end) == (1.0, 2.0)
+
+
+def test_word_starts_move_to_the_voices_onset():
+    """20 ms frames from 10.0 s: room noise at -60 dBFS, the voice (-30) from 10.26 to 10.6 s
+    and from 10.8 s. The first word, started where the window does, moves to the onset; a word
+    inside the voice starts ``lead`` earlier (the word before it ends there); one whose earlier
+    start falls in the pause moves forward to the next onset; a word wholly in the quiet (its
+    voice no nearer than its end) keeps its start, as do all words without a voice at all."""
+    levels = np.full(100, -60.0)
+    levels[13:30] = levels[40:] = -30.0
+    times = [(10.0, 10.4), (10.4, 10.7), (10.7, 10.9)]
+    assert [(round(a, 2), round(b, 2)) for a, b in start_at_onsets(times, levels, 10.0, 0.02, lead=0.08)] == [
+        (10.26, 10.32), (10.32, 10.7), (10.8, 10.9)]
+    assert start_at_onsets([(10.0, 10.1)], levels, 10.0, 0.02, lead=0.0) == [(10.0, 10.1)]
+    assert start_at_onsets(times, np.full(100, -60.0), 10.0, 0.02, lead=0.0) == times

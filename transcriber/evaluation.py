@@ -43,9 +43,11 @@ where a word error rate would count whole sentences: the edit distance over char
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 import unicodedata
+from pathlib import Path
 from typing import Optional, Sequence, Union
 
 import numpy as np
@@ -299,8 +301,9 @@ def cer(refs: Union[str, Sequence[str]], hyps: Union[str, Sequence[str]],
     return _pooled(character_errors, refs, hyps, language)
 
 
-def word_start_errors(reference: Sequence[tuple[str, float]], hypothesis: Sequence[tuple[str, float]]) -> list[float]:
-    """|start error| in seconds for each reference word matched to a hypothesis word.
+def word_start_offsets(reference: Sequence[tuple[str, float]], hypothesis: Sequence[tuple[str, float]]) -> list[float]:
+    """Signed start error in seconds (hypothesis minus reference: > 0 is late) for each reference
+    word matched to a hypothesis word.
 
     Both are (word, start) in time order. Words are normalised one by one and matched in order
     (difflib's longest matching blocks), so a misrecognised word is left out rather than paired
@@ -311,8 +314,26 @@ def word_start_errors(reference: Sequence[tuple[str, float]], hypothesis: Sequen
     ref = [(w, t) for w, t in ref if w]
     hyp = [(w, t) for w, t in hyp if w]
     matcher = difflib.SequenceMatcher(a=[w for w, _ in ref], b=[w for w, _ in hyp], autojunk=False)
-    errors = []
+    offsets = []
     for block in matcher.get_matching_blocks():
         for i in range(block.size):
-            errors.append(abs(ref[block.a + i][1] - hyp[block.b + i][1]))
-    return errors
+            offsets.append(hyp[block.b + i][1] - ref[block.a + i][1])
+    return offsets
+
+
+def word_start_errors(reference: Sequence[tuple[str, float]], hypothesis: Sequence[tuple[str, float]]) -> list[float]:
+    """|start error| in seconds for each reference word matched to a hypothesis word
+    (``word_start_offsets`` without the sign)."""
+    return [abs(x) for x in word_start_offsets(reference, hypothesis)]
+
+
+def aligned_starts(path) -> list[tuple[str, float]]:
+    """(word, start) of a forced-alignment file (``{"words": [{"word", "start", ...}]}``, as in
+    the evaluation set's ``alignments/``), for ``word_start_offsets``."""
+    return [(w["word"], w["start"]) for w in json.loads(Path(path).read_text())["words"]]
+
+
+def error_quantiles(errors: Sequence[float]) -> tuple[float, float]:
+    """(upper median, p90) of absolute errors: the sorted values at n // 2 and 0.9 (n - 1)."""
+    ranked = sorted(abs(e) for e in errors)
+    return ranked[len(ranked) // 2], ranked[int(0.9 * (len(ranked) - 1))]

@@ -128,9 +128,14 @@ class NonSpeechGate:
 
     def loud_frames(self, samples: np.ndarray) -> np.ndarray:
         """(n // FRAME,) bool: which whole 20 ms frames of ``samples`` (n,) reach ``silence_db``."""
+        return self.frame_levels(samples) >= self.silence_db
+
+    @staticmethod
+    def frame_levels(samples: np.ndarray) -> np.ndarray:
+        """(n // FRAME,) the RMS level (dBFS) of each whole 20 ms frame of ``samples`` (n,)."""
         n = len(samples) // FRAME
         frames = np.asarray(samples[: n * FRAME], dtype=np.float64).reshape(n, FRAME)
-        return np.mean(frames * frames, axis=1) >= 10 ** (self.silence_db / 10)
+        return 10 * np.log10(np.maximum(np.mean(frames * frames, axis=1), 1e-20))
 
     def _tail_is_loud(self, samples: np.ndarray) -> bool:
         """The samples after the last whole 20 ms frame (if any) reach ``silence_db``."""

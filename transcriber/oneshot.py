@@ -26,7 +26,7 @@ from .engine import Step
 from .model.whisper import DecoderState, Whisper
 from .nonspeech import GATE, ISOLATION
 from .timing import (WordTiming, clamp_edge_words, clamp_long_words, find_alignment, fix_segment_edges,
-                     merge_punctuations, snap_to_sound)
+                     SOUND_FRAME, merge_punctuations, snap_to_sound, start_at_onsets)
 from .tokenizer import Tokenizer
 from .types import Segment, Word
 
@@ -190,7 +190,8 @@ class OneShotEngine:
             samples = buffer.window(seek.seek * HOP_LENGTH, span[1])
             if len(samples) < HOP_LENGTH:
                 break
-            loud = GATE.loud_frames(samples)  # (the silence check reads it again only when no frame is loud)
+            levels = GATE.frame_levels(samples)
+            loud = levels >= GATE.silence_db  # (the silence check reads it again only when no frame is loud)
             if not loud.any() and GATE.is_silent(samples):  # silence or near-silence: nothing to decode
                 segments, seek = [], replace(seek, seek=seek.seek + len(samples) // HOP_LENGTH)
             else:
@@ -198,7 +199,7 @@ class OneShotEngine:
                 if seek.language is None:  # detected once per file, on its first window with sound
                     seek.language, seek.language_probability, _ = self.context.detect_language(base)
                 segments, seek = yield from self._decode_window(base, n_frames, seek,
-                                                                self.context.tokenizer(seek.language), loud)
+                                                                self.context.tokenizer(seek.language), levels)
             yield Step(tuple(w for s in segments for w in s.words), tuple(segments), seek.to_dict(),
                        seek.seek / FRAMES_PER_SECOND, seek.language or "en", seek.language_probability,
                        audio.warnings)
@@ -216,10 +217,10 @@ class OneShotEngine:
         return None
 
     def _decode_window(self, base: DecoderState, n_frames: int, state: SeekState, tokenizer: Tokenizer,
-                       loud: np.ndarray):
+                       levels: np.ndarray):
         """One encoded window -> its segments (with words) and the state after it. A generator
         (``yield from`` it): it asks its driver for the first decoding (a ``_Decode``).
-        loud: (F,) bool, the window's 20 ms frames that are sound (``GATE.loud_frames``)."""
+        levels: (F,) the level (dBFS) of the window's 20 ms frames (``GATE.frame_levels``)."""
         opts = self.options
         time_offset = state.seek / FRAMES_PER_SECOND
         task = self._task(opts.temperatures[0], state.prompt_tokens, tokenizer, n_frames)
@@ -231,7 +232,7 @@ class OneShotEngine:
         pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
         if opts.word_timestamps and pieces:
             segments, next_seek = self._add_words(pieces, tokenizer, base, n_frames, time_offset,
-                                                  state, next_seek, result, loud)
+                                                  state, next_seek, result, levels)
         else:
             segments = [_segment(p, []) for p in pieces]
         segments = [s for s in segments if s.text.strip()]
@@ -297,10 +298,10 @@ class OneShotEngine:
         return segments, next_seek
 
     def _add_words(self, segments, tokenizer, base, n_frames, time_offset, state: SeekState, next_seek,
-                   result, loud: np.ndarray) -> tuple[list[Segment], int]:
+                   result, levels: np.ndarray) -> tuple[list[Segment], int]:
         """Time every word of the window's segments (one DTW for the window; kept out of the
-        window's silence, ``loud``), then turn the segment dicts into ``Segment``s; a window
-        ending mid-segment resumes after its last word."""
+        window's silence, started at the voice's onsets: ``levels``), then turn the segment dicts
+        into ``Segment``s; a window ending mid-segment resumes after its last word."""
         all_tokens = [t for s in segments for t in s["tokens"]]
         all_probs = [p for s in segments for p in s["probs"]]
         alignment = find_alignment(self.model, tokenizer, base, all_tokens, all_probs, n_frames)
@@ -321,8 +322,14 @@ class OneShotEngine:
                 edges = fix_segment_edges(words, seg["start"], seg["end"], median, max_duration, last_speech)
                 start, end = clamp_edge_words(words, *edges, max_duration)
                 walked_to = words[-1].end  # where the walk goes on: snap_to_sound moves times only
-                snap_to_sound(words, loud, time_offset, median, last_speech)
-                seg["start"], seg["end"] = max(start, words[0].start), min(end, words[-1].end)
+                snap_to_sound(words, levels >= GATE.silence_db, time_offset, median, last_speech)
+                first = words[0].start
+                times = start_at_onsets([(w.start, w.end) for w in words], levels, time_offset, SOUND_FRAME,
+                                        last_speech)
+                for w, (w_start, w_end) in zip(words, times):
+                    w.start, w.end = w_start, w_end
+                start = words[0].start if words[0].start < first else max(start, words[0].start)
+                seg["start"], seg["end"] = start, min(end, words[-1].end)
                 last_speech = seg["end"]
             out.append(_segment(seg, words))
         tokens = np.array(result.tokens)
