@@ -272,7 +272,9 @@ def start_at_onsets(times: list[tuple[float, float]], levels: np.ndarray, offset
     """Words' (start, end) with each start moved ``lead`` (default ONSET_LEAD) earlier, then, if
     it is quiet there, forward to the voice's onset: ``levels`` (F,) dB of the audio's frames of
     ``frame_s`` seconds from ``offset``. Not before ``floor`` or the word before it, not past
-    the word's own end; the word before ends where it starts."""
+    the word's own end; after the start of the word before (by a frame where the word allows:
+    two short words in the quiet before one onset keep their order); the word before ends where
+    it starts."""
     times = [list(t) for t in times]
     lead = ONSET_LEAD if lead is None else lead
     voiced = levels >= np.percentile(levels, 10) + ONSET_DB if len(levels) else levels
@@ -285,6 +287,8 @@ def start_at_onsets(times: list[tuple[float, float]], levels: np.ndarray, offset
         if len(onset):
             start = offset + (a + onset[0]) * frame_s
         w[0] = min(w[1], max(low, start))
+        if i and w[0] <= times[i - 1][0]:  # moved onto the word before's start
+            w[0] = min(w[1], times[i - 1][0] + frame_s)
         if i:
             times[i - 1][1] = min(times[i - 1][1], w[0])
     return [(float(a), float(b)) for a, b in times]
