@@ -50,7 +50,7 @@ class Setting:
         return value
 
     def _high(self) -> float:
-        return _cores() if self.high is None else self.high  # None: the cores this process may use
+        return cores() if self.high is None else self.high  # None: the cores this process may use
 
     def _range(self) -> str:
         what = "a whole number" if self.kind is int else "a number of seconds"
@@ -61,7 +61,8 @@ class Setting:
         return SettingError(f"{self.name}={text!r}: takes {takes}")
 
 
-def _cores() -> int:
+def cores() -> int:
+    """The cores this process may use (its affinity where the OS has one)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 

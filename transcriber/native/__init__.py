@@ -204,8 +204,7 @@ def threads() -> int:
     forced = settings.get(THREADS_ENV)
     if forced:
         return forced
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(DEFAULT_THREADS, cores))
+    return max(1, min(DEFAULT_THREADS, settings.cores()))
 
 
 # One: on this project's 2-core machines, shared (load 4-6), a second OpenMP thread made a step
@@ -238,13 +237,12 @@ def _load():
     loaded = loader.load()
     if loaded.lib is None:
         return None, Status(None, "", loaded.reason)
-    flags = loader.cpu_flags()
-    results = selfcheck.verdict(loader.library_file(loaded.path), loaded.path, flags)
+    results = selfcheck.verdict(loader.library_file(loaded.path), loaded.path, loaded.flags)
     if selfcheck.CRASHED in results:  # nothing of this library runs here
         return None, Status(None, "", f"disabled ({results[selfcheck.CRASHED]})")
     from .kernels import Kernels
 
-    k = Kernels(loaded.lib, loaded.path, "avx512_bf16" in flags)
+    k = Kernels(loaded.lib, loaded.path, "avx512_bf16" in loaded.flags)
     k.set_threads(threads())
     st = Status(loaded.path, loaded.isa, None, results)
     bad = [f"{kind}: {note}" for kind, note in results.items() if note]

@@ -41,6 +41,7 @@ class Loaded:
     path: str | None
     isa: str  # e.g. "avx512 (+avx512_bf16, avx512_vnni)": the path and the CPU's extras
     reason: str | None = None
+    flags: frozenset[str] = frozenset()  # what the CPU reported (``cpu_flags``), read once
 
 
 # aarch64: getauxval(AT_HWCAP) bit 1 is HWCAP_ASIMD (NEON), as the kernel gives it to this process
@@ -142,4 +143,4 @@ def load() -> Loaded:
         lib = ctypes.CDLL(library_file(path))
     except OSError as e:
         return Loaded(None, None, "", f"not loadable ({e}; {HOW} again)")
-    return Loaded(lib, path, _describe(path, flags))
+    return Loaded(lib, path, _describe(path, flags), flags=flags)

@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from ... import settings
 from . import slot
 from .libraries import Failure, Library
 from .matvec import set_library_threads
@@ -72,7 +73,7 @@ def cpu_model() -> str:
 
 
 def _thread_options() -> list[int]:
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = settings.cores()
     return sorted({n for n in (1, 2, cpus) if n <= cpus})
 
 
