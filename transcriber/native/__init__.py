@@ -12,7 +12,6 @@ does not bind to this wheel's arrays).
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass, field
 from typing import Optional
