@@ -3,7 +3,7 @@
 Job on stdin: {"files": [...], "compute_type": str|None, "threads": int,
                "word_timestamps": bool, "warmup": bool}
 Result, one JSON line on stdout: {"hyps": [...], "load_s", "transcribe_s", "cpu_s",
-                                  "peak_rss_mb", "info"}
+                                  "peak_rss_mb", "info", "file_s": [seconds per file]}
 """
 import json
 import resource
@@ -25,9 +25,13 @@ def run(load, transcribe, info):
     if job["warmup"]:
         transcribe(model, job["files"][0], job["word_timestamps"])
     t0, c0 = time.perf_counter(), cpu_seconds()
-    hyps = [transcribe(model, f, job["word_timestamps"]) for f in job["files"]]
+    hyps, file_s = [], []
+    for f in job["files"]:
+        t1 = time.perf_counter()
+        hyps.append(transcribe(model, f, job["word_timestamps"]))
+        file_s.append(time.perf_counter() - t1)
     transcribe_s, cpu_s = time.perf_counter() - t0, cpu_seconds() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     print(json.dumps({"hyps": hyps, "load_s": load_s, "transcribe_s": transcribe_s, "cpu_s": cpu_s,
                       "peak_rss_mb": rss / (2**20 if sys.platform == "darwin" else 2**10),
-                      "info": info()}))
+                      "info": info(), "file_s": file_s}))
