@@ -19,6 +19,7 @@ import pytest
 from bench.follow_latency import GrowingWriter, srt_words
 from jobs.cli import shown_status
 from jobs.store import JobStore
+from tests import faults
 from tests.conftest import JFK, ROOT, SYSTEM_FFMPEG
 from tests.hungfs import HungMount, unavailable
 from transcriber import FollowOptions, LiveSource
@@ -29,13 +30,13 @@ pytestmark = pytest.mark.usefixtures("any_ffmpeg")  # imageio-ffmpeg's and the P
 
 
 def transcribe(*args, tmp: Path, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRANSCRIBER_DB": str(tmp / "jobs.db"), **(env or {})}
+    env = faults.environment({**os.environ, "TRANSCRIBER_DB": str(tmp / "jobs.db"), **(env or {})})
     return subprocess.run([sys.executable, "-m", "jobs", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300, **kwargs)
 
 
 def start(*args, tmp: Path, env: dict | None = None) -> subprocess.Popen:
-    env = {**os.environ, "TRANSCRIBER_DB": str(tmp / "jobs.db"), **(env or {})}
+    env = faults.environment({**os.environ, "TRANSCRIBER_DB": str(tmp / "jobs.db"), **(env or {})})
     return subprocess.Popen([sys.executable, "-m", "jobs", *map(str, args)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

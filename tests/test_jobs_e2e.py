@@ -23,6 +23,7 @@ from jobs.discover import content_key
 from jobs.store import JobStore
 from transcriber.audio import ffmpeg_binary
 
+from . import faults
 from .conftest import JFK
 
 pytestmark = pytest.mark.slow
@@ -39,7 +40,7 @@ def ffmpeg(*args: str) -> None:
 def env(db: Path, **extra: str) -> dict:
     e = {k: v for k, v in os.environ.items()
          if k not in ("TRANSCRIBER_DB", "TRANSCRIBER_TEST_KILL_AT", "TRANSCRIBER_TEST_SIGNAL_AT")}
-    return {**e, "TRANSCRIBER_DB": str(db), **extra}
+    return faults.environment({**e, "TRANSCRIBER_DB": str(db), **extra})
 
 
 def transcribe(*args, db: Path, timeout: float = 300, **extra) -> subprocess.CompletedProcess:

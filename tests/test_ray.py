@@ -3,7 +3,7 @@ this module starts once (2 CPUs, no dashboard), with the real tiny.en model on s
 example files: the same words as the in-process runner, a worker killed (kill -9) or hung
 mid-file, files a worker cannot read, and Ray absent or never imported without ``--ray``.
 
-Moments are picked by a test hook, not by sleeps: TRANSCRIBER_TEST_WORKER_SIGNAL_AT makes the
+Moments are picked by a test hook (tests/faults), not by sleeps: TRANSCRIBER_TEST_WORKER_SIGNAL_AT makes the
 worker decoding a named file stop itself (SIGSTOP) at a given step; the test then kills it, or
 lets the driver's --worker-timeout find it.
 """
@@ -29,6 +29,7 @@ from jobs.attempt import Attempt
 from jobs.cli import main
 from jobs.store import Job, JobStore
 
+from . import faults
 from .conftest import JFK, PRESS_YARD, ffmpeg
 
 RAY_INSTALL = "pip install 'transcriber[ray]'"
@@ -39,8 +40,10 @@ HOOK = "TRANSCRIBER_TEST_WORKER_SIGNAL_AT"
 def ray_address():
     """A local Ray instance for this module; its GCS address (what ``--ray ADDRESS`` joins)."""
     sigterm = signal.getsignal(signal.SIGTERM)  # ray.init installs its own: the other tests keep pytest's
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20,
-             logging_level=logging.ERROR, log_to_driver=False)
+    with pytest.MonkeyPatch.context() as patch:  # its workers act on HOOK (tests/faults)
+        patch.setenv("PYTHONPATH", faults.environment(dict(os.environ))["PYTHONPATH"])
+        ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20,
+                 logging_level=logging.ERROR, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
     signal.signal(signal.SIGTERM, sigterm)

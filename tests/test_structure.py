@@ -166,3 +166,31 @@ def test_no_import_cycle():
 def test_no_function_over_50_lines():
     found = long_functions()
     assert not found, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(found)
+
+
+LIFECYCLE = "jobs.attempt"  # the one module that writes an attempt's life
+LIFECYCLE_PARTS = ("Heartbeat", "CheckpointClock")
+
+
+def constructed(names: tuple[str, ...]) -> dict[str, list[str]]:
+    """{module: ``file:line name``} for each call of one of ``names`` (a class constructed)."""
+    found: dict[str, list[str]] = {}
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in names:
+                    found.setdefault(module, []).append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
+    return found
+
+
+def test_only_the_attempt_builds_a_heartbeat_or_a_checkpoint_clock():
+    """An attempt's life (its lease's heartbeat, the clock that says when to checkpoint, the stop
+    check, the commits, the end booked) is written once, in jobs/attempt.py, and every runner
+    (in process, side by side, Ray, follow; the Ray worker's clock too) only hands it its steps.
+    A runner that built its own heartbeat or clock would be a second copy of that life, and a
+    fix to one (how a lost lease or a stop is handled) would have to be made in each."""
+    found = constructed(LIFECYCLE_PARTS)
+    assert set(found) <= {LIFECYCLE}, "\n".join(line for m, lines in found.items() if m != LIFECYCLE
+                                                for line in lines)
+    assert set(found) == {LIFECYCLE}  # the scan itself: it does find them there

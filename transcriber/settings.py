@@ -82,10 +82,6 @@ SETTINGS = {s.name: s for s in (
     Setting("TRANSCRIBER_KERNEL_ENCODER", str, choices=_KERNEL_CHOICES, doc="the encoder's ops"),
     Setting("TRANSCRIBER_KERNEL_PASS", str, choices=_KERNEL_CHOICES, doc="the decoder's multi-token passes"),
     Setting("TRANSCRIBER_KERNEL_CROSS", str, choices=_KERNEL_CHOICES, doc="the cross-attention keys and values"),
-    # the test suite's hooks (jobs/signals.py, jobs/ray_worker.py): a point name, or SIGNAL@point
-    Setting("TRANSCRIBER_TEST_KILL_AT"),
-    Setting("TRANSCRIBER_TEST_SIGNAL_AT"),
-    Setting("TRANSCRIBER_TEST_WORKER_SIGNAL_AT"),
     Setting("TRANSCRIBER_TEST_DATA", doc="the test suite's data folder"),
 )}
 
@@ -104,3 +100,11 @@ def check_all() -> None:
     """SettingError for the first TRANSCRIBER_* variable set to a value it cannot take."""
     for name in SETTINGS:
         get(name)
+
+
+def worker_environment() -> dict[str, str]:
+    """The TRANSCRIBER_* variables of this process that the Ray workers it starts need too (the
+    BLAS choice, the model cache, debug, the test suite's): all but the job database's, which
+    only the driver opens."""
+    return {name: value for name, value in os.environ.items()
+            if name.startswith("TRANSCRIBER_") and name not in ("TRANSCRIBER_DB", "TRANSCRIBER_DB_TIMEOUT")}
