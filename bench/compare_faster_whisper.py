@@ -95,7 +95,7 @@ def load_manifest(data, subsets):
 
 def make_clips(data, entries, n, folder):
     """``n`` clips of 1-3 s cut from the recordings (seeded): manifest-like entries, no reference."""
-    from transcriber.audio import ffmpeg_binary
+    from transcriber.ffmpegtool import ffmpeg_binary
 
     rng = random.Random(0)
     clips = []
