@@ -24,7 +24,7 @@ from streaming import DATA, manifest  # noqa: E402  (also puts the repository on
 
 import transcriber  # noqa: E402
 from transcriber import OneShotEngine  # noqa: E402
-from transcriber.evaluation import wer  # noqa: E402
+from evalkit.scoring import wer  # noqa: E402
 
 
 def one_after_another(engine, files):

@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# evalkit (the scoring) from this checkout; last on the path, so that $PYTHONPATH still picks the
+# transcriber measured
+sys.path.append(str(ROOT))
 DATA = Path(os.environ.get("TRANSCRIBER_TEST_DATA") or ROOT.parent / "shared" / "data")
 
 
@@ -60,7 +63,7 @@ def decode_all(mode: str, model, paths: list[Path], beam: int | None, width: int
 
 def run(modes: list[str], beam: int | None = None, width: int = 1) -> dict:
     import transcriber
-    from transcriber.evaluation import error_quantiles, wer, word_start_errors
+    from evalkit.scoring import error_quantiles, wer, word_start_errors
 
     model = transcriber.load_model("tiny.en")
     entries = rows()

@@ -21,7 +21,7 @@ import webvtt
 
 from jobs.discover import content_key
 from jobs.store import JobStore
-from transcriber.audio import ffmpeg_binary
+from transcriber.ffmpegtool import ffmpeg_binary
 
 from . import faults
 from .conftest import JFK

@@ -3,7 +3,7 @@
 A small version of bench/precision.py (which runs the whole dev set): three of the dev set's
 short_en recordings and examples/jfk.flac, one-shot greedy, beam search, streaming and files
 side by side (--batch-files), kernels on (bf16 decoder weights, as installed) against
-TRANSCRIBER_KERNELS=off: the same words as the WER counts them (after evaluation.normalize;
+TRANSCRIBER_KERNELS=off: the same words as the WER counts them (after evalkit.scoring.normalize;
 beam search may pick another comma between near-equal beams: "belly" / "belly," seen), and the
 same words with their punctuation in greedy modes. Skipped where the kernels were not built.
 """
@@ -15,7 +15,7 @@ import pytest
 import transcriber
 from tests.conftest import JFK, require_data, scored_entries
 from transcriber import native
-from transcriber.evaluation import normalize
+from evalkit.scoring import normalize
 from transcriber.native import loader
 
 pytestmark = [pytest.mark.slow,

@@ -11,7 +11,7 @@ import webvtt
 
 import transcriber
 from transcriber.cues import CueOptions
-from transcriber.evaluation import normalize, wer, word_start_errors
+from evalkit.scoring import normalize, wer, word_start_errors
 from transcriber.writers import write_outputs
 
 from .conftest import JFK, JFK_TEXT, PRESS_YARD, audio_path, ffmpeg, scored_entries
@@ -88,7 +88,7 @@ def test_closing_music_after_the_last_words_stays_silent(model, data_dir, tmp_pa
     close). The last window's " Thank you." was refused by the gate, and the seconds after it,
     decoded again on their own, wrote " Thank you." once more and kept it: the walk now ends
     with a last window whose every segment was refused."""
-    from transcriber import podcast
+    from evalkit import podcast
 
     layout = ("osr_us_000_0034_harvard.flac", podcast.Silence(4.0, -55.0), "jfk.flac", podcast.Music(30.0, 15.0))
     cast = podcast.build_podcast(data_dir, layout)
@@ -102,7 +102,7 @@ def test_the_full_podcast_in_the_default_mode(model, data_dir, tmp_path):
     `transcribe podcast.wav` writes it: no word in music or silence, no cue reaching half a
     second into them (a " Roman." once sat 0.7 s into a pause, a " you" in the closing music),
     nothing lost at the edges, the sentence ends kept (28 of the references' 26 measured)."""
-    from transcriber import podcast
+    from evalkit import podcast
 
     cast = podcast.build_podcast(data_dir, podcast.FULL)
     card = podcast.score(cast, transcriber.transcribe(cast.write_wav(tmp_path / "podcast.wav"), model=model).words)

@@ -3,6 +3,9 @@ bounds, no nan or inf) by ``get``. A bad value is a ``SettingError`` naming the 
 value and what it takes; the CLI checks them all before any work (``check_all``: a usage error,
 exit 2), so a job never fails on a setting and a value is never silently ignored.
 
+The few other variables the package reads (``XDG_CACHE_HOME``) are read here too: no module
+reads the environment but this one (tests/test_structure.py).
+
 No imports beyond the standard library: every module may read its settings from here.
 """
 
@@ -64,6 +67,12 @@ class Setting:
 def cores() -> int:
     """The cores this process may use (its affinity where the OS has one)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def xdg_cache_home() -> Optional[str]:
+    """$XDG_CACHE_HOME, the user's cache folder by the XDG convention (not ours to check: any
+    path); None when it is unset or empty."""
+    return os.environ.get("XDG_CACHE_HOME") or None
 
 
 DAY = 86400.0
