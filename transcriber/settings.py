@@ -104,3 +104,17 @@ def check_all() -> None:
     """SettingError for the first TRANSCRIBER_* variable set to a value it cannot take."""
     for name in SETTINGS:
         get(name)
+
+
+def data_folder() -> Path:
+    """The user's data folder, where an application keeps its files (the job database's
+    default folder): ~/Library/Application Support on macOS, %LOCALAPPDATA% on Windows,
+    $XDG_DATA_HOME (else ~/.local/share) elsewhere."""
+    import sys
+    from pathlib import Path
+
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support"
+    if os.name == "nt":
+        return Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
