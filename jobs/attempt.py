@@ -38,13 +38,14 @@ from transcriber import (AudioError, OutputError, ReadTimeout, RunFault, Segment
 if TYPE_CHECKING:
     from transcriber import Step
 
-from .discover import content_key, first_sweep, present_outputs
+from .discover import content_key, first_sweep, output_refusal, present_outputs
+from .domain import FAILED, Job, LeaseLost, Resume, StoreError, owner_id
 from .engines import EngineCache
 from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS
 from .progress import FileBar, Reporter
 from .signals import StopFlag, Stopped, at_point
 from .spec import JobSpec
-from .store import FAILED, Job, JobStore, LeaseLost, Resume, StoreError, owner_id, refusal
+from .store import JobStore
 
 DEFAULT_MAX_ATTEMPTS = 3
 
@@ -352,7 +353,7 @@ class Attempt:
             present = bounded(present_outputs, paths, folder if first_sweep(folder) else None, path=folder)
             records = self.store.output_records([str(p) for p in present]) if present else {}
             for path in present:
-                why = bounded(refusal, path, records.get(str(path)), self.job.path, self.job.output_stem,
+                why = bounded(output_refusal, path, records.get(str(path)), self.job.path, self.job.output_stem,
                               self.job.outputs, None, would_write.get(str(path)))
                 if why:
                     raise OutputConflict(why)

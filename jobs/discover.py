@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 import transcriber
-from transcriber import ReadTimeout, TranscriberError, bounded_each
+from transcriber import ReadTimeout, TranscriberError, bounded, bounded_each
+
+from .domain import PENDING, FileSignature, OutputRecord
+from .policy import refusal
 
 # What a folder walk takes without asking ffmpeg. A file named explicitly is always tried.
 MEDIA_EXTENSIONS = frozenset("""
@@ -296,7 +299,7 @@ def output_stem(source: Path, root: Optional[Path], output_dir: Optional[Path]) 
     folder shares (``talk.wav`` beside ``talk.mp3``) keeps its extension (``talk.wav.srt``,
     ``talk.mp3.srt``), whatever else the command named; it depends on the folder only, so two
     commands (or a watch scan) always give a file the same name. Names that still clash
-    (``a/talk.mp3 b/talk.mp3 -o out/``) are the batch's to refuse (jobs/batch.py)."""
+    (``a/talk.mp3 b/talk.mp3 -o out/``) are the enqueue's to refuse (jobs/enqueue.py)."""
     name = source.name if _shares_stem(source) else source.stem
     if output_dir is None:
         return source.with_name(name)
@@ -371,16 +374,6 @@ def present_outputs(paths: list[Path], sweep: Optional[Path] = None) -> list[Pat
     return [p for p in paths if os.path.lexists(p)]
 
 
-@dataclass(frozen=True)
-class FileSignature:
-    """What an output file held when this tool wrote it: size and mtime catch a change for the
-    price of a stat(); the SHA-256 of the whole (small) file decides when they differ."""
-
-    size: int
-    mtime_ns: int
-    sha256: str
-
-
 def file_signature(path: Path) -> FileSignature:
     """OSError if the file cannot be read."""
     with open(path, "rb") as f:
@@ -399,6 +392,14 @@ def file_signatures(paths: list[str]) -> dict[str, FileSignature]:
         with contextlib.suppress(OSError):
             signed[path] = file_signature(Path(path))
     return signed
+
+
+def signed_files(paths: Iterable[str]) -> dict[str, FileSignature]:
+    """``file_signatures``, read by the reader child with the bound on reads (ReadTimeout: an
+    outputs' folder on a hung mount): never by the store's process, nor while a transaction
+    holds the database."""
+    paths = [str(p) for p in paths]
+    return bounded(file_signatures, paths, path=os.path.dirname(paths[0])) if paths else {}
 
 
 def output_states(outputs: list[tuple[str, Optional[tuple]]]) -> list[tuple[bool, bool, bool]]:
@@ -464,3 +465,31 @@ def content_key(path: Path) -> str:
             f.seek(offset)
             digest.update(f.read(SAMPLE_BYTES))
     return f"{st.st_size}:{st.st_mtime_ns}:{digest.hexdigest()[:16]}"
+
+
+def all_outputs_exist(paths: Iterable[str]) -> bool:
+    """Whether every one of these outputs exists: asked of the reader child, with the bound on
+    reads (the CLI's enqueues read them before, all at once: jobs/enqueue.py's ``OutputsSeen``)."""
+    paths = [str(p) for p in paths]
+    states = bounded(output_states, [(p, None) for p in paths], path=paths[0]) if paths else []
+    return bool(paths) and all(exists for _, exists, _ in states)
+
+
+def output_refusal(path: Path, record: Optional[OutputRecord], job_path: str, job_stem: str,
+                   listed: Iterable[str] = (), changed: Optional[bool] = None,
+                   would_write: Optional[str] = None) -> Optional[str]:
+    """jobs/policy.py's ``refusal`` of ``path``, the facts it needs read from the file now (by
+    the reader, with the bound: ``bounded``): ``changed``, whether the file differs from
+    ``record``, when not known from before (``output_states``); ``would_write``, the SHA-256 of
+    what the job is about to write there, whether the file holds exactly that."""
+    holds = record is None and str(path) not in listed and would_write is not None and _holds(path, would_write)
+    if changed is None and record is not None and (record.job_path, record.job_stem) == (job_path, job_stem):
+        changed = record.signature.sha256 != PENDING and not unchanged(path, record.signature)
+    return refusal(path, record, job_path, job_stem, listed, bool(changed), holds)
+
+
+def _holds(path: Path, sha256: str) -> bool:
+    try:
+        return file_signature(path).sha256 == sha256
+    except OSError:
+        return False

@@ -53,15 +53,15 @@ class Heartbeat:
     model load never lets the lease expire under a live runner."""
 
     def __init__(self, store: JobStore, job_id: int, owner: str, lease_seconds: float):
-        self.args = (store.path, store.db.identity, job_id, owner, lease_seconds)
+        self.store, self.args = store, (job_id, owner, lease_seconds)
         self.lost = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
 
     def _run(self) -> None:
-        store_path, identity, job_id, owner, lease_seconds = self.args
+        job_id, owner, lease_seconds = self.args
         try:
-            with JobStore(store_path, same_as=identity) as store:  # the very file the run opened
+            with self.store.reopen() as store:  # the very file the run opened
                 while not self._stop.wait(lease_seconds / 4):
                     if not store.heartbeat(job_id, owner, lease_seconds):
                         self.lost = True
