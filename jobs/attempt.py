@@ -38,10 +38,11 @@ from transcriber import (AudioError, OutputError, ReadTimeout, RunFault, Segment
 if TYPE_CHECKING:
     from transcriber import Step
 
-from .discover import content_key, first_sweep, output_refusal, present_outputs
+from .discover import content_key
 from .domain import FAILED, Job, LeaseLost, Resume, StoreError, owner_id
 from .engines import EngineCache
 from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS
+from .outputs import first_sweep, output_refusal, present_outputs
 from .progress import FileBar, Reporter
 from .signals import StopFlag, Stopped, at_point
 from .spec import JobSpec

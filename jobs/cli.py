@@ -185,7 +185,8 @@ class UncheckedPath(click.Path):
 @runner_options
 @ray_options
 def run(paths, spec, output_dir, force, runner, db, db_timeout, quiet, ray):
-    start_reader("jobs.discover")  # the walk's and the enqueue's reads: it boots while this process imports
+    # the walk's and the enqueue's reads: the reader boots while this process imports
+    start_reader("jobs.discover", "jobs.outputs")
     from .discover import discover, has_audio
     from .domain import FAILED
     from .enqueue import CommandJobs, NameClash, enqueue_files

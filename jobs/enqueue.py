@@ -14,9 +14,10 @@ from typing import Iterable, Optional, Sequence
 
 from transcriber import bounded_each
 
-from .discover import STAT, identify, identify_found, output_states
+from .discover import STAT, identify, identify_found
 from .domain import BUSY, FAILED_BEFORE, NEW, PENDING, REDO, REFUSED, SKIP, Job, OutputRecord, Request
 from .lease import owner_is_dead
+from .outputs import output_states
 from .policy import refusal
 from .spec import JobSpec
 from .store import JobStore

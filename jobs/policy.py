@@ -5,7 +5,8 @@ may replace an existing output file (``refusal``), and the status ``transcribe s
 
 No SQL, no file reads, no clock: the facts come in as arguments (whether a file exists, whether
 it changed since this tool wrote it, whether the lease owner is dead), gathered by the callers
-(jobs/discover.py reads files, jobs/lease.py judges owners, the store reads rows).
+(jobs/outputs.py and jobs/discover.py read files, jobs/lease.py judges owners, the store
+reads rows).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def refusal(path: Path, record: Optional[OutputRecord], job_path: str, job_stem:
     (a database of an older version). ``changed``: the file differs from ``record``.
     ``holds_would_write``: the file holds exactly what the job is about to write there: one of
     no record is then taken as the job's (written by a run whose database was lost).
-    (jobs/discover.py's ``output_refusal`` reads those facts from the file.)"""
+    (jobs/outputs.py's ``output_refusal`` reads those facts from the file.)"""
     if record is None and str(path) in listed:
         return None
     if record is None and holds_would_write:

@@ -25,9 +25,9 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from transcriber import Segment, Word
 
-from .discover import all_outputs_exist, signed_files
 from .domain import (DEFAULT_TIMEOUT, DONE, FAILED, NEW, OUTPUTS, PENDING, QUEUED, REDO, REFUSED, RESUME, RUNNING,
                      FileSignature, Job, LeaseLost, OutputRecord, Request, Resume, Vet)
+from .outputs import all_outputs_exist, signed_files
 from .policy import decide, retry_action
 from .sqlite_db import FileIdentity, open_database
 

@@ -17,9 +17,9 @@ import pytest
 
 import jobs.cli
 import jobs.engines
-from jobs.discover import file_signature
 from jobs.engines import EngineCache
 from jobs.enqueue import request_for
+from jobs.outputs import file_signature
 from jobs.spec import JobSpec
 from jobs.sqlite_store import SqliteJobStore
 from transcriber import Step
