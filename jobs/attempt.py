@@ -43,13 +43,14 @@ if TYPE_CHECKING:
     from transcriber import Step
 
 from .discover import content_key
+from .domain import FAILED, Job, LeaseLost, Resume, StoreError, owner_id
 from .engines import EngineCache
 from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, CheckpointClock, Heartbeat
 from .outputs import OutputConflict, OutputOutside, check_ours, check_place, outputs_answer
 from .progress import FileBar, Reporter
 from .signals import StopFlag, Stopped, at_point
 from .spec import JobSpec
-from .store import FAILED, Job, JobStore, LeaseLost, Resume, StoreError, owner_id
+from .store import JobStore
 
 DEFAULT_MAX_ATTEMPTS = 3
 
@@ -251,7 +252,7 @@ class Attempt:
         """Extend the job's lease, from the heartbeat's thread: on a connection of its own (an
         SQLite connection serves the thread that made it) to the very file this run opened.
         False once another runner has the job."""
-        with JobStore(self.store.path, same_as=self.store.db.identity) as store:
+        with self.store.reopen() as store:
             return store.heartbeat(self.job.id, self.owner, self.ledger.lease_seconds)
 
     def __enter__(self) -> "Attempt":

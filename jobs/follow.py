@@ -37,16 +37,17 @@ import click
 from transcriber import FOLLOW_MODES, AudioError, LiveSource, ReadTimeout, Step, bounded, probe, words_segment
 
 from .attempt import Attempt, RunResult, build_engine
-from .batch import OutputsSeen
 from .discover import output_stem, resolved, resolved_place
+from .domain import BUSY, FAILED_BEFORE, FOLLOW_KEY, REFUSED, SKIP, Request
 from .engines import EngineCache
+from .enqueue import OutputsSeen
 from .flags import FollowSettings
 from .lease import owner_is_dead, worker_name
 from .progress import Reporter
 from .runner import Runner
 from .signals import StopFlag
 from .spec import JobSpec
-from .store import BUSY, FAILED_BEFORE, FOLLOW_KEY, REFUSED, SKIP, JobStore, Request
+from .store import JobStore
 
 def outputs_stem(source: str, kind: str, output_dir: Optional[Path], name: Optional[str]) -> Optional[Path]:
     """Where the outputs go, without extension: ``--name`` (in --output-dir, else here), else

@@ -22,12 +22,13 @@ from typing import Optional
 from transcriber import start_reader
 
 from .attempt import DEFAULT_MAX_ATTEMPTS, Attempt, Ledger, RunResult, build_engine
+from .domain import Job
 from .engines import EngineCache
 from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, owner_is_dead, worker_name
 from .progress import Reporter
 from .signals import STOP_GRACE_SECONDS, StopFlag, Stopped
 from .spec import JobSpec
-from .store import Job, JobStore
+from .store import JobStore
 
 # what jobs/cli.py and jobs/watch.py take from here: a run's settings, its result and its stop
 __all__ = ["DEFAULT_CHECKPOINT_SECONDS", "DEFAULT_LEASE_SECONDS", "DEFAULT_MAX_ATTEMPTS", "STOP_GRACE_SECONDS",

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from bench.follow_latency import GrowingWriter, srt_words
-from jobs.cli import shown_status
-from jobs.store import JobStore
+from jobs.report import shown_status
+from jobs.sqlite_store import SqliteJobStore
 from tests import faults
 from tests.conftest import JFK, ROOT, SYSTEM_FFMPEG
 from tests.hungfs import HungMount, unavailable
@@ -188,7 +188,7 @@ def following(db: Path) -> set[tuple[str, bool]]:
     """(status as ``transcribe status`` shows it, progress > 0) of each job now."""
     if not db.exists():
         return set()
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         return {(shown_status(j, time.time()), j.progress > 0) for j in store.each_job()}
 
 
@@ -347,7 +347,7 @@ def test_ctrl_c_ends_the_stream_with_the_outputs_written(tmp_path):
     follow.send_signal(2)
     _, stderr = follow.communicate(timeout=120)
     assert follow.returncode == 130, stderr
-    with JobStore(tmp_path / "jobs.db") as store:
+    with SqliteJobStore(tmp_path / "jobs.db") as store:
         (job,) = store.jobs()
     assert job.status == "done" and job.words_complete
     assert words(out / "rec.json") and words(out / "rec.json")[:3] == [" And", " so", " my"]
@@ -434,6 +434,6 @@ def test_a_followed_file_whose_reads_hang_fails_with_the_bound_and_the_command_e
     path = str(mount.path)
     assert stderr.splitlines() == [f"error: cannot read audio from {path!r}: a read got no answer for 2 s "
                                    "(a hung network mount?)"], stderr
-    with JobStore(tmp_path / "jobs.db") as store:
+    with SqliteJobStore(tmp_path / "jobs.db") as store:
         (job,) = store.each_job()
     assert job.status == "failed" and job.retryable

@@ -9,7 +9,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from jobs.store import JobStore
+from jobs.sqlite_store import SqliteJobStore
 from transcriber.errors import ModelError
 from transcriber.model import ct2, loader
 
@@ -174,7 +174,7 @@ def test_a_corrupt_model_stops_the_batch_with_one_line(model_copy, tmp_path):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "weights.safetensors" in lines[0] and "Traceback" not in result.output
     assert not media.with_suffix(".srt").exists()
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         job = store.jobs()[0]
         assert job.status == "queued" and job.errors == 0  # given back: nothing counted or retried
 

@@ -27,7 +27,8 @@ from click.testing import CliRunner
 
 from jobs.attempt import Attempt
 from jobs.cli import main
-from jobs.store import Job, JobStore
+from jobs.domain import Job
+from jobs.sqlite_store import SqliteJobStore
 
 from . import faults
 from .conftest import JFK, PRESS_YARD, ffmpeg
@@ -99,7 +100,7 @@ def reference(folder, tmp_path_factory) -> dict[str, list]:
 
 
 def jobs_in(db: Path) -> dict[str, Job]:
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         return {Path(j.path).name: j for j in store.jobs()}
 
 
@@ -155,7 +156,7 @@ def stopped_worker(db: Path, name: str):
     committed a checkpoint of that file."""
     if not db.exists():
         return None
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         job = next((j for j in store.jobs() if Path(j.path).name == name), None)
         if job is None or not job.worker or not store.checkpoints(job.id):
             return None
@@ -210,7 +211,7 @@ def test_the_driver_killed_mid_file_then_a_rerun_resumes_it(ray_address, folder,
     assert words_of(work) == {"jfk": reference["jfk"]}
     job = jobs_in(db)["jfk.flac"]
     assert job.status == "done" and job.runs == 2 and job.errors == 0  # resumed, not counted as a failure
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         owners = [c["owner"] for c in store.checkpoints(job.id)]
     assert len(set(owners)) == 2 and owners[0] != owners[-1]  # the second driver went on from the first's
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Union
 
 Value = Union[str, int, float, bool]
@@ -117,3 +119,14 @@ def worker_environment() -> dict[str, str]:
     only the driver opens."""
     return {name: value for name, value in os.environ.items()
             if name.startswith("TRANSCRIBER_") and name not in ("TRANSCRIBER_DB", "TRANSCRIBER_DB_TIMEOUT")}
+
+
+def data_folder() -> Path:
+    """The user's data folder, where an application keeps its files (the job database's
+    default folder): ~/Library/Application Support on macOS, %LOCALAPPDATA% on Windows,
+    $XDG_DATA_HOME (else ~/.local/share) elsewhere."""
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support"
+    if os.name == "nt":
+        return Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
