@@ -278,6 +278,7 @@ def run_batch(store: JobStore, batch: Batch, quiet: bool, settings: RunnerSettin
     if batch.to_run:
         from transcriber import blas, kernels_note  # its probe, numpy's matmul: only for a run that decodes
 
+        blas.bind_once()
         if not quiet and sys.platform.startswith("linux") and not blas.loaded_path:
             click.echo(f"note: {blas.describe()}", err=True)
         kernels = None if quiet else kernels_note()

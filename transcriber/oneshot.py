@@ -23,7 +23,8 @@ from .decoding.batch import GreedyBatch, batchable
 from .decoding.options import TranscribeOptions
 from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
-from .model.whisper import DecoderState, Whisper
+from .model.state import DecoderState
+from .model.whisper import Whisper
 from .nonspeech import GATE, ISOLATION
 from .timing import (WordTiming, clamp_edge_words, clamp_long_words, find_alignment, fix_segment_edges,
                      SOUND_FRAME, merge_punctuations, snap_to_sound, start_at_onsets)

@@ -27,7 +27,9 @@ from typing import Hashable
 import mlx.core as mx
 import numpy as np
 
-from ..model.whisper import DecoderState, Whisper
+from ..model.state import DecoderState
+from ..model.whisper import Whisper
+from ..native.inference import inference_for
 from .loop import Decode, prompt_pass
 from .search import GreedyDecoder
 from .task import DecodingResult, DecodingTask
@@ -87,7 +89,7 @@ class GreedyBatch:
         self._keep(kept)
         if self.rows:
             last = mx.array([[int(r.decode.tokens[0, -1])] for r in self.rows])
-            out, self.state, _ = self.model.decoder(last, self.state)
+            out, self.state, _ = inference_for(self.model).decode(last, self.state)
             self.logits = np.array(out[:, -1], dtype=np.float32)
         return [(row.key, row.task.result(result.candidates, row.no_speech)) for row, result in ended]
 

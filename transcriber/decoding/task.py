@@ -15,7 +15,8 @@ from typing import Optional
 import numpy as np
 
 from ..constants import TIME_PRECISION
-from ..model.whisper import DecoderState, Whisper
+from ..model.state import DecoderState
+from ..model.whisper import Whisper
 from ..tokenizer import Tokenizer
 from ..types import compression_ratio
 from .filters import ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressTokens

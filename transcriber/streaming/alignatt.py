@@ -19,7 +19,8 @@ from ..decoding.filters import LogitFilter, SuppressBlank, SuppressTokens
 from ..decoding.loop import StepHook, decode_loop
 from ..decoding.search import BeamSearchDecoder, GreedyDecoder, MaximumLikelihoodRanker
 from ..decoding.task import best_candidate, sampled_tokens, suppress_ids
-from ..model.whisper import DecoderState, Whisper
+from ..model.state import DecoderState
+from ..model.whisper import Whisper
 from ..nonspeech import NoSpeechRule
 from ..tokenizer import Tokenizer
 from .policy import AttentionTracker, decide
