@@ -8,7 +8,7 @@ update, the end rules and the KV-cache reorder, for one-shot windows (alone or s
 The prompt goes through the decoder once, at batch 1 (every beam or sample shares it:
 ``prompt_pass``); then one token per step. A ``Decode`` holds one window's rows between steps
 and chooses their next tokens (``Decode.choose``); ``decode_loop`` runs the decoder for one
-window, ``GreedyBatch`` for the rows of several windows at once. A ``StepHook`` may look at
+window, ``WindowsSideBySide`` for the rows of several windows at once. A ``StepHook`` may look at
 each step's choice (with the cross-attention of the position that made it) and stop the pass
 before the token is kept, or discard the pass: that is how the AlignAtt streaming policy plugs
 in. Without a hook the loop runs to the end of text, the token budget or the text context.

@@ -24,7 +24,7 @@ class DecoderState:
     cross_kv: per layer, the audio's keys, transposed, (B, H, D/H, S) and values (B, H, S, D/H):
     computed once per window (``MultiHeadAttention.cross_keys_values``).
     self_kv: per layer, the tokens' keys and values so far (B, H, T_past, D/H) each.
-    pad, audio_len: rows of different windows in one batch (decoding/batch.py): per row, the
+    pad, audio_len: rows of different windows in one batch (decoding/side_by_side.py): per row, the
     padded positions at the left of self_kv, and the real audio positions of cross_kv (the rest
     is padding); both (B,) int32, masked out in attention. None: no padding.
     """

@@ -15,32 +15,19 @@ import mlx.core as mx
 import numpy as np
 
 from ..decoding.ending import Ending
-from ..decoding.filters import LogitFilter, SuppressBlank, SuppressTokens
 from ..decoding.loop import StepHook, decode_loop
-from ..decoding.search import BeamSearchDecoder, GreedyDecoder, MaximumLikelihoodRanker
-from ..decoding.task import best_candidate, sampled_tokens, suppress_ids
+from ..decoding.search import Search
+from ..decoding.task import best_candidate, sampled_tokens
 from ..model.state import DecoderState
 from ..model.whisper import Whisper
 from ..nonspeech import NoSpeechRule
 from ..tokenizer import Tokenizer
 from .policy import AttentionTracker, decide
 
-# Whisper's non-speech symbols (``DecodingOptions.suppress_tokens``' default) are never sampled
-SUPPRESS_TOKENS = "-1"
 # Marks the AlignAtt rule does not judge (``policy.decide``): sentence ends and commas, the
 # full-width ones of Chinese and Japanese that are one token. Not ``;:``, which French spaces.
 MARKS = ".,?!\u3002\u3001"
 __all__ = ["AlignAttPass", "PassResult"]
-
-
-class SuppressSpecials(LogitFilter):
-    """Nothing after the end of text: no special token, no timestamp, is ever sampled."""
-
-    def __init__(self, eot: int):
-        self.eot = eot
-
-    def apply(self, logits, tokens):
-        logits[:, self.eot + 1:] = -np.inf
 
 
 @dataclass
@@ -132,9 +119,7 @@ class AlignAttPass:
         self.beam_size = beam_size
         self.frame_threshold, self.rewind_threshold = frame_threshold, rewind_threshold
         self.no_speech = no_speech
-        ids = suppress_ids(tokenizer, SUPPRESS_TOKENS, model.info.suppress_ids)
-        self.suppress = [SuppressTokens(ids), SuppressSpecials(tokenizer.eot)]
-        self.ranker = MaximumLikelihoodRanker(None)
+        self.search = Search.streaming(tokenizer, beam_size, model.info.suppress_ids)
         # Transcription only: a translation's marks follow its English words, not the sounds
         # of the audio, and there the rule changed the German opening's translation ("named
         # Smelchor Sternfelds" became "name-smell-like, sterrenfels"; test_multilingual)
@@ -153,9 +138,8 @@ class AlignAttPass:
         tok, n = self.tokenizer, self.beam_size
         hook = AlignAttHook(self.model, sot_index, n_frames, last_frame,
                             self.frame_threshold, self.rewind_threshold, is_last, tok.eot, self.marks)
-        search = GreedyDecoder(0.0, tok.eot) if n == 1 else BeamSearchDecoder(n, tok.eot)
-        loop = decode_loop(self.model, base, prompt, sot_index, tokenizer=tok, search=search,
-                           filters=[SuppressBlank(tok, sample_begin)] + self.suppress, n_group=n,
+        loop = decode_loop(self.model, base, prompt, sot_index, tokenizer=tok, search=self.search.decoder(),
+                           filters=self.search.filters(sample_begin), n_group=n,
                            max_new=max_new, hook=hook, no_speech_above=self.no_speech.undecoded_above)
         if loop.reason in (Ending.NO_SPEECH, Ending.REWIND, Ending.BUDGET):
             return PassResult(reason=loop.reason, no_speech_prob=loop.no_speech_prob)
@@ -163,7 +147,7 @@ class AlignAttPass:
             best = loop.candidates[0]
             tokens, frames = sampled_tokens(best.tokens, len(prompt), tok.eot), hook.frames[0]
         else:  # EOT or LENGTH: the best candidate
-            best, tokens = best_candidate(loop.candidates, len(prompt), tok.eot, self.ranker)
+            best, tokens = best_candidate(loop.candidates, len(prompt), tok.eot, self.search.ranker)
             frames = hook.frames_of(best.tokens)
         logprobs = [float(p) for p in best.token_logprobs[:len(tokens)]]
         if self._no_speech(loop.no_speech_prob, logprobs, loop.reason):
