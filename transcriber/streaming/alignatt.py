@@ -57,11 +57,11 @@ class AlignAttHook(StepHook):
     """The AlignAtt policy as a decode-loop hook: tracks each row's attended frames, stops
     before a token that looks within the threshold of the audio end, rewinds on a jump back."""
 
-    def __init__(self, model: Whisper, sot_index: int, n_frames: int, last_frame: Optional[int],
+    def __init__(self, model: Whisper, sot_index: int, n_positions: int, last_frame: Optional[int],
                  frame_threshold: int, rewind_threshold: int, is_last: bool, eot: int,
                  marks: frozenset[int] = frozenset()):
         self.marks = marks  # ``mark_tokens``
-        self.heads, self.sot_index, self.n_frames = model.alignment_heads, sot_index, n_frames
+        self.heads, self.sot_index, self.n_positions = model.alignment_heads, sot_index, n_positions
         self.wants_weights = model.alignment_layers  # only the alignment heads' layers
         self.last_frame = last_frame
         self.frame_threshold, self.rewind_threshold = frame_threshold, rewind_threshold
@@ -73,7 +73,7 @@ class AlignAttHook(StepHook):
 
     def start(self, weights, n_group):
         rows = alignment_rows(weights, self.heads, slice(self.sot_index, None))
-        self.tracker = AttentionTracker(np.repeat(rows, n_group, axis=0), self.n_frames)
+        self.tracker = AttentionTracker(np.repeat(rows, n_group, axis=0), self.n_positions)
         self.frames = np.zeros((n_group, 0), dtype=np.int64)
 
     def check(self, tokens, new_tokens, sources, completed):
@@ -85,7 +85,7 @@ class AlignAttHook(StepHook):
             return Ending.CONTINUE
         frame = int(step_frames[sources[0]])
         mark = int(new_tokens[0, -1]) in self.marks
-        decision = decide(frame, self.n_frames, self.last_frame, frame_threshold=self.frame_threshold,
+        decision = decide(frame, self.n_positions, self.last_frame, frame_threshold=self.frame_threshold,
                           rewind_threshold=self.rewind_threshold, is_last=self.is_last,
                           after_special=bool(new_tokens[0, -2] >= self.eot), mark=mark)
         if decision is Ending.STOP:
@@ -126,8 +126,8 @@ class AlignAttPass:
         self.marks = mark_tokens(tokenizer) if tokenizer.task == "transcribe" else frozenset()
 
     def run(self, base: DecoderState, prompt: list[int], sot_index: int, sample_begin: int,
-            n_frames: int, last_frame: Optional[int], max_new: int, is_last: bool) -> PassResult:
-        """Decode after ``prompt`` over the audio in ``base`` (batch 1; its first ``n_frames``
+            n_positions: int, last_frame: Optional[int], max_new: int, is_last: bool) -> PassResult:
+        """Decode after ``prompt`` over the audio in ``base`` (batch 1; its first ``n_positions``
         positions are real audio, any after them padding).
 
         sot_index: where <|startoftranscript|> is in the prompt (attention rows count from it,
@@ -136,7 +136,7 @@ class AlignAttPass:
         token (for rewinds); max_new: token budget of the pass.
         """
         tok, n = self.tokenizer, self.beam_size
-        hook = AlignAttHook(self.model, sot_index, n_frames, last_frame,
+        hook = AlignAttHook(self.model, sot_index, n_positions, last_frame,
                             self.frame_threshold, self.rewind_threshold, is_last, tok.eot, self.marks)
         loop = decode_loop(self.model, base, prompt, sot_index, tokenizer=tok, search=self.search.decoder(),
                            filters=self.search.filters(sample_begin), n_group=n,
@@ -153,18 +153,18 @@ class AlignAttPass:
         if self._no_speech(loop.no_speech_prob, logprobs, loop.reason):
             return PassResult(reason=Ending.NO_SPEECH, no_speech_prob=loop.no_speech_prob)
         frames = [int(f) for f in frames[:len(tokens)]]
-        if loop.reason is Ending.EOT and not is_last and self._unconfirmed_mark(tokens, frames, n_frames):
+        if loop.reason is Ending.EOT and not is_last and self._unconfirmed_mark(tokens, frames, n_positions):
             # nothing came after the mark to judge: the pass stops before it, as before a word
             return PassResult(tokens[:-1], frames[:-1], logprobs[:-1], Ending.STOP, tokens[-1], frames[-1],
                               loop.no_speech_prob)
         return PassResult(tokens, frames, logprobs, loop.reason, loop.next_token, hook.stop_frame,
                           loop.no_speech_prob)
 
-    def _unconfirmed_mark(self, tokens: list[int], frames: list[int], n_frames: int) -> bool:
+    def _unconfirmed_mark(self, tokens: list[int], frames: list[int], n_positions: int) -> bool:
         """The text ends on a mark the rule would have stopped before (it attends the audio's
         end): on the French clip decoded from 2 s, "numéro." then the end of text, where the
         speaker went on "numéro un"."""
-        return bool(tokens) and tokens[-1] in self.marks and n_frames - frames[-1] <= self.frame_threshold
+        return bool(tokens) and tokens[-1] in self.marks and n_positions - frames[-1] <= self.frame_threshold
 
     def _no_speech(self, no_speech_prob: float, logprobs: list[float], reason: Ending) -> bool:
         """The rule's verdict on a decoded pass. A pass that ended its text with none is
