@@ -36,7 +36,8 @@ from ..errors import ModelError
 from ..native import blas
 from ..tokenizer import LANGUAGES, load_tokenizer
 from . import ct2, hf
-from .whisper import ModelDimensions, ModelInfo, Whisper
+from .dimensions import ModelDimensions
+from .whisper import ModelInfo, Whisper
 
 from ..constants import DEFAULT_MODEL  # noqa: E402  (defined with the units: light to import)
 
