@@ -154,6 +154,24 @@ def test_host_matvec_serves_the_projection_on_the_bound_blas_only():
     assert slow["same"] and not notes(err), (slow, err)
 
 
+def test_importing_binds_nothing_and_loading_a_model_binds():
+    """Importing transcriber's model and decoding code leaves MLX's sgemm on its bundled BLAS;
+    the first model loaded binds the fast one, before its first matmul (issue 32)."""
+    script = ("import json, os\n"
+              "import transcriber.model.loader, transcriber.decoding.loop, transcriber.native.inference\n"
+              "from transcriber.native import blas\n"
+              "before = os.path.basename(blas.served_by() or '')\n"
+              "transcriber.load_model('tiny.en')\n"
+              "print(json.dumps({'before': before, 'after': os.path.basename(blas.served_by() or ''),"
+              " 'name': blas.current.name}))")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**os.environ, "TRANSCRIBER_BLAS": PIP_ONLY},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["before"].startswith("libblas"), report
+    assert report["name"] == "scipy-openblas32" and report["after"].startswith("libscipy_openblas"), report
+
+
 def assert_fallback(report: dict, stderr: str, why: str) -> None:
     """MLX is on its own BLAS, the matmul is right, and exactly one note says why."""
     assert report["name"] == "bundled" and report["served_by"].startswith("libblas"), report

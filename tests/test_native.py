@@ -18,7 +18,7 @@ import pytest
 from transcriber import native
 from transcriber.model.inference import MLXInference
 from transcriber.native import checks, loader
-from transcriber.native.inference import inference_for
+from transcriber.native.inference import NativeInference, inference_for
 from transcriber.native.kernels import Kernels
 
 BUILT = loader.record() or {}
@@ -195,6 +195,17 @@ def test_decoder_step_matches_the_mlx_decoder(model, monkeypatch, rows):
     assert np.array_equal(got.argmax(-1), want.argmax(-1))
     assert np.abs(got - want).max() < 0.02 * np.abs(want).max()
     np.testing.assert_allclose(np.array(w_got[2]), np.array(w_want[2]), atol=1e-2)
+
+
+def test_the_inference_is_chosen_once_per_model_and_again_after_a_reset(model):
+    """inference_for: the native inference where the kernels serve, the same object on every
+    call for the model, a new one once the kernels (and their settings) are loaded again."""
+    native.reset()
+    first = inference_for(model)
+    assert isinstance(first, NativeInference) and first.step is not None
+    assert inference_for(model) is first
+    native.reset()
+    assert inference_for(model) is not first
 
 
 @pytest.mark.parametrize("windows,span", [(1, 1500), (2, 101)])

@@ -68,7 +68,7 @@ class DecodingTask:
         """Decode one window whose cross-attention is precomputed in ``base`` (batch 1)."""
         result = decode_loop(self.model, base, self.initial_tokens, self.sot_index, tokenizer=self.tokenizer,
                              search=self.search.decoder(self.rng), filters=self.filters,
-                             n_group=self.options.n_group, max_new=self.sample_len)
+                             n_group=self.search.n_group, max_new=self.sample_len)
         return self.result(result.candidates, result.no_speech_prob, language)
 
     def result(self, candidates: list[Candidate], no_speech_prob: float,

@@ -116,7 +116,6 @@ class AlignAttPass:
         pass over its ``undecoded_above`` is not decoded, and a decoded pass may still be
         judged silence by its text."""
         self.model, self.tokenizer = model, tokenizer
-        self.beam_size = beam_size
         self.frame_threshold, self.rewind_threshold = frame_threshold, rewind_threshold
         self.no_speech = no_speech
         self.search = Search.streaming(tokenizer, beam_size, model.info.suppress_ids)
@@ -135,11 +134,11 @@ class AlignAttPass:
         committed tokens are prompt[sample_begin:]); last_frame: frame of the last committed
         token (for rewinds); max_new: token budget of the pass.
         """
-        tok, n = self.tokenizer, self.beam_size
+        tok = self.tokenizer
         hook = AlignAttHook(self.model, sot_index, n_positions, last_frame,
                             self.frame_threshold, self.rewind_threshold, is_last, tok.eot, self.marks)
         loop = decode_loop(self.model, base, prompt, sot_index, tokenizer=tok, search=self.search.decoder(),
-                           filters=self.search.filters(sample_begin), n_group=n,
+                           filters=self.search.filters(sample_begin), n_group=self.search.n_group,
                            max_new=max_new, hook=hook, no_speech_above=self.no_speech.undecoded_above)
         if loop.reason in (Ending.NO_SPEECH, Ending.REWIND, Ending.BUDGET):
             return PassResult(reason=loop.reason, no_speech_prob=loop.no_speech_prob)
