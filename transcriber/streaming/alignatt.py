@@ -22,6 +22,7 @@ from ..model.state import DecoderState
 from ..model.whisper import Whisper
 from ..nonspeech import NoSpeechRule
 from ..tokenizer import Tokenizer
+from .options import StreamingOptions
 from .policy import AttentionTracker, decide
 
 # Marks the AlignAtt rule does not judge (``policy.decide``): sentence ends and commas, the
@@ -110,15 +111,14 @@ class AlignAttHook(StepHook):
 class AlignAttPass:
     """Runs passes for one model, tokenizer and set of options."""
 
-    def __init__(self, model: Whisper, tokenizer: Tokenizer, beam_size: int, frame_threshold: int,
-                 rewind_threshold: int, no_speech: NoSpeechRule):
-        """``no_speech``: the rule of ``StreamingOptions`` (``StreamingOptions.no_speech``): a
-        pass over its ``undecoded_above`` is not decoded, and a decoded pass may still be
-        judged silence by its text."""
+    def __init__(self, model: Whisper, tokenizer: Tokenizer, options: StreamingOptions):
+        """The options' no-speech rule (``StreamingOptions.no_speech``): a pass over its
+        ``undecoded_above`` is not decoded, and a decoded pass may still be judged silence by
+        its text."""
         self.model, self.tokenizer = model, tokenizer
-        self.frame_threshold, self.rewind_threshold = frame_threshold, rewind_threshold
-        self.no_speech = no_speech
-        self.search = Search.streaming(tokenizer, beam_size, model.info.suppress_ids)
+        self.frame_threshold, self.rewind_threshold = options.frame_threshold, options.rewind_threshold
+        self.no_speech: NoSpeechRule = options.no_speech
+        self.search = Search.streaming(tokenizer, options.beam_size, model.info.suppress_ids)
         # Transcription only: a translation's marks follow its English words, not the sounds
         # of the audio, and there the rule changed the German opening's translation ("named
         # Smelchor Sternfelds" became "name-smell-like, sterrenfels"; test_multilingual)

@@ -109,9 +109,7 @@ class StreamingSession:
     # -- setup ------------------------------------------------------------------------------------
 
     def _make_pass(self) -> AlignAttPass:
-        o = self.options
-        return AlignAttPass(self.model, self._tokenizer, o.beam_size, o.frame_threshold,
-                            o.rewind_threshold, o.no_speech)
+        return AlignAttPass(self.model, self._tokenizer, self.options)
 
     def _encode(self, text: Optional[str]) -> list[int]:
         return self._tokenizer.encode(" " + text.strip()) if text and text.strip() else []
