@@ -89,7 +89,7 @@ class Runner:
             engine = build_engine(self.engines, JobSpec.from_dict(job.spec))
         except Exception:  # noqa: BLE001 - _process builds it again and books the failure
             return None
-        batch = engine.batch(self.batch_files)
+        batch = engine.side_by_side(self.batch_files)
         return None if batch is None else SideBySide(self, engine.model_name, batch, ids, result)
 
 

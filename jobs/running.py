@@ -130,6 +130,7 @@ def run_jobs(store: JobStore, jobs: CommandJobs, quiet: bool, settings: RunnerSe
     if jobs.to_run:
         from transcriber import blas, kernels_note  # its probe, numpy's matmul: only for a run that decodes
 
+        blas.bind_once()  # as loading the model will: the note says what the run will use
         if not quiet and sys.platform.startswith("linux") and not blas.loaded_path:
             click.echo(f"note: {blas.describe()}", err=True)
         kernels = None if quiet else kernels_note()

@@ -35,7 +35,7 @@ def _words(model, files, mode: str) -> list[list[str]]:
         return [[w.text for w in transcriber.transcribe(f, model, beam_size=5).words] for f in files]
     if mode == "stream":
         return [[w.text for w in transcriber.stream(f, model)] for f in files]
-    batch, got = transcriber.OneShotEngine(model).batch(len(files)), {f: [] for f in files}
+    batch, got = transcriber.OneShotEngine(model).side_by_side(len(files)), {f: [] for f in files}
     for f in files:
         batch.add(f, f)
     for key, event in batch.events():

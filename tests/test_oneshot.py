@@ -157,7 +157,7 @@ def test_greedy_batch_gives_each_window_its_own_tokens(model, four_jfks):
     started: each row's tokens are exactly those of DecodingTask.run on it alone."""
     from transcriber.audio import load_audio
     from transcriber.context import WhisperContext
-    from transcriber.decoding.batch import GreedyBatch
+    from transcriber.decoding.side_by_side import WindowsSideBySide
     from transcriber.decoding.options import DecodingOptions
     from transcriber.decoding.task import DecodingTask
 
@@ -171,7 +171,7 @@ def test_greedy_batch_gives_each_window_its_own_tokens(model, four_jfks):
         rows.append((DecodingTask(model, tok, DecodingOptions(prompt=tuple(prompt) or None), model.info.suppress_ids),
                      base))
     alone = [task.run(base, "en") for task, base in rows]
-    batch, together = GreedyBatch(model), {}
+    batch, together = WindowsSideBySide(model), {}
     batch.add(0, *rows[0])
     batch.add(1, *rows[1])
     for _ in range(3):
@@ -187,7 +187,7 @@ def test_greedy_batch_gives_each_window_its_own_tokens(model, four_jfks):
 
 
 def test_files_side_by_side_give_their_own_words(model, four_jfks, tmp_path):
-    """engine.batch(2) over four files (one of them broken, one of two windows): each good
+    """engine.side_by_side(2) over four files (one of them broken, one of two windows): each good
     file gets the words steps() gives it alone, the broken one its error, the rest go on."""
     from transcriber import AudioError, OneShotEngine
 
@@ -196,7 +196,7 @@ def test_files_side_by_side_give_their_own_words(model, four_jfks, tmp_path):
     engine = OneShotEngine(model)
     files = [four_jfks, JFK, broken, PRESS_YARD]
     alone = {f: [w.text for s in engine.steps(f) for w in s.words] for f in files if f != broken}
-    batch, waiting = engine.batch(2), list(files)
+    batch, waiting = engine.side_by_side(2), list(files)
     got, ended, errors = {f: [] for f in files}, [], {}
     for _ in range(2):
         batch.add(waiting[0], waiting.pop(0))
@@ -218,7 +218,7 @@ def test_files_side_by_side_give_their_own_words(model, four_jfks, tmp_path):
 
 def test_a_dropped_file_says_nothing_more(model, four_jfks):
     engine = transcriber.OneShotEngine(model)
-    batch = engine.batch(2)
+    batch = engine.side_by_side(2)
     batch.add("long", four_jfks)
     batch.add("jfk", JFK)
     seen = []

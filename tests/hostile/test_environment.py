@@ -20,7 +20,7 @@ import pytest
 
 from transcriber import ModelError, ffmpegtool
 from transcriber.model import loader
-from transcriber.model.whisper import ModelDimensions
+from transcriber.model.dimensions import ModelDimensions
 
 from ..conftest import PRESS_YARD
 from ..test_jobs_runner import ScriptedEngine
