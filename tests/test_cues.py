@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transcriber.cues import (LANGUAGE_RULES, TIME_RESOLUTION, Cue, CueOptions, break_lines,
-                              layout_cues, line_layout, line_words, segment_words, transcript_cues)
+from transcriber.cues import LANGUAGE_RULES, TIME_RESOLUTION, Cue, CueOptions, layout_cues, segment_words, transcript_cues
+from transcriber.lines import break_lines, line_layout, line_words
 from transcriber.types import Segment, Transcript, Word
 
 EPS = 1e-6

@@ -22,8 +22,9 @@ from typing import Callable, Sequence, Union
 import srt
 
 from transcriber.bounded import ReadTimeout, bounded
-from transcriber.cues import CueOptions, line_layout, transcript_cues
+from transcriber.cues import CueOptions, transcript_cues
 from transcriber.errors import OutputError
+from transcriber.lines import line_layout
 from transcriber.types import Transcript, Word
 
 
