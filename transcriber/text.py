@@ -1,9 +1,10 @@
 """Punctuation and sentence rules: the one place that says what ends a sentence or a clause,
 which marks belong to the word before them, and which scripts are written without spaces.
 
-Cue layout (cues.py, lines.py), segments (engine.py), word edges (timing.py) and the streaming
-buffer's cuts (streaming/words.py, session.py) all read these, so a sentence ends in the same
-place everywhere. Plain data and small functions on strings: no model, no numpy.
+Cue layout (cues.py, lines.py), segments (engine.py), word edges (timing.py), the streaming
+buffer's cuts (streaming/words.py, session.py) and the AlignAtt rule (alignatt.py) all read
+these, so a sentence ends in the same place everywhere. Plain data and small functions on
+strings: no model, no numpy.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ ABBREVIATIONS = frozenset({"mr.", "mrs.", "ms.", "dr.", "st.", "jr.", "sr.", "pr
 # (and the CJK marks) are attached.
 ATTACHED = ".,;:!?\u2026\u3002\uff0c\uff01\uff1f\u3001"
 FRENCH_SPACED = ";:!?"
+
+# Marks the streaming AlignAtt rule does not judge (``streaming.policy.decide``): sentence ends
+# and commas, the full-width ones of Chinese and Japanese that are one token. Not ``;:``, which
+# French spaces.
+UNJUDGED_MARKS = ".,?!\u3002\u3001"
 
 # Word timestamps (openai/whisper's merge_punctuations): a token of these joins the word after
 # it (PREPEND) or before it (APPEND), so a word's time covers its punctuation.

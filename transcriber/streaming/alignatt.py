@@ -21,14 +21,12 @@ from ..decoding.search import BeamSearchDecoder, GreedyDecoder, MaximumLikelihoo
 from ..decoding.task import best_candidate, sampled_tokens, suppress_ids
 from ..model.whisper import DecoderState, Whisper
 from ..nonspeech import NoSpeechRule
+from ..text import UNJUDGED_MARKS
 from ..tokenizer import Tokenizer
 from .policy import AttentionTracker, decide
 
 # Whisper's non-speech symbols (``DecodingOptions.suppress_tokens``' default) are never sampled
 SUPPRESS_TOKENS = "-1"
-# Marks the AlignAtt rule does not judge (``policy.decide``): sentence ends and commas, the
-# full-width ones of Chinese and Japanese that are one token. Not ``;:``, which French spaces.
-MARKS = ".,?!\u3002\u3001"
 __all__ = ["AlignAttPass", "PassResult"]
 
 
@@ -54,8 +52,8 @@ class PassResult:
 
 
 def mark_tokens(tokenizer: Tokenizer) -> frozenset[int]:
-    """The ids of the ``MARKS`` that are a token of their own."""
-    ids = (tokenizer.encode(mark) for mark in MARKS)
+    """The ids of the ``UNJUDGED_MARKS`` that are a token of their own."""
+    ids = (tokenizer.encode(mark) for mark in UNJUDGED_MARKS)
     return frozenset(i[0] for i in ids if len(i) == 1)
 
 
