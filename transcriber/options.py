@@ -9,6 +9,8 @@ The options classes (``DecodingOptions``/``TranscribeOptions`` for one-shot, ``S
 check their fields through ``check_fields``; ``transcriber.modes`` builds them from plain data
 (``{"beam_size": 5}``) and refuses an option the mode does not have; the CLI makes one flag per
 option and names the flag in every error (``OptionError.named``), with no table of its own.
+The output options are Options too: the cue layout's (``CueOptions``, transcriber/cues.py) and
+each output format's own (``OutputOptions``, listed by ``writers.output_option_table``).
 
 Light on purpose (no numpy, no MLX): ``transcribe --help`` imports it.
 """
@@ -143,8 +145,10 @@ class Option:
         return isinstance(value, self.type)
 
     def _within(self, v) -> bool:
-        return math.isfinite(v) and (self.low is None or v > self.low or (v == self.low and not self.low_open)) \
-            and (self.high is None or v <= self.high)
+        return math.isfinite(v) and self._above_low(v) and (self.high is None or v <= self.high)
+
+    def _above_low(self, v) -> bool:
+        return self.low is None or v > self.low or (v == self.low and not self.low_open)
 
     def _bounds(self) -> str:
         if self.low is not None and self.high is not None:
@@ -158,7 +162,7 @@ class Option:
         """What ``one_bound_messages`` says of ``v``, a number outside the bounds."""
         if not math.isfinite(v):
             return "must be a finite number"
-        if self.low is not None and not (v > self.low or (v == self.low and not self.low_open)):
+        if not self._above_low(v):
             return f"must be {'an integer ' if self.type is int else ''}{self._low_bound()}"
         return f"must be at most {self.high:g}"
 
