@@ -64,7 +64,7 @@ LANGUAGE_RULES: dict[str, tuple[int, float]] = {
 }
 
 
-def _language_defaults(name: str) -> str:
+def language_defaults(name: str) -> str:
     """How the default of ``max_line_chars`` or ``max_cps`` depends on the language, for
     help texts: "42; zh 16, yue 16, ja 13, ko 16, th 35"."""
     index = ("max_line_chars", "max_cps").index(name)
@@ -77,11 +77,11 @@ def _language_defaults(name: str) -> str:
 # characters, 2-3 lines, 7 s, 20 cps) also bound the words one cue can hold, hence the grouping
 # pass's cost.
 MAX_LINE_CHARS = Option("max_line_chars", "Subtitles: characters per line.  [default by language: "
-                                          f"{_language_defaults('max_line_chars')}]",
+                                          f"{language_defaults('max_line_chars')}]",
                         int, low=1, high=200, one_bound_messages=True)
 MAX_LINES = Option("max_lines", "Subtitles: lines per cue.", int, low=1, high=10, one_bound_messages=True)
 MAX_CPS = Option("max_cps", "Subtitles: reading speed, characters per second.  [default by language: "
-                            f"{_language_defaults('max_cps')}]",
+                            f"{language_defaults('max_cps')}]",
                  float, low=0, low_open=True, high=100, one_bound_messages=True)
 MIN_DURATION = Option("min_duration", "Subtitles: seconds a cue stays up at least, where the next cue leaves "
                                       "room.  [default: 5/6]", float, low=0, one_bound_messages=True)
@@ -122,8 +122,6 @@ class CueOptions:
             raise OptionError("{low} ({low_value}) must not exceed {high} ({high_value})",
                               {"low": MIN_DURATION.name, "high": MAX_DURATION.name},
                               low_value=self.min_duration, high_value=self.max_duration).of("CueOptions")
-
-    language_defaults = staticmethod(_language_defaults)
 
     def for_language(self, language: Optional[str]) -> "CueOptions":
         """These options with the line width and reading speed of ``language``'s rule where
