@@ -34,7 +34,7 @@ sys.path.insert(0, str(BENCH))
 from compare_faster_whisper import PEER_PY, run_worker  # noqa: E402
 
 from evalkit.scoring import cer, wer  # noqa: E402
-from transcriber.tokenizer import NO_SPACE_LANGUAGES  # noqa: E402
+from transcriber.text import NO_SPACE_LANGUAGES  # noqa: E402
 
 EXTRA = ("extra/es_qwen_audio.flac",)
 SCORED = ("exact", "exact-ish")

@@ -1,14 +1,15 @@
 """The command line's flags: decorators that hand a command its flags as one object each.
 
 - ``spec_options``: what to do with each file, one ``spec`` (a JobSpec). Its decoding flags are
-  made from the library's options classes (``transcriber.option_table``), so an option is
-  declared once, in the class that takes it; the library checks the values, and an error names
-  the flag (``OptionError.named``).
+  made from the library's options classes (``transcriber.option_table``) and its output flags
+  (cue layout, each format's own) from ``transcriber.output_option_table``, so an option is
+  declared once, in the library; the library checks the values, and an error names the flag
+  (``OptionError.named``).
 - ``runner_options``: how jobs run, one ``runner`` (RunnerSettings), with --db and --quiet.
 - ``ray_options``: --ray and its flags, one ``ray`` (RaySettings or None).
 
 Light to import, as jobs/cli.py is: defaults and help texts that live in heavy modules (the
-runner, the store, the cue rules, the writers) are read when they are shown or used.
+runner, the store, the list of formats) are read when they are shown or used.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from typing import IO, Optional
 import click
 
 from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, FOLLOWABLE, MODES, OptionError, check_model_options, mode_default,
-                         option_table)
+                         option_table, output_option_table)
 
-from .spec import CUE_DEFAULTS, CUE_FIELDS, JobSpec
+from .spec import JobSpec
 
 
 def formats() -> dict:
@@ -52,7 +53,7 @@ def _later(module: str, name: str):
 
 class LazyHelp(click.Option):
     """An option whose help text (``help_text()``) and shown default (a ``_later``) are made
-    when they are shown: they read modules (the cue rules, the writers, the runner) that
+    when they are shown: they read modules (the runner, the store, the list of formats) that
     ``transcribe --help`` need not load."""
 
     def __init__(self, *args, help_text=None, **kwargs):
@@ -172,12 +173,6 @@ def ray_options(f):
     return command
 
 
-def _cue_rule(name: str) -> str:
-    from transcriber import CueOptions
-
-    return CueOptions.language_defaults(name)
-
-
 def _shown(value) -> str:
     return ",".join(f"{v:g}" for v in value) if isinstance(value, tuple) else f"{value:g}" \
         if isinstance(value, float) else str(value)
@@ -225,6 +220,20 @@ def engine_flags() -> list:
     return flags
 
 
+def output_flags() -> list:
+    """One Click option per output option (``transcriber.output_option_table``: the cue layout's
+    and each format's own, with their name, help and bounds). None: not given, the default.
+    Numbers are read by Click's types and checked by the library (make_spec names the flag)."""
+    flags = []
+    for name, (option, _, default) in output_option_table().items():
+        if option.type is bool:
+            flags.append(click.option(option.flag, name, is_flag=True, help=option.help))
+            continue
+        shown = "" if "[default" in option.help or default is None else f"  [default: {default}]"
+        flags.append(click.option(option.flag, name, type=option.type, default=None, help=option.help + shown))
+    return flags
+
+
 def spec_options(f):
     """Flags that say what to do with each file (run, watch), handed to the command as one
     ``spec`` (a JobSpec): the command never sees them one by one."""
@@ -232,8 +241,9 @@ def spec_options(f):
     @functools.wraps(f)
     def command(**kwargs):
         options = {name: kwargs.pop(name) for name in option_table()}
+        outputs = {name: kwargs.pop(name) for name in output_option_table()}
         fields = {name: kwargs.pop(name) for name in SPEC_FIELDS}
-        spec = make_spec(options, fields)
+        spec = make_spec(options, outputs, fields)
         check_contradictions(spec, kwargs)
         try:  # an unknown model or language, an English-only model asked for German: before any job is queued
             check_model_options(spec.model, language=spec.language, task=spec.task)
@@ -266,26 +276,7 @@ def _spec_flags() -> list:
                      help="Rewrite the outputs at every checkpoint, so a growing SRT can be followed."),
         # Cue layout and output details: they change the files, never the words, so changing
         # them rewrites a done file's outputs from its stored words, without the model.
-        # Values are checked by CueOptions (one clear usage error), not by Click types.
-        # None: the rule of each file's language (16 characters a line for Chinese...)
-        click.option("--max-line-chars", type=int, default=None, cls=LazyHelp,
-                     help_text=lambda: "Subtitles: characters per line.  [default by language: "
-                                       f"{_cue_rule('max_line_chars')}]"),
-        click.option("--max-lines", type=int, default=CUE_DEFAULTS["max_lines"], show_default=True,
-                     help="Subtitles: lines per cue."),
-        click.option("--max-cps", type=float, default=None, cls=LazyHelp,
-                     help_text=lambda: "Subtitles: reading speed, characters per second.  [default by language: "
-                                       f"{_cue_rule('max_cps')}]"),
-        click.option("--min-duration", type=float, default=CUE_DEFAULTS["min_duration"],
-                     help="Subtitles: seconds a cue stays up at least, where the next cue leaves "
-                          "room.  [default: 5/6]"),
-        click.option("--max-duration", type=float, default=CUE_DEFAULTS["max_duration"], show_default=True,
-                     help="Subtitles: seconds a cue stays up at most."),
-        click.option("--vtt-karaoke", is_flag=True,
-                     help="WebVTT: an inline <hh:mm:ss.ttt> timestamp before every word."),
-        click.option("--highlight-words", is_flag=True, help="SRT: the word being spoken underlined; ASS: karaoke."),
-        click.option("--json-cues", is_flag=True,
-                     help="JSON: the subtitle cues too, next to the word timeline."),
+        *output_flags(),
         click.option("--tag-language", is_flag=True,
                      help="Name the outputs with their language code before the extension: talk.en.srt, "
                           "talk.de.vtt (what Jellyfin, Plex, Kodi and VLC read as the subtitle's language; "
@@ -294,39 +285,36 @@ def _spec_flags() -> list:
 
 
 # the JobSpec fields spec_options takes from flags of the same name (the engine options come
-# from option_table)
-SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(JobSpec) if f.name != "options")
+# from option_table, the output options from output_option_table)
+SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(JobSpec) if f.name not in ("options", "outputs"))
 
 
 def flag_of(name: str) -> str:
     """The flag of an option or JobSpec field: --beam-size for beam_size."""
-    table = option_table()
-    return table[name][0].flag if name in table else "--" + name.replace("_", "-")
+    for table in (option_table(), output_option_table()):
+        if name in table:
+            return table[name][0].flag
+    return "--" + name.replace("_", "-")
 
 
 def check_contradictions(spec: JobSpec, others: dict) -> None:
     """A usage error for flags that contradict each other (a decoding flag the mode does not
     take was refused by the library already)."""
-    for flag, fmts in (("vtt_karaoke", ("vtt",)), ("json_cues", ("json",)), ("highlight_words", ("srt", "ass"))):
-        if getattr(spec, flag) and not set(fmts) & set(spec.formats):
-            raise click.UsageError(f"{flag_of(flag)} needs the {' or '.join(fmts)} format (-f {fmts[0]})")
+    for name, (_, fmts, _) in output_option_table().items():  # a format's own option, without the format
+        if fmts and spec.output(name) and not set(fmts) & set(spec.formats):
+            raise click.UsageError(f"{flag_of(name)} needs the {' or '.join(fmts)} format (-f {fmts[0]})")
     if others.get("ray_address") is not None and others.get("batch_files", 1) > 1:
         raise click.UsageError("--batch-files and --ray contradict: Ray workers take one file at a time")
     if others.get("ray_address") is not None and others.get("threads") is not None:
         raise click.UsageError("--threads and --ray contradict: Ray workers take --worker-threads")
 
 
-def make_spec(options: dict, fields: dict) -> JobSpec:
+def make_spec(options: dict, outputs: dict, fields: dict) -> JobSpec:
     """The JobSpec for these flags; a bad value is a usage error naming the flag."""
     try:
-        return JobSpec(**{**fields, "model": str(fields["model"])}, options=options)
-    except OptionError as e:  # an engine option: the library names it, we give its flag
+        return JobSpec(**{**fields, "model": str(fields["model"])}, options=options, outputs=outputs)
+    except OptionError as e:  # an engine or output option: the library names it, we give its flag
         raise click.UsageError(e.named(flag_of)) from e
-    except ValueError as e:  # CueOptions' message names its fields as CueOptions.max_cps
-        message = str(e)
-        for name in CUE_FIELDS:
-            message = message.replace(f"CueOptions.{name}", flag_of(name))
-        raise click.UsageError(message) from e
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ A job stored before (its options as flat fields: ``beam_size``, ``chunk_seconds`
 Two hashes of it matter:
 - ``fingerprint``: everything that changes the *words* (model, mode, the resolved library
   options). A done job whose fingerprint differs is redone from scratch.
-- the output settings (formats, live outputs, cue layout, karaoke, JSON cues) are not in it:
+- the output settings (formats, live outputs, the output options: cue layout, karaoke, JSON
+  cues... as ``transcriber.output_option_table`` declares them) are not in it:
   changing only those rewrites the outputs from the stored words, without the model (the store
   sees the same fingerprint with a different spec).
 """
@@ -25,19 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from transcriber import DEFAULT_MODE, DEFAULT_MODEL, engine_options, fingerprint_data, mode_default, option_table
+from transcriber import (DEFAULT_MODE, DEFAULT_MODEL, engine_options, fingerprint_data, mode_default, option_table,
+                         output_option_table)
 
 # Bump when the meaning of stored words or engine states changes for the same options (a
 # decoding fix that should redo finished files): every fingerprint changes with it.
 # 2: one engine protocol (streaming checkpoints hold sentence segments and the open one).
 FINGERPRINT_VERSION = 2
-
-# the JobSpec fields that are CueOptions fields of the same name (and CLI flags: --max-line-chars)
-CUE_FIELDS = ("max_line_chars", "max_lines", "max_cps", "min_duration", "max_duration")
-# CueOptions' defaults (cues.py, which imports the tokenizer: not loaded for --help); a test
-# checks that they agree
-CUE_DEFAULTS = {"max_line_chars": None, "max_lines": 2, "max_cps": None, "min_duration": 5 / 6,
-                "max_duration": 7.0}
 
 
 @dataclass(frozen=True)
@@ -51,16 +46,10 @@ class JobSpec:
     options: tuple[tuple[str, Any], ...] = ()
     formats: tuple[str, ...] = ("srt",)
     live: bool = False  # rewrite the outputs at every checkpoint (a growing SRT can be followed)
-    # outputs only: the cue layout (CueOptions) and per-format choices (OutputOptions).
-    # max_line_chars and max_cps None: the rule of the transcript's language (CueOptions)
-    max_line_chars: Optional[int] = CUE_DEFAULTS["max_line_chars"]
-    max_lines: int = CUE_DEFAULTS["max_lines"]
-    max_cps: Optional[float] = CUE_DEFAULTS["max_cps"]
-    min_duration: float = CUE_DEFAULTS["min_duration"]
-    max_duration: float = CUE_DEFAULTS["max_duration"]
-    vtt_karaoke: bool = False
-    json_cues: bool = False
-    highlight_words: bool = False  # SRT: the spoken word underlined; ASS: karaoke tags
+    # the output options given (the cue layout, each format's own: ``output_option_table``), as
+    # sorted (name, value) pairs (a dict is taken too); the others are their defaults. Stored
+    # as flat fields, every one of them (``to_dict``): max_lines, vtt_karaoke...
+    outputs: tuple[tuple[str, Any], ...] = ()
     # outputs named talk.en.srt (the language before the extension, as media servers read it)
     tag_language: bool = False
 
@@ -72,6 +61,10 @@ class JobSpec:
         object.__setattr__(self, "options", tuple(sorted(
             (name, value) for name, value in given.items()
             if value is not None and not _is_default(self.mode, name, value))))
+        defaults = _output_defaults()
+        object.__setattr__(self, "outputs", tuple(sorted(
+            (name, value) for name, value in dict(self.outputs).items()
+            if value is not None and not (name in defaults and _same(defaults[name], value)))))
         # ValueError (OptionError naming the option) now, at the command line, not in the runner
         self.engine_options()
         self.output_options()
@@ -93,13 +86,18 @@ class JobSpec:
         mode does not take)."""
         return engine_options(self.mode, dict(self.options))
 
-    def output_options(self):
-        """How the words become files (ValueError from CueOptions on bad values)."""
-        from transcriber import CueOptions, OutputOptions  # cues and writers: loaded when needed
+    def output(self, name: str):
+        """An output option's value as given (None: its default)."""
+        return dict(self.outputs).get(name)
 
-        cues = CueOptions(**{name: getattr(self, name) for name in CUE_FIELDS})
-        return OutputOptions(cues=cues, vtt_karaoke=self.vtt_karaoke, json_cues=self.json_cues,
-                             highlight_words=self.highlight_words)
+    def output_options(self):
+        """How the words become files (OptionError, naming the option, on bad values)."""
+        from transcriber import OutputOptions
+
+        unknown = [name for name, _ in self.outputs if name not in output_option_table()]
+        if unknown:
+            raise ValueError(f"unknown output option {unknown[0]!r}")
+        return OutputOptions.named(dict(self.outputs))
 
     def fingerprint(self) -> str:
         """A short hash of everything that changes the words.
@@ -113,7 +111,8 @@ class JobSpec:
         d = dataclasses.asdict(self)
         d["formats"] = list(self.formats)
         d["options"] = {name: list(v) if isinstance(v, tuple) else v for name, v in self.options}
-        return d
+        del d["outputs"]
+        return {**d, **_output_defaults(), **dict(self.outputs)}
 
     def stored(self) -> dict:
         """``to_dict``, made once per spec and shared: not to be modified."""
@@ -135,7 +134,7 @@ class JobSpec:
         from transcriber import FORMATS
 
         stem = self.named_stem(stem, language)
-        return [stem + FORMATS[fmt][0] for fmt in self.formats]
+        return [stem + FORMATS[fmt].extension for fmt in self.formats]
 
     def named_stem(self, stem: str, language: Optional[str]) -> str:
         """``stem``, or with ``tag_language`` ``stem.LANG`` (see ``output_paths``)."""
@@ -143,13 +142,14 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> "JobSpec":
-        """The spec of ``to_dict``, or of a job stored before ``options`` (its engine options as
-        flat fields: language, task, beam_size, chunk_seconds...)."""
-        known = {f.name for f in dataclasses.fields(cls)}
+        """The spec of ``to_dict`` (its output options as flat fields), or of a job stored before
+        ``options`` (its engine options as flat fields too: language, task, beam_size...)."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"options", "outputs"}
         flat = {k: v for k, v in d.items() if k in option_table() and k not in known}
         options = {**flat, **(d.get("options") or {})}
-        fields = {k: (tuple(v) if k == "formats" else v) for k, v in d.items() if k in known and k != "options"}
-        return cls(**fields, options=options)
+        outputs = {k: v for k, v in d.items() if k in output_option_table()}
+        fields = {k: (tuple(v) if k == "formats" else v) for k, v in d.items() if k in known}
+        return cls(**fields, options=options, outputs=outputs)
 
 
 def _is_default(mode: str, name: str, value) -> bool:
@@ -157,6 +157,15 @@ def _is_default(mode: str, name: str, value) -> bool:
         return mode_default(mode, name) == value
     except (KeyError, ValueError):  # not an option of the mode: engine_options says so
         return False
+
+
+def _output_defaults() -> dict:
+    return {name: default for name, (_, _, default) in output_option_table().items()}
+
+
+def _same(default, value) -> bool:
+    """A given output value that is its option's default (2 and 2.0 alike; True is not 1)."""
+    return default == value and isinstance(default, bool) == isinstance(value, bool)
 
 
 @functools.lru_cache(maxsize=64)

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Protocol, Sequence
 
 from transcriber import Segment
-from transcriber.settings import data_folder
+from transcriber import settings
 
 from .domain import DEFAULT_TIMEOUT, Job, OutputRecord, Request, Resume, Vet
 
 
 def default_path() -> Path:
     """``$TRANSCRIBER_DB`` is handled by the CLI; this is the user data directory's file."""
-    return data_folder() / "transcriber" / "jobs.db"
+    return settings.data_folder() / "transcriber" / "jobs.db"
 
 
 def connect(path: Path, timeout: float = DEFAULT_TIMEOUT,

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transcriber.cues import (LANGUAGE_RULES, TIME_RESOLUTION, Cue, CueOptions, break_lines,
-                              layout_cues, line_layout, line_words, segment_words, transcript_cues)
+from transcriber.cues import (LANGUAGE_RULES, TIME_RESOLUTION, Cue, CueOptions, language_defaults, layout_cues,
+                              segment_words, transcript_cues)
+from transcriber.lines import break_lines, line_layout, line_words
 from transcriber.types import Segment, Transcript, Word
 
 EPS = 1e-6
@@ -192,7 +193,7 @@ def test_language_rules_fill_what_is_not_given():
     given = CueOptions(max_line_chars=30).for_language("zh")
     assert (given.max_line_chars, given.max_cps) == (30, 9)  # a given value always wins
     assert CueOptions(max_cps=20.0).for_language("ja").max_cps == 20
-    assert CueOptions.language_defaults("max_line_chars").startswith("42; zh 16")
+    assert language_defaults("max_line_chars").startswith("42; zh 16")
     assert set(LANGUAGE_RULES) >= {"zh", "ja", "th"}
 
 

@@ -147,12 +147,20 @@ def test_a_new_option_set_changes_the_fingerprint_and_at_its_default_does_not():
     assert JobSpec(options={"task": "transcribe"}) == base  # the mode's default is not kept
 
 
-def test_cue_defaults_agree_with_the_library():
-    from jobs.spec import CUE_DEFAULTS
-    from transcriber import CueOptions
+def test_output_flags_and_stored_fields_are_the_library_declarations():
+    """The cue layout's and the formats' own options are declared once, in the library: the
+    flags, their defaults and a job's stored fields are made from them."""
+    from transcriber import CueOptions, output_option_table
 
-    cues = CueOptions()
-    assert CUE_DEFAULTS == {name: getattr(cues, name) for name in CUE_DEFAULTS}
+    table, cues = output_option_table(), CueOptions()
+    assert [name for name in table if hasattr(cues, name)] == ["max_line_chars", "max_lines", "max_cps",
+                                                               "min_duration", "max_duration"]
+    assert all(default == getattr(cues, name) for name, (_, _, default) in table.items() if hasattr(cues, name))
+    stored = JobSpec().to_dict()
+    assert all(stored[name] == default for name, (_, _, default) in table.items())
+    assert JobSpec.from_dict({**stored, "max_lines": 3}).output("max_lines") == 3
+    shown = invoke("watch", "--help").output
+    assert all(option.flag in shown for option, _, _ in table.values())
 
 
 def test_an_unknown_model_lists_the_names_and_folders_and_no_arguments_show_the_help(media):

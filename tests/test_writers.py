@@ -153,6 +153,18 @@ def test_txt_one_line_per_segment(transcript):
     assert lines == [s.text.strip() for s in transcript.segments]
 
 
+def test_tsv_is_openai_whisper_s(transcript):
+    """openai/whisper's WriteTSV: a start/end/text header, then one row per segment with text,
+    times in integer milliseconds, whitespace (tabs too) collapsed to one space."""
+    t = Transcript(language="en", duration=10.0, segments=(
+        Segment(start=1.0, end=3.2574, text=" Words\twere not timed."), Segment(start=4.0, end=6.0, text=" "),
+        Segment(start=6.0005, end=7.0, text=" Still fine."),
+    ))
+    assert FORMATS["tsv"].render(t, OutputOptions()) == \
+        "start\tend\ttext\n1000\t3257\tWords were not timed.\n6000\t7000\tStill fine.\n"
+    assert FORMATS["tsv"].extension == ".tsv" and FORMATS["tsv"].options == ()
+
+
 def test_segments_without_words():
     t = Transcript(language="en", duration=10.0, segments=(
         Segment(start=1.0, end=3.0, text=" Words were not timed."),
@@ -178,9 +190,9 @@ def test_empty_transcript():
 
 def test_formats_registry(transcript):
     assert set(FORMATS) == {"srt", "vtt", "json", "txt", "tsv", "ass"}
-    for name, (ext, render) in FORMATS.items():
-        assert ext == "." + name
-        assert isinstance(render(transcript, OutputOptions()), str)
+    for name, fmt in FORMATS.items():
+        assert fmt.extension == "." + name
+        assert isinstance(fmt.render(transcript, OutputOptions()), str)
 
 
 # --- atomic writes ------------------------------------------------------------------------
@@ -275,7 +287,7 @@ def test_write_outputs_render_error_writes_nothing(transcript, tmp_path, monkeyp
     def broken(t, o):
         raise RuntimeError("render bug")
 
-    monkeypatch.setitem(FORMATS, "vtt", (".vtt", broken))
+    monkeypatch.setitem(FORMATS, "vtt", FORMATS["vtt"]._replace(render=broken))
     with pytest.raises(OutputError, match="talk.vtt") as info:
         write_outputs(transcript, tmp_path / "talk", ["srt", "vtt"])
     assert isinstance(info.value.__cause__, RuntimeError)
@@ -349,7 +361,7 @@ def test_no_space_before_punctuation_in_any_format():
     segments = grouper.add(streamed_words()) + grouper.flush()
     assert any(s.text.strip() == "." for s in segments)  # the case: a mark alone after a pause
     transcript = assemble(segments, "en", 10.0, "tiny.en")
-    for fmt, (_, render) in FORMATS.items():
+    for fmt, (_, render, _) in FORMATS.items():
         for options in (OutputOptions(), OutputOptions(vtt_karaoke=True, json_cues=True)):
             text = render(transcript, options)
             body = text if fmt != "json" else " ".join(

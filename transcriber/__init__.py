@@ -28,7 +28,7 @@ _LAZY = {"probe": ".audio", "CueOptions": ".cues", "doctor_report": ".doctor:rep
          "Engine": ".engine", "Step": ".engine", "assemble": ".engine", "words_to_transcript": ".engine",
          "ModelStatus": ".model.catalog", "list_models": ".model.catalog", "OneShotEngine": ".oneshot",
          "StreamingEngine": ".streaming", "StreamingSession": ".streaming", "FORMATS": ".writers",
-         "OutputOptions": ".writers", "write_outputs": ".writers",
+         "OutputOptions": ".writers", "output_option_table": ".writers", "write_outputs": ".writers",
          "render_outputs": ".writers", "write_rendered": ".writers", "blas": ".native.blas:",
          "LiveSource": ".follow", "FollowOptions": ".follow", "kernels_note": ".native:first_run_note"}
 
@@ -125,7 +125,7 @@ __all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT
            "fingerprint_data",
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",
            "StreamingEngine", "StreamingOptions", "StreamingSession", "LiveSource", "FollowOptions", "FOLLOWABLE", "FOLLOW_MODES",
-           "CueOptions", "OutputOptions", "FORMATS", "write_outputs", "render_outputs", "write_rendered", "blas",
+           "CueOptions", "OutputOptions", "output_option_table", "FORMATS", "write_outputs", "render_outputs", "write_rendered", "blas",
            "doctor_report", "kernels_note",
            "TranscriberError", "AudioError", "ModelError", "RunFault", "ToolError", "no_space", "settings", "OutputError", "ReadTimeout", "bounded", "bounded_each",
            "start_reader"]

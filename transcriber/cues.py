@@ -9,8 +9,8 @@ Three passes:
    (so a cue is split only when it must be) and a cost for keeping two sentences (or the two
    sides of a long pause) together, outweighed only when a cue on its own would get too little
    time to be read.
-2. lines: the fewest lines that fit, balanced (similar lengths), not breaking after an article,
-   preposition or conjunction when another break is about as good.
+2. lines (``transcriber.lines``): the fewest lines that fit, balanced (similar lengths), not
+   breaking after an article, preposition or conjunction when another break is about as good.
 3. timing: a cue starts with its first word (later only if the previous cue needs the room),
    stays ``linger`` after its last word or longer if reading speed / ``min_duration`` need it,
    small gaps are closed up to ``min_gap`` and never less than ``min_gap`` separates two cues.
@@ -20,11 +20,15 @@ Three passes:
    behind the voice, catching up at the next pause.
 
 Times are seconds of the source file. Word text keeps Whisper's leading space; it is stripped
-(and inner whitespace collapsed) for layout.
+(and inner whitespace collapsed) for layout. What ends a sentence or a clause is
+``transcriber.text``'s rule.
+
+The options (``CueOptions``) are declared once each as an ``Option`` (name, type, bounds, help):
+the command line's subtitle flags are made from them.
 
 Scripts: the line width and reading speed follow the style guide of the text's language
 (``LANGUAGE_RULES``) unless the options give them. Languages written without spaces (Chinese,
-Japanese, Thai...: ``NO_SPACE_LANGUAGES``) have a word per character or so, joined without a
+Japanese, Thai...: ``text.NO_SPACE_LANGUAGES``) have a word per character or so, joined without a
 space unless the word brings its own; elsewhere words are joined with one space. Characters are
 counted as they are, one each, whatever their width; right-to-left text is laid out in its
 logical order, as it is stored, and never reordered or altered.
@@ -33,11 +37,12 @@ logical order, as it is stored, and never reordered or altered.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from transcriber.tokenizer import NO_SPACE_LANGUAGES
+from transcriber.lines import LineFill, break_lines, separators
+from transcriber.options import Option, OptionError, check_fields
+from transcriber.text import NO_SPACE_LANGUAGES, ends_clause, is_function_word, is_sentence_end, layout_token
 from transcriber.types import Segment, Transcript, Word
 
 # Line width (characters) and reading speed (characters a second) by language, from the
@@ -59,50 +64,64 @@ LANGUAGE_RULES: dict[str, tuple[int, float]] = {
 }
 
 
+def language_defaults(name: str) -> str:
+    """How the default of ``max_line_chars`` or ``max_cps`` depends on the language, for
+    help texts: "42; zh 16, yue 16, ja 13, ko 16, th 35"."""
+    index = ("max_line_chars", "max_cps").index(name)
+    rules = ", ".join(f"{code} {rule[index]:g}" for code, rule in LANGUAGE_RULES.items())
+    return f"{DEFAULT_RULE[index]:g}; {rules}"
+
+
+# The cue options, each declared once (name, type, bounds, help); the command line makes a flag
+# of each one not ``library_only``. Upper bounds no subtitle needs (style guides stop at 42-47
+# characters, 2-3 lines, 7 s, 20 cps) also bound the words one cue can hold, hence the grouping
+# pass's cost.
+MAX_LINE_CHARS = Option("max_line_chars", "Subtitles: characters per line.  [default by language: "
+                                          f"{language_defaults('max_line_chars')}]",
+                        int, low=1, high=200, one_bound_messages=True)
+MAX_LINES = Option("max_lines", "Subtitles: lines per cue.", int, low=1, high=10, one_bound_messages=True)
+MAX_CPS = Option("max_cps", "Subtitles: reading speed, characters per second.  [default by language: "
+                            f"{language_defaults('max_cps')}]",
+                 float, low=0, low_open=True, high=100, one_bound_messages=True)
+MIN_DURATION = Option("min_duration", "Subtitles: seconds a cue stays up at least, where the next cue leaves "
+                                      "room.  [default: 5/6]", float, low=0, one_bound_messages=True)
+MAX_DURATION = Option("max_duration", "Subtitles: seconds a cue stays up at most.",
+                      float, low=0, low_open=True, high=60, one_bound_messages=True)
+MIN_GAP = Option("min_gap", "Seconds between two consecutive cues at least.",
+                 float, low=0, one_bound_messages=True, library_only=True)
+CLOSE_GAP = Option("close_gap", "Gaps between cues up to this many seconds are closed to min_gap (no flicker).",
+                   float, low=0, one_bound_messages=True, library_only=True)
+LINGER = Option("linger", "Seconds a cue stays up after its last word ends.",
+                float, low=0, one_bound_messages=True, library_only=True)
+PAUSE_SPLIT = Option("pause_split", "Silence between words of at least this many seconds is a split point.",
+                     float, low=0, low_open=True, one_bound_messages=True, library_only=True)
+MAX_DELAY = Option("max_delay", "Seconds a cue may start after its first word, for reading time.",
+                   float, low=0, one_bound_messages=True, library_only=True)
+
+
 @dataclass(frozen=True)
 class CueOptions:
-    # None: the rule of the text's language (LANGUAGE_RULES; 42 and 17 for most languages)
-    max_line_chars: Optional[int] = None  # characters per line
-    max_lines: int = 2            # lines per cue
-    max_cps: Optional[float] = None  # reading speed, characters (incl. spaces) per second
-    min_duration: float = 5 / 6   # seconds a cue stays up, where the next cue leaves room
-    max_duration: float = 7.0
-    min_gap: float = 2 / 24       # two frames at 24 fps between consecutive cues
-    close_gap: float = 0.5        # gaps up to this are closed to min_gap (avoids flicker)
-    linger: float = 0.5           # a cue stays this long after its last word ends
-    pause_split: float = 1.0      # silence of at least this long between words is a split point
-    max_delay: float = 2.0        # a cue may start this much after its first word, for reading time
+    """How a word timeline becomes cues (see the module docstring). ValueError (OptionError,
+    naming ``CueOptions.<field>``) for a value out of its bounds."""
 
-    # Upper bounds no subtitle needs (style guides stop at 42-47 characters, 2-3 lines, 7 s,
-    # 20 cps); they also bound the words one cue can hold, hence the grouping pass's cost.
-    LIMITS = {"max_line_chars": 200, "max_lines": 10, "max_cps": 100.0, "max_duration": 60.0}
+    # None: the rule of the text's language (LANGUAGE_RULES; 42 and 17 for most languages)
+    max_line_chars: Optional[int] = MAX_LINE_CHARS.field(None)  # characters per line
+    max_lines: int = MAX_LINES.field(2)  # lines per cue
+    max_cps: Optional[float] = MAX_CPS.field(None)  # reading speed, characters (incl. spaces) per second
+    min_duration: float = MIN_DURATION.field(5 / 6)  # seconds a cue stays up, where the next cue leaves room
+    max_duration: float = MAX_DURATION.field(7.0)
+    min_gap: float = MIN_GAP.field(2 / 24)  # two frames at 24 fps between consecutive cues
+    close_gap: float = CLOSE_GAP.field(0.5)  # gaps up to this are closed to min_gap (avoids flicker)
+    linger: float = LINGER.field(0.5)  # a cue stays this long after its last word ends
+    pause_split: float = PAUSE_SPLIT.field(1.0)  # silence of at least this long between words is a split point
+    max_delay: float = MAX_DELAY.field(2.0)  # a cue may start this much after its first word, for reading time
 
     def __post_init__(self) -> None:
-        def given(name: str) -> bool:  # max_line_chars, max_cps None: the language's rule
-            return getattr(self, name) is not None or name not in ("max_line_chars", "max_cps")
-
-        for name in filter(given, ("max_line_chars", "max_lines")):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"CueOptions.{name} must be an integer >= 1, got {value!r}")
-        for name in filter(given, ("max_cps", "max_duration", "pause_split", "min_duration", "min_gap",
-                                   "close_gap", "linger", "max_delay")):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value):
-                raise ValueError(f"CueOptions.{name} must be a finite number, got {value!r}")
-        for name in filter(given, ("max_cps", "max_duration", "pause_split")):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"CueOptions.{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("min_duration", "min_gap", "close_gap", "linger", "max_delay"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"CueOptions.{name} must be >= 0, got {getattr(self, name)!r}")
-        for name, limit in self.LIMITS.items():
-            if given(name) and getattr(self, name) > limit:
-                raise ValueError(f"CueOptions.{name} must be at most {limit:g}, got {getattr(self, name)!r}")
+        check_fields(self, qualified=True)
         if self.min_duration > self.max_duration:
-            raise ValueError(f"CueOptions.min_duration ({self.min_duration}) must not exceed "
-                             f"CueOptions.max_duration ({self.max_duration})")
+            raise OptionError("{low} ({low_value}) must not exceed {high} ({high_value})",
+                              {"low": MIN_DURATION.name, "high": MAX_DURATION.name},
+                              low_value=self.min_duration, high_value=self.max_duration).of("CueOptions")
 
     def for_language(self, language: Optional[str]) -> "CueOptions":
         """These options with the line width and reading speed of ``language``'s rule where
@@ -110,14 +129,6 @@ class CueOptions:
         width, cps = LANGUAGE_RULES.get(language or "", DEFAULT_RULE)
         return replace(self, max_line_chars=width if self.max_line_chars is None else self.max_line_chars,
                        max_cps=cps if self.max_cps is None else self.max_cps)
-
-    @staticmethod
-    def language_defaults(name: str) -> str:
-        """How the default of ``max_line_chars`` or ``max_cps`` depends on the language, for
-        help texts: "42; zh 16, yue 16, ja 13, ko 16, th 35"."""
-        index = ("max_line_chars", "max_cps").index(name)
-        rules = ", ".join(f"{code} {rule[index]:g}" for code, rule in LANGUAGE_RULES.items())
-        return f"{DEFAULT_RULE[index]:g}; {rules}"
 
     @property
     def min_visible(self) -> float:
@@ -141,82 +152,16 @@ class Cue:
                 "words": [w.to_dict() for w in self.words]}
 
 
-# Marks written against the word before them, never after a space: Whisper sometimes gives one
-# its own word (streaming commits " ." a pass after the word it ends), which cue and text layout
-# would then set apart ("longer ."). French puts a space before ; : ! ?, so there only . and ,
-# (and the CJK marks) are attached.
-ATTACHED = ".,;:!?\u2026\u3002\uff0c\uff01\uff1f\u3001"
-FRENCH_SPACED = ";:!?"
-
-
-def is_attached_mark(text: str, language: Optional[str] = None) -> bool:
-    """" ." or "," : a word made only of marks that belong to the word before it."""
-    marks = text.strip()
-    allowed = ATTACHED if language != "fr" else "".join(c for c in ATTACHED if c not in FRENCH_SPACED)
-    return bool(marks) and all(c in allowed for c in marks)
-
-
-# --- word classes -------------------------------------------------------------------------
-
-_CLOSERS = "\"')]}»”’」』）"
-# The one sentence-end rule (cue layout, segments, word edges, the streaming buffer's cuts):
-# a sentence mark, maybe closing quotes or brackets after it, not an ellipsis. Marks of more
-# scripts: full-width (Chinese, Japanese), Arabic (؟), Urdu (۔), Devanagari (।).
-SENTENCE_MARKS = ".?!。！？؟۔।"
-_SENTENCE_END = re.compile(rf"(?<!\.\.)[{re.escape(SENTENCE_MARKS)}][{re.escape(_CLOSERS)}]*$")
-# clause marks of more scripts too: full-width, Arabic (، ؛)
-_CLAUSE_END = re.compile(rf"([,;:–—…，、；：،؛]|\.\.\.)[{re.escape(_CLOSERS)}]*$")
-# a period after these is not a sentence end
-_ABBREVIATIONS = {"mr.", "mrs.", "ms.", "dr.", "st.", "jr.", "sr.", "prof.", "vs.", "etc.",
-                  "e.g.", "i.e.", "no.", "mt."}
-# words that should not end a line or a cue: they belong with the word after them. Words that
-# often end a phrase ("it", "you", "up", "out", "so") are left out on purpose.
-_FUNCTION_WORDS = frozenset("""
-a an the
-of in on at to for with from by about into onto over under after before between through
-during without within upon across against among around behind beyond toward towards via per
-and but or nor yet if because that than when while although though unless whether
-as since until where which who whom whose
-i we he she they my your his its our their this these those
-""".split())
+# --- split points -------------------------------------------------------------------------
 
 SENTENCE, CLAUSE, PAUSE, PLAIN = range(4)
 
 
-def _token(word: Word) -> str:
-    """The word as laid out: Whisper's leading space gone, inner whitespace collapsed."""
-    return " ".join(word.text.split())
-
-
-def ends_sentence(text: str) -> bool:
-    """The word or text ends a sentence (``SENTENCE_MARKS``; trailing whitespace ignored)."""
-    return bool(_SENTENCE_END.search(text.rstrip()))
-
-
-def ends_with_mark(text: str) -> bool:
-    """The word or text ends with a sentence or clause mark (``.``, ``,``, ``;``, ``:``...)."""
-    return _ends_with_punctuation(text.rstrip())
-
-
-def _is_sentence_end(token: str) -> bool:
-    """In cue layout also: not after an abbreviation or an initial."""
-    return ends_sentence(token) and token.lower() not in _ABBREVIATIONS \
-        and not re.fullmatch(r"[A-Z]\.", token)  # an initial, as in "J. R. R."
-
-
-def _is_function_word(token: str) -> bool:
-    return token.lower() in _FUNCTION_WORDS
-
-
-def _ends_with_punctuation(token: str) -> bool:
-    return bool(_SENTENCE_END.search(token) or _CLAUSE_END.search(token))
-
-
 def _boundary_kind(word: Word, token: str, next_word: Word, pause_split: float) -> int:
     """What kind of split point lies between ``word`` and ``next_word``."""
-    if _is_sentence_end(token):
+    if is_sentence_end(token):
         return SENTENCE
-    if _CLAUSE_END.search(token):
+    if ends_clause(token):
         return CLAUSE
     if next_word.start - word.end >= pause_split:
         return PAUSE
@@ -237,23 +182,12 @@ SHORT = 30.0               # so a cue left less than ~2/3 of the time it needs i
 FILL = 2.0                 # times (chars / capacity)^2: of equal splits, the balanced one
 
 
-def separators(words: Sequence[Word], language: Optional[str]) -> list[str]:
-    """What goes between each word and the one before it when they share a line: one space,
-    or in a language written without spaces (``NO_SPACE_LANGUAGES``) a space only where the
-    word brings one (Whisper's leading space, as before a Latin word in Chinese text). The
-    first word's separator is never shown. A punctuation-only word ("." on its own) follows the
-    word before it with no space, in every language (``engine.is_attached_mark``)."""
-    if language not in NO_SPACE_LANGUAGES:
-        return ["" if is_attached_mark(w.text, language) else " " for w in words]
-    return [" " if w.text[:1].isspace() and not is_attached_mark(w.text, language) else "" for w in words]
-
-
 class _Stream:
     """Per-word facts the segmentation needs, computed once."""
 
     def __init__(self, words: Sequence[Word], options: CueOptions, language: Optional[str] = None):
         self.words = words
-        self.tokens = [_token(w) for w in words]
+        self.tokens = [layout_token(w.text) for w in words]
         self.seps = separators(words, language)
         n = len(words)
         self.kinds = [_boundary_kind(words[k], self.tokens[k], words[k + 1], options.pause_split)
@@ -269,32 +203,9 @@ class _Stream:
         cost = BREAK_COST[kind]
         if kind == PLAIN:
             cost -= PLAIN_GAP_BONUS * min(1.0, self.gaps[k] / options.pause_split)
-            if _is_function_word(self.tokens[k]):
+            if is_function_word(self.tokens[k]):
                 cost += DANGLING_COST
         return cost
-
-
-class _LineFill:
-    """Greedy line filling, extended one word at a time: the fewest lines a text needs."""
-
-    def __init__(self, width: int):
-        self.width = width
-        self.lines = 0
-        self.current = 0  # length of the last line; 0 when it is empty (or closed)
-        self.chars = 0    # characters of the whole cue text, separators included
-        self.words = 0
-
-    def add(self, length: int, sep: int = 1) -> None:
-        """Add a word of ``length`` characters, ``sep`` characters after the word before it."""
-        self.chars += length + (sep if self.words else 0)
-        self.words += 1
-        if self.current and self.current + sep + length <= self.width:
-            self.current += sep + length
-        else:
-            self.lines += 1
-            self.current = length
-        if length > self.width:  # an over-long word stands alone on its line
-            self.current = self.width + 1
 
 
 def _short_cost(chars: int, available: float, options: CueOptions) -> float:
@@ -316,7 +227,7 @@ def _group(stream: _Stream, options: CueOptions) -> list[tuple[int, int]]:
     back = [0] * (n + 1)
     capacity = options.max_lines * options.max_line_chars
     for i in range(n):
-        fill = _LineFill(options.max_line_chars)
+        fill = LineFill(options.max_line_chars)
         span_end = -math.inf
         joins = 0.0
         for j in range(i + 1, n + 1):
@@ -342,107 +253,6 @@ def _group(stream: _Stream, options: CueOptions) -> list[tuple[int, int]]:
         ranges.append((back[j], j))
         j = back[j]
     return ranges[::-1]
-
-
-# --- pass 2: line breaks ------------------------------------------------------------------
-
-DANGLING_LINE_COST = 150.0  # what a ~17-character imbalance between two lines costs
-PUNCT_LINE_BONUS = 120.0
-
-
-def join_line(tokens: Sequence[str], seps: Sequence[str]) -> str:
-    """A line's text: its tokens with the separators between them (the first one dropped)."""
-    return "".join(sep + t if i else t for i, (t, sep) in enumerate(zip(tokens, seps)))
-
-
-def break_lines(tokens: Sequence[str], options: CueOptions,
-                seps: Optional[Sequence[str]] = None) -> tuple[str, ...]:
-    """Lay tokens out on the fewest lines that fit, as balanced as possible.
-
-    ``seps``: what goes before each token on a shared line (``separators``; default one space).
-    Minimises the sum of squared line lengths (balanced lines), plus a cost for a line ending
-    in a function word and a bonus for one ending in punctuation; a tiny extra weight on
-    earlier lines prefers a bottom-heavy layout on ties.
-    """
-    options = options.for_language(None)  # the default rule where none is given
-    seps = [" "] * len(tokens) if seps is None else list(seps)
-    kept = [(t, sep) for t, sep in zip(tokens, seps) if t]
-    tokens, seps = [t for t, _ in kept], [sep for _, sep in kept]
-    fill = _LineFill(options.max_line_chars)
-    for t, sep in zip(tokens, seps):
-        fill.add(len(t), len(sep))
-    if fill.lines <= 1:
-        return (join_line(tokens, seps),) if tokens else ()
-    m, n_lines, width = len(tokens), fill.lines, options.max_line_chars
-
-    def line_cost(a: int, b: int, last: bool) -> float:
-        length = sum(len(t) for t in tokens[a:b]) + sum(len(sep) for sep in seps[a + 1:b])
-        if length > width and b - a > 1:
-            return math.inf
-        cost = float(length * length)
-        if not last:
-            cost += 0.1 * length
-            if _is_function_word(tokens[b - 1]):
-                cost += DANGLING_LINE_COST
-            elif _ends_with_punctuation(tokens[b - 1]):
-                cost -= PUNCT_LINE_BONUS
-        return cost
-
-    return tuple(join_line(tokens[a:b], seps[a:b]) for a, b in _best_breaks(m, n_lines, line_cost))
-
-
-def _best_breaks(m: int, n_lines: int, line_cost) -> list[tuple[int, int]]:
-    """The (start, end) token ranges of the cheapest layout of ``m`` tokens on ``n_lines``
-    lines, first line first; ``line_cost(a, b, last)``: the cost of tokens[a:b] as one line."""
-    # cost[l][k]: best layout of tokens[:k] on l lines
-    cost = [[math.inf] * (m + 1) for _ in range(n_lines + 1)]
-    back = [[0] * (m + 1) for _ in range(n_lines + 1)]
-    cost[0][0] = 0.0
-    for line in range(1, n_lines + 1):
-        last = line == n_lines
-        for b in range(line, m + 1):
-            if last and b != m:
-                continue
-            for a in range(line - 1, b):
-                c = cost[line - 1][a] + line_cost(a, b, last)
-                if c < cost[line][b]:
-                    cost[line][b], back[line][b] = c, a
-    ranges, b = [], m
-    for line in range(n_lines, 0, -1):
-        a = back[line][b]
-        ranges.append((a, b))
-        b = a
-    return ranges[::-1]
-
-
-def line_layout(cue: Cue) -> list[list[tuple[str, Word]]]:
-    """The cue's words by the line they are on, each with what comes before it on the line
-    ("" for the first, else " " or "" as the line's text has it). Words without text join the
-    line before, with an empty separator."""
-    groups: list[list[tuple[str, Word]]] = [[] for _ in cue.lines]
-    line, used = 0, 0  # the line being filled, and how far its text is taken
-    for word in cue.words:
-        token = _token(word)
-        if token and line < len(cue.lines) and used >= len(cue.lines[line]):
-            line, used = line + 1, 0
-        index = min(line, len(groups) - 1)
-        if index < 0:  # a cue of empty words only has no lines
-            continue
-        sep = ""
-        if token:
-            text = cue.lines[index]
-            start = used
-            while used < len(text) and text[used].isspace():
-                used += 1
-            sep = text[start:used] if start else ""
-            used += len(token)
-        groups[index].append((sep, word))
-    return groups
-
-
-def line_words(cue: Cue) -> list[tuple[Word, ...]]:
-    """The cue's words grouped by the line they are on (empty words join the line before)."""
-    return [tuple(word for _, word in group) for group in line_layout(cue)]
 
 
 # --- pass 3: timing -----------------------------------------------------------------------
@@ -502,7 +312,7 @@ def layout_cues(words: Sequence[Word], options: CueOptions = CueOptions(), *,
     """
     options = options.for_language(language)
     words = list(words)
-    spoken_at = [k for k, w in enumerate(words) if _token(w)]
+    spoken_at = [k for k, w in enumerate(words) if layout_token(w.text)]
     if not spoken_at:
         return []
     spoken = [words[k] for k in spoken_at]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Iterator, Optional, Protocol, Union
 
-from .cues import ends_sentence, is_attached_mark  # noqa: F401  (is_attached_mark: part of this module's API)
+from .text import ends_sentence, is_attached_mark
 from .types import Segment, Transcript, Word, words_segment
 
 SEGMENT_PAUSE = 1.0  # seconds of silence between streamed words that start a new segment

@@ -9,6 +9,8 @@ The options classes (``DecodingOptions``/``TranscribeOptions`` for one-shot, ``S
 check their fields through ``check_fields``; ``transcriber.modes`` builds them from plain data
 (``{"beam_size": 5}``) and refuses an option the mode does not have; the CLI makes one flag per
 option and names the flag in every error (``OptionError.named``), with no table of its own.
+The output options are Options too: the cue layout's (``CueOptions``, transcriber/cues.py) and
+each output format's own (``OutputOptions``, listed by ``writers.output_option_table``).
 
 Light on purpose (no numpy, no MLX): ``transcribe --help`` imports it.
 """
@@ -36,18 +38,27 @@ class OptionError(ValueError):
 
     def __init__(self, template: str, names: dict[str, str], **values):
         self.template, self.names, self.values = template, dict(names), values
+        self.owner = ""
         super().__init__(self.named(lambda name: name))
+
+    def of(self, owner: str) -> "OptionError":
+        """This error with the library's message naming each option as ``owner.name``
+        (``CueOptions.max_cps``); ``named`` (the CLI's flags) is unchanged."""
+        self.owner = owner
+        self.args = (self.named(lambda name: f"{owner}.{name}"),)
+        return self
 
     def named(self, name_of: Callable[[str], str]) -> str:
         """The message with every option called ``name_of(option name)``."""
         return self.template.format(**{k: name_of(v) for k, v in self.names.items()}, **self.values)
 
     def __reduce__(self):  # picklable (a Ray worker's error comes back to the driver)
-        return _rebuild, (self.template, self.names, self.values)
+        return _rebuild, (self.template, self.names, self.values, self.owner)
 
 
-def _rebuild(template: str, names: dict, values: dict) -> OptionError:
-    return OptionError(template, names, **values)
+def _rebuild(template: str, names: dict, values: dict, owner: str = "") -> OptionError:
+    error = OptionError(template, names, **values)
+    return error.of(owner) if owner else error
 
 
 _KINDS = {tuple: "comma-separated numbers", float: "a number", int: "a whole number", bool: "true or false",
@@ -71,6 +82,11 @@ class Option:
     type: type = str  # str, int, float, bool, or tuple (of floats)
     low: Optional[float] = None  # bounds, inclusive
     high: Optional[float] = None
+    low_open: bool = False  # low itself is out of bounds ("must be > 0")
+    # Out of bounds, the message names the bound crossed ("must be at most 200", "must be > 0",
+    # "must be an integer >= 1") instead of the range ("must be in [1, 16]"): the cue options'
+    # messages, as they were before those options were Options.
+    one_bound_messages: bool = False
     choices: tuple = ()
     parse: Optional[Callable[[str], Any]] = None  # the flag's text -> value (ValueError), else type
     validate: Optional[Callable[[Any], None]] = None  # replaces the type and bounds check
@@ -80,6 +96,8 @@ class Option:
     # None is a value too (the library's API, not a flag): the rule it bounds is off, as
     # openai/whisper's thresholds take None
     none_turns_off: bool = False
+    # A rule of the library that the command line leaves at its default: no flag.
+    library_only: bool = False
     # Added after fingerprint version 2: counted in a job's fingerprint only when set, so jobs
     # done before the option existed are not redone (see fingerprint_data).
     added_later: bool = False
@@ -110,9 +128,10 @@ class Option:
             self._fail("must be {kind}, not {value!r}", value)
         numbers = value if isinstance(value, tuple) else (value,)
         if self.type in (int, float, tuple):
-            if any(not math.isfinite(v) or (self.low is not None and v < self.low)
-                   or (self.high is not None and v > self.high) for v in numbers):
-                self._fail(f"must be {self._bounds()}, not {{value!r}}", value)
+            outside = [v for v in numbers if not self._within(v)]
+            if outside:
+                problem = self._crossed(outside[0]) if self.one_bound_messages else f"must be {self._bounds()}"
+                self._fail(problem + ", not {value!r}", value)
         if self.choices and value not in self.choices:
             self._fail(f"must be one of {', '.join(map(str, self.choices))}, not {{value!r}}", value)
 
@@ -125,10 +144,27 @@ class Option:
             return isinstance(value, int) and not isinstance(value, bool)
         return isinstance(value, self.type)
 
+    def _within(self, v) -> bool:
+        return math.isfinite(v) and self._above_low(v) and (self.high is None or v <= self.high)
+
+    def _above_low(self, v) -> bool:
+        return self.low is None or v > self.low or (v == self.low and not self.low_open)
+
     def _bounds(self) -> str:
         if self.low is not None and self.high is not None:
-            return f"in [{self.low:g}, {self.high:g}]"
-        return f">= {self.low:g}" if self.low is not None else f"<= {self.high:g}"
+            return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+        return self._low_bound() if self.low is not None else f"<= {self.high:g}"
+
+    def _low_bound(self) -> str:
+        return f"{'>' if self.low_open else '>='} {self.low:g}"
+
+    def _crossed(self, v) -> str:
+        """What ``one_bound_messages`` says of ``v``, a number outside the bounds."""
+        if not math.isfinite(v):
+            return "must be a finite number"
+        if not self._above_low(v):
+            return f"must be {'an integer ' if self.type is int else ''}{self._low_bound()}"
+        return f"must be at most {self.high:g}"
 
     def _fail(self, problem: str, value) -> None:
         kind = _KINDS.get(self.type, self.type.__name__)
@@ -153,10 +189,20 @@ def options_of(cls) -> dict[str, tuple[Option, tuple[str, ...]]]:
     return found
 
 
-def check_fields(obj) -> None:
+def check_fields(obj, qualified: bool = False) -> None:
     """Check every option field of a frozen options object (lists become tuples first). None
     is a value only where it is the field's default (detect the language...) or turns a rule
-    off (a threshold)."""
+    off (a threshold). ``qualified``: the library's message names the option with its class
+    (``CueOptions.max_cps``; see ``OptionError.of``)."""
+    try:
+        _check_fields(obj)
+    except OptionError as e:
+        if qualified:
+            raise e.of(type(obj).__name__) from None
+        raise
+
+
+def _check_fields(obj) -> None:
     for f in dataclasses.fields(obj):
         option = f.metadata.get("option")
         if option is None:

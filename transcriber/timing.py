@@ -14,14 +14,11 @@ import mlx.core as mx
 import numpy as np
 
 from .constants import MEDIAN_FILTER_WIDTH, TOKENS_PER_SECOND
-from .cues import SENTENCE_MARKS, ends_sentence
 from .model.state import DecoderState
 from .model.whisper import Whisper
 from .native.inference import inference_for
+from .text import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS, SENTENCE_MARKS, ends_sentence
 from .tokenizer import Tokenizer
-
-PREPEND_PUNCTUATIONS = "\"'“¿([{-"
-APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
 
 
 @dataclass

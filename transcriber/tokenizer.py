@@ -26,6 +26,7 @@ import tiktoken
 
 from transcriber.constants import TIME_PRECISION
 from transcriber.errors import ModelError
+from transcriber.text import NO_SPACE_LANGUAGES
 
 # Whisper's language table, in token order: the n-th entry is token ``sot + 1 + n``.
 LANGUAGES: dict[str, str] = {
@@ -52,8 +53,6 @@ LANGUAGES: dict[str, str] = {
     "yue": "cantonese",
 }
 
-# Languages written without spaces between words: word boundaries fall on characters instead.
-NO_SPACE_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})
 
 N_TIMESTAMPS = 1501  # <|0.00|> ... <|30.00|>
 

@@ -1,6 +1,10 @@
 """Output formats (SRT, WebVTT, JSON word timeline, plain text, TSV, ASS) and atomic file writing.
 
-Every render function is pure (transcript in, text out); ``write_outputs`` renders every
+``FORMATS`` is the registry: one ``Format`` per format name, with its file extension, its
+renderer and the options only it reads (openai/whisper's ``ResultWriter`` subclasses as data).
+A new format is one render function and one entry; its own options are ``Option``s declared
+here and attached to ``OutputOptions``, and the command line makes its flags from them
+(``output_option_table``). Every render function is pure (transcript in, text out); ``write_outputs`` renders every
 requested format before it writes any file, and each file is written to a temporary file in
 the target directory and renamed over the target, so a reader never sees a partial output.
 The writes are made by the reader child, with the bound on reads (``transcriber.bounded``): an
@@ -9,22 +13,31 @@ outputs' folder on a hung mount is an OutputError naming it, not a wait forever.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable, Sequence, Union
+from typing import Any, Callable, NamedTuple, Sequence, Union
 
 import srt
 
 from transcriber.bounded import ReadTimeout, bounded
-from transcriber.cues import CueOptions, line_layout, transcript_cues
+from transcriber.cues import CueOptions, transcript_cues
 from transcriber.errors import OutputError
+from transcriber.lines import line_layout
+from transcriber.options import Option, build, check_fields, options_of
+from transcriber.text import layout_token
 from transcriber.types import Transcript, Word
+
+# The formats' own options (each format's entry in FORMATS names those it reads).
+VTT_KARAOKE = Option("vtt_karaoke", "WebVTT: an inline <hh:mm:ss.ttt> timestamp before every word.", bool)
+HIGHLIGHT_WORDS = Option("highlight_words", "SRT: the word being spoken underlined; ASS: karaoke.", bool)
+JSON_CUES = Option("json_cues", "JSON: the subtitle cues too, next to the word timeline.", bool)
 
 
 @dataclass(frozen=True)
@@ -35,21 +48,24 @@ class OutputOptions:
     transcribing again.
     """
 
-    cues: CueOptions = CueOptions()
-    vtt_karaoke: bool = False  # WebVTT: an inline <hh:mm:ss.ttt> before every word after the first
-    json_cues: bool = False    # JSON: the cues too, next to the word timeline
+    cues: CueOptions = field(default_factory=CueOptions)
+    # WebVTT: an inline <hh:mm:ss.ttt> before every word after the first
+    vtt_karaoke: bool = VTT_KARAOKE.field(False)
     # SRT: the word being spoken underlined (one cue per word, as openai/whisper's
     # highlight_words); ASS: karaoke tags ({\k}), the player colours each word as it is spoken
-    highlight_words: bool = False
+    highlight_words: bool = HIGHLIGHT_WORDS.field(False)
+    json_cues: bool = JSON_CUES.field(False)  # JSON: the cues too, next to the word timeline
 
     def __post_init__(self) -> None:
         if not isinstance(self.cues, CueOptions):
             raise ValueError(f"OutputOptions.cues must be CueOptions, got {self.cues!r}")
-        for name in ("vtt_karaoke", "json_cues", "highlight_words"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"OutputOptions.{name} must be true or false, "
-                                 f"got {getattr(self, name)!r}")
+        check_fields(self, qualified=True)
 
+    @classmethod
+    def named(cls, given: dict[str, Any]) -> "OutputOptions":
+        """The options of these values by option name (``{"max_cps": 15, "vtt_karaoke": True}``;
+        the others at their defaults). OptionError for a bad value."""
+        return build(cls, given)
 
 def _milliseconds(seconds: float) -> int:
     """Seconds as whole milliseconds, never negative (subtitle formats have no sign)."""
@@ -64,7 +80,7 @@ def _word_lines(cue, render: Callable[[int, str, Word], str]) -> list[str]:
     for words in line_layout(cue):
         parts = []
         for sep, word in words:
-            token = " ".join(word.text.split())
+            token = layout_token(word.text)
             if token:
                 parts.append(sep + render(n, token, word))
                 n += 1
@@ -152,7 +168,7 @@ def write_json(transcript: Transcript, include_cues: bool = False,
 
 def write_txt(transcript: Transcript) -> str:
     """The text, one line per segment (segments without text are left out)."""
-    lines = [" ".join(s.text.split()) for s in transcript.segments]
+    lines = [layout_token(s.text) for s in transcript.segments]
     lines = [line for line in lines if line]
     return "".join(line + "\n" for line in lines)
 
@@ -162,7 +178,7 @@ def write_tsv(transcript: Transcript) -> str:
     start and end in integer milliseconds and the text (tabs in it made spaces)."""
     rows = ["start\tend\ttext"]
     for seg in transcript.segments:
-        text = " ".join(seg.text.split())
+        text = layout_token(seg.text)
         if text:
             rows.append(f"{_milliseconds(seg.start)}\t{_milliseconds(seg.end)}\t{text}")
     return "".join(row + "\n" for row in rows)
@@ -226,15 +242,47 @@ def write_ass(transcript: Transcript, cue_options: CueOptions = CueOptions(), ka
 
 Render = Callable[[Transcript, OutputOptions], str]
 
-# format name -> (file extension, render function)
-FORMATS: dict[str, tuple[str, Render]] = {
-    "srt": (".srt", lambda t, o: write_srt(t, o.cues, highlight_words=o.highlight_words)),
-    "vtt": (".vtt", lambda t, o: write_vtt(t, o.cues, karaoke=o.vtt_karaoke)),
-    "json": (".json", lambda t, o: write_json(t, include_cues=o.json_cues, cue_options=o.cues)),
-    "txt": (".txt", lambda t, o: write_txt(t)),
-    "tsv": (".tsv", lambda t, o: write_tsv(t)),
-    "ass": (".ass", lambda t, o: write_ass(t, o.cues, karaoke=o.highlight_words)),
+
+class Format(NamedTuple):
+    """One output format: the extension of its files, its renderer (transcript and options ->
+    the file's text) and the options only it reads (``OutputOptions`` fields; the cue layout is
+    every subtitle format's)."""
+
+    extension: str
+    render: Render
+    options: tuple[Option, ...] = ()
+
+
+# format name -> Format, in the order --help lists them
+FORMATS: dict[str, Format] = {
+    "srt": Format(".srt", lambda t, o: write_srt(t, o.cues, highlight_words=o.highlight_words), (HIGHLIGHT_WORDS,)),
+    "vtt": Format(".vtt", lambda t, o: write_vtt(t, o.cues, karaoke=o.vtt_karaoke), (VTT_KARAOKE,)),
+    "json": Format(".json", lambda t, o: write_json(t, include_cues=o.json_cues, cue_options=o.cues), (JSON_CUES,)),
+    "txt": Format(".txt", lambda t, o: write_txt(t)),
+    "tsv": Format(".tsv", lambda t, o: write_tsv(t)),
+    "ass": Format(".ass", lambda t, o: write_ass(t, o.cues, karaoke=o.highlight_words), (HIGHLIGHT_WORDS,)),
 }
+
+
+@functools.lru_cache(maxsize=None)
+def output_option_table() -> dict[str, tuple[Option, tuple[str, ...], Any]]:
+    """Every output option the command line offers, in ``OutputOptions`` order: name ->
+    (Option, the formats that read it: () for the cue layout's, which every subtitle format
+    reads; its default). Made once: not to be modified."""
+    readers: dict[str, tuple[str, ...]] = {}
+    for name, fmt in FORMATS.items():
+        for option in fmt.options:
+            readers[option.name] = (*readers.get(option.name, ()), name)
+    defaults, table = OutputOptions(), {}
+    for name, (option, path) in options_of(OutputOptions).items():
+        if option.library_only:
+            continue
+        default = defaults
+        for attribute in path:  # ("cues", "max_lines")
+            default = getattr(default, attribute)
+        table[name] = (option, readers.get(name, ()), default)
+    return table
+
 
 
 def _one_line(error: BaseException) -> str:
@@ -312,7 +360,7 @@ def write_atomic(path: Path, text: str) -> None:
 def output_path(stem_path: Path, fmt: str) -> Path:
     """``out/talk`` + ``srt`` -> ``out/talk.srt`` (a dot in the stem is kept: ``a.b.srt``)."""
     stem_path = Path(stem_path)
-    return stem_path.with_name(stem_path.name + FORMATS[fmt][0])
+    return stem_path.with_name(stem_path.name + FORMATS[fmt].extension)
 
 
 def write_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[str],
@@ -342,7 +390,7 @@ def render_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[st
     for fmt in dict.fromkeys(formats):  # each format once, in the order asked
         path = output_path(stem_path, fmt)
         try:
-            rendered.append((path, FORMATS[fmt][1](transcript, options)))
+            rendered.append((path, FORMATS[fmt].render(transcript, options)))
         except Exception as e:
             raise OutputError(f"cannot render {path}: {_one_line(e)}") from e
     return rendered

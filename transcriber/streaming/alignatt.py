@@ -21,13 +21,11 @@ from ..decoding.task import best_candidate, sampled_tokens
 from ..model.state import DecoderState
 from ..model.whisper import Whisper
 from ..nonspeech import NoSpeechRule
+from ..text import UNJUDGED_MARKS
 from ..tokenizer import Tokenizer
 from .options import StreamingOptions
 from .policy import AttentionTracker, decide
 
-# Marks the AlignAtt rule does not judge (``policy.decide``): sentence ends and commas, the
-# full-width ones of Chinese and Japanese that are one token. Not ``;:``, which French spaces.
-MARKS = ".,?!\u3002\u3001"
 __all__ = ["AlignAttPass", "PassResult"]
 
 
@@ -43,8 +41,8 @@ class PassResult:
 
 
 def mark_tokens(tokenizer: Tokenizer) -> frozenset[int]:
-    """The ids of the ``MARKS`` that are a token of their own."""
-    ids = (tokenizer.encode(mark) for mark in MARKS)
+    """The ids of the ``UNJUDGED_MARKS`` that are a token of their own."""
+    ids = (tokenizer.encode(mark) for mark in UNJUDGED_MARKS)
     return frozenset(i[0] for i in ids if len(i) == 1)
 
 

@@ -31,7 +31,7 @@ import numpy as np
 from ..constants import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES
 from ..context import SHORT_WINDOW_PAD, WhisperContext
 from ..decoding.ending import Ending
-from ..cues import is_attached_mark
+from ..text import is_attached_mark
 from ..model.whisper import Whisper
 from ..nonspeech import GATE, ISOLATION
 from ..timing import start_at_onsets

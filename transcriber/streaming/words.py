@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from ..cues import ends_sentence, ends_with_mark
+from ..text import ends_sentence, ends_with_mark
 from ..tokenizer import Tokenizer
 
 # Word times from attended frames (encoder positions, 20 ms). The frame a token is predicted
