@@ -1,0 +1,116 @@
+"""Media servers' webhooks: a file added to (or played from) a Jellyfin, Emby or Plex library is
+queued when it has no subtitles in the wanted language, its SRT written beside it as
+``NAME.LANG.srt`` (the name media servers read a sidecar's language from).
+
+- ``POST /webhook/jellyfin``: the Jellyfin webhook plugin's JSON (``NotificationType``
+  ``ItemAdded`` or ``PlaybackStart``). The plugin's template must carry the item's file path
+  (as ``Path``, ``ItemPath`` or subgen's ``file``): the service does not call the server back.
+- ``POST /webhook/emby``: Emby's JSON (``Event`` ``library.new`` or ``playback.start``; the item's
+  ``Path`` is in the payload), sent as JSON or as the multipart form field ``data``.
+- ``POST /webhook/plex``: Plex's multipart form with its JSON in ``payload`` (``event``
+  ``library.new`` or ``media.play``); the file of ``Metadata`` (``Media[].Part[].file``).
+
+The server's path is mapped to this machine's with ``--path-map SERVER=LOCAL`` (the longest
+prefix wins). Answers: 202 ``{"queued": path}``, 200 ``{"ignored": why}`` (another event, subtitles
+already there), 4xx ``{"error": why}`` (a payload without a file, a file not found here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from transcriber import embed
+
+from .service import RequestError, Service
+
+ADDED_OR_PLAYED = {"jellyfin": ("ItemAdded", "PlaybackStart"), "emby": ("library.new", "playback.start"),
+                   "plex": ("library.new", "media.play")}
+SIDECAR_EXTENSIONS = (".srt", ".vtt", ".ass", ".ssa", ".sub")
+
+
+def map_path(path: str, path_map: tuple[tuple[str, str], ...]) -> str:
+    """The server's path as this machine sees it (the longest matching prefix of ``path_map``)."""
+    for server, local in sorted(path_map, key=lambda pair: len(pair[0]), reverse=True):
+        server = server.rstrip("/")
+        if path == server or path.startswith(server + "/"):
+            return local.rstrip("/") + path[len(server):]
+    return path
+
+
+def has_subtitles(video: Path, language: str) -> bool:
+    """A sidecar ``NAME.LANG.ext`` (or ``NAME.ISO639-2.ext``) or a subtitle stream tagged with the
+    language in the file itself."""
+    tags = {language, embed.language_tag(language)}
+    for name in os.listdir(video.parent):
+        stem, ext = os.path.splitext(name)
+        if ext.lower() in SIDECAR_EXTENSIONS and stem.startswith(video.stem + "."):
+            if stem[len(video.stem) + 1:].split(".")[0].lower() in tags:
+                return True
+    try:
+        return any(s.kind == "subtitle" and s.language in tags for s in embed.streams(video))
+    except embed.EmbedError:
+        return False
+
+
+def event_path(kind: str, payload: dict) -> tuple[Optional[str], Optional[str]]:
+    """(the event's name, the file's path on the server) of a webhook's payload."""
+    if kind == "jellyfin":
+        return payload.get("NotificationType"), payload.get("Path") or payload.get("ItemPath") or payload.get("file")
+    if kind == "emby":
+        return payload.get("Event"), (payload.get("Item") or {}).get("Path")
+    media = (payload.get("Metadata") or {}).get("Media") or [{}]
+    parts = media[0].get("Part") or [{}]
+    return payload.get("event"), parts[0].get("file")
+
+
+async def _payload(kind: str, request: Request) -> dict:
+    """The JSON of a webhook, from the body or the form field the server puts it in."""
+    if request.headers.get("content-type", "").startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
+        form = await request.form()
+        text = form.get("payload" if kind == "plex" else "data")
+    else:
+        text = (await request.body()).decode("utf-8", errors="replace")
+    try:
+        payload = json.loads(text) if isinstance(text, str) and text.strip() else None
+    except json.JSONDecodeError:
+        payload = None
+    if not isinstance(payload, dict):
+        raise RequestError(400, f"not a {kind} webhook: the body holds no JSON object")
+    return payload
+
+
+def hook_routes(app: FastAPI, service: Service) -> None:
+    settings = service.settings
+
+    async def receive(kind: str, request: Request):
+        event, server_path = event_path(kind, await _payload(kind, request))
+        if event not in ADDED_OR_PLAYED[kind]:
+            return JSONResponse({"ignored": f"event {event!r}: only {' and '.join(ADDED_OR_PLAYED[kind])} queue"})
+        if not server_path:
+            raise RequestError(400, f"the {kind} payload names no file: add the item's path to the webhook's template")
+        path = Path(map_path(server_path, settings.path_map))
+        if not path.is_file():
+            raise RequestError(404, f"{path} is not a file here (from {server_path}; see --path-map)")
+        wanted = settings.languages[0] if settings.languages else "en"
+        if has_subtitles(path, wanted):
+            return JSONResponse({"ignored": f"{path} has {wanted} subtitles already"})
+        service.enqueue(path, service.spec(output="srt", tag_language=True))
+        return JSONResponse({"queued": str(path)}, status_code=202)
+
+    for kind in ADDED_OR_PLAYED:
+        app.add_api_route(f"/webhook/{kind}", _bound(receive, kind), methods=["POST"], tags=["Webhooks"],
+                          name=f"webhook_{kind}")
+
+
+def _bound(receive, kind: str):
+    async def route(request: Request):
+        return await receive(kind, request)
+
+    route.__doc__ = f"A {kind} library event: queue the file when it has no subtitles in the wanted language."
+    return route
