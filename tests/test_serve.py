@@ -8,12 +8,15 @@ output=srt``. Other clients post the media file itself (``encode=true``).
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -201,13 +204,51 @@ def wait_done(url: str, name: str, timeout: float = 300) -> dict:
     raise AssertionError(f"{name} did not finish")
 
 
+@contextmanager
+def media_server(items: dict[str, str], token: str):
+    """A stand-in Jellyfin and Plex on loopback: the item lookups the webhooks make, with the token checked."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            url = urllib.parse.urlparse(self.path)
+            query = urllib.parse.parse_qs(url.query)
+            if url.path == "/Items" and self.headers.get("Authorization") == f'MediaBrowser Token="{token}"':
+                body = {"Items": [{"Id": i, "Path": items[i]} for i in query.get("ids", []) if i in items]}
+            elif url.path.startswith("/library/metadata/") and self.headers.get("X-Plex-Token") == token:
+                key = url.path.rsplit("/", 1)[1]
+                body = {"MediaContainer": {"Metadata": [{"Media": [{"Part": [{"file": items[key]}]}]}]}}
+            else:
+                self.send_error(401)
+                return
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_webhooks_queue_a_library_file_without_subtitles(tmp_path):
     library = tmp_path / "library"
     library.mkdir()
     video = make_video(library / "Speech (1961).mkv")
-    with service(tmp_path, "--path-map", f"/data/movies={library}") as url:
+    items = {"abc": "/data/movies/Speech (1961).mkv", "42": "/data/movies/missing.mkv"}
+    with media_server(items, "k3y") as server, \
+            service(tmp_path, "--path-map", f"/data/movies={library}", "--server-url", server,
+                    "--server-token", "k3y") as url:
         hook = f"{url}/webhook/jellyfin"
-        body = {"NotificationType": "ItemAdded", "ItemId": "abc", "Path": "/data/movies/Speech (1961).mkv"}
+        body = {"NotificationType": "ItemAdded", "ItemId": "abc", "ItemType": "Movie"}  # the plugin has no path
         answer = requests.post(hook, json=body, headers={"User-Agent": "Jellyfin-Server/10.10"}, timeout=30)
         assert answer.status_code == 202 and answer.json() == {"queued": str(video)}
         assert wait_done(url, video.name)["status"] == "done"
@@ -218,9 +259,11 @@ def test_webhooks_queue_a_library_file_without_subtitles(tmp_path):
         assert again.status_code == 200 and "has en subtitles already" in again.json()["ignored"]
         emby = {"Event": "library.new", "Item": {"Path": "/data/movies/Speech (1961).mkv"}}
         assert "already" in requests.post(f"{url}/webhook/emby", json=emby, timeout=30).json()["ignored"]
-        plex = {"event": "media.play", "Metadata": {"Media": [{"Part": [{"file": "/data/movies/missing.mkv"}]}]}}
+        plex = {"event": "media.play", "Metadata": {"ratingKey": "42"}}
         missing = requests.post(f"{url}/webhook/plex", data={"payload": json.dumps(plex)}, timeout=30)
-        assert missing.status_code == 404 and "missing.mkv" in missing.json()["error"]
+        assert missing.status_code == 404 and f"{library}/missing.mkv" in missing.json()["error"]
+        unknown = requests.post(hook, json={**body, "ItemId": "nope"}, timeout=30)
+        assert unknown.status_code == 400 and "names no file" in unknown.json()["error"]
         other = requests.post(hook, json={**body, "NotificationType": "PlaybackStop"}, timeout=30)
         assert other.status_code == 200 and "PlaybackStop" in other.json()["ignored"]
         assert requests.post(hook, data="not json", timeout=30).status_code == 400

@@ -56,9 +56,14 @@ def _loopback(host: str) -> bool:
               help="Map a media server's library path to this machine's (repeatable).")
 @click.option("--language", "languages", multiple=True, metavar="LANG",
               help="Webhooks: the subtitle language wanted (a file with it already is left alone; default en).")
+@click.option("--server-url", metavar="URL", help="Webhooks: the Jellyfin or Plex server to look an item's file up "
+                                                  "on (e.g. http://127.0.0.1:8096).")
+@click.option("--server-token", metavar="KEY", envvar="TRANSCRIBER_SERVER_TOKEN", show_envvar=True,
+              help="Webhooks: the server's API key (Jellyfin) or X-Plex-Token (Plex).")
 @db_option
 def serve(host: str, port: int, token: Optional[str], model: str, mode: str, spool: Optional[Path],
-          max_upload_mb: int, path_map, languages, db: Optional[Path], db_timeout: float) -> None:
+          max_upload_mb: int, path_map, languages, server_url: Optional[str], server_token: Optional[str],
+          db: Optional[Path], db_timeout: float) -> None:
     try:
         import uvicorn
 
@@ -76,7 +81,7 @@ def serve(host: str, port: int, token: Optional[str], model: str, mode: str, spo
                    "service, see every job's file name and play its media", err=True)
     settings = ServeSettings(db=db, spool=spool or db.parent / "serve", model=model, mode=mode,
                              max_upload_bytes=max_upload_mb << 20, token=token, path_map=path_map,
-                             languages=tuple(languages))
+                             languages=tuple(languages), server_url=server_url, server_token=server_token)
     service = Service(settings)
     click.echo(f"serving on http://{host}:{port}/ (API docs at /docs), jobs in {db}", err=True)
     try:

@@ -56,7 +56,9 @@ class ServeSettings:
     max_upload_bytes: int = 2 << 30
     token: Optional[str] = None
     path_map: tuple[tuple[str, str], ...] = ()  # (the media server's prefix, this machine's)
-    languages: tuple[str, ...] = ()  # a webhook's wanted subtitle languages ("": any)
+    languages: tuple[str, ...] = ()  # a webhook's wanted subtitle language (the first; default en)
+    server_url: Optional[str] = None  # the media server a webhook's item is looked up on
+    server_token: Optional[str] = None
     cue_options: dict = field(default_factory=dict)
 
 
