@@ -19,7 +19,8 @@ import numpy as np  # noqa: E402
 
 import transcriber  # noqa: E402
 from transcriber import native  # noqa: E402
-from transcriber.model.whisper import DecoderState  # noqa: E402
+from transcriber.model.state import DecoderState  # noqa: E402
+from transcriber.native.inference import inference_for  # noqa: E402
 
 
 def _median(values):
@@ -38,12 +39,13 @@ def step_ms(model, base, rows: int, steps: int) -> dict:
     share = lambda a: mx.broadcast_to(a, (rows, *a.shape[1:]))  # noqa: E731
     state = DecoderState([(share(k), share(v)) for k, v in base.cross_kv], [None] * len(base.self_kv))
     multi = model.dims.is_multilingual  # <|startoftranscript|><|notimestamps|>
-    logits, state, _ = model.decoder(mx.array([[50258, 50363] if multi else [50257, 50362]] * rows), state)
+    inference = inference_for(model)
+    logits, state, _ = inference.decode(mx.array([[50258, 50363] if multi else [50257, 50362]] * rows), state)
     token = mx.array(np.array(logits[:, -1]).argmax(-1)[:, None])
     walls, cpus = [], []
     for _ in range(steps):
         w, c = time.perf_counter(), time.process_time()
-        logits, state, _ = model.decoder(token, state)
+        logits, state, _ = inference.decode(token, state)
         last = np.array(logits[:, -1], dtype=np.float32)  # evaluates MLX's logits
         walls.append((time.perf_counter() - w) * 1e3)
         cpus.append((time.process_time() - c) * 1e3)
@@ -55,8 +57,7 @@ def step_mb(model, features) -> float | None:
     """MB a 1-row native step reads at least: the packed layer weights and projection, the
     window's cross-attention keys and values as the step reads them (bf16 or float32); the
     short self-attention cache, biases and norms left out. None when the native step does not serve."""
-    ops = native.ops()
-    step = ops.decoder_step(model.decoder, native.weights_precision()) if ops else None
+    step = getattr(inference_for(model), "step", None)
     if step is None:
         return None
     weights = sum(getattr(p, f).data.nbytes for p in step.packed
@@ -70,10 +71,11 @@ def main():
     job = json.load(sys.stdin)
     model = transcriber.load_model(job.get("model", "tiny.en"))
     mel = mx.array(np.random.default_rng(0).standard_normal((1, 3000, model.dims.n_mels), dtype=np.float32))
-    features = model.encoder(mel)
+    inference = inference_for(model)
+    features = inference.encode(mel)
     mx.eval(features)
-    runs = [_clocked(lambda: mx.eval(model.encoder(mel))) for _ in range(5 if job.get("encoder", True) else 0)]
-    base = model.decoder.start(features)
+    runs = [_clocked(lambda: mx.eval(inference.encode(mel))) for _ in range(5 if job.get("encoder", True) else 0)]
+    base = inference.start(features)
     steps = job.get("steps", 40)
     result = {"step_ms": {str(r): step_ms(model, base, r, steps) for r in (1, 4)},
               "encoder_s": {"wall": _median([r[0] for r in runs]), "cpu": _median([r[1] for r in runs])} if runs else None,

@@ -24,7 +24,7 @@ from streaming import DATA, manifest  # noqa: E402  (also puts the repository on
 
 import transcriber  # noqa: E402
 from transcriber import OneShotEngine  # noqa: E402
-from transcriber.evaluation import wer  # noqa: E402
+from evalkit.scoring import wer  # noqa: E402
 
 
 def one_after_another(engine, files):
@@ -32,7 +32,7 @@ def one_after_another(engine, files):
 
 
 def side_by_side(engine, files, width):
-    batch, waiting, words = engine.batch(width), list(enumerate(files)), [[] for _ in files]
+    batch, waiting, words = engine.side_by_side(width), list(enumerate(files)), [[] for _ in files]
     while waiting and len(batch) < width:
         key, path = waiting.pop(0)
         batch.add(key, path)

@@ -10,7 +10,7 @@ Each system runs in its own interpreter (bench/_worker_*.py), one fresh process 
 turns (ours, peer, ours, peer, ...) so machine noise hits both; the timing is the minimum over
 --repeat runs of the wall time to transcribe all files, model load excluded (reported apart);
 CPU s (user + sys of the worker over the same span) is less sensitive to a busy machine.
-WER is pooled over all files, after transcriber.evaluation.normalize.
+WER is pooled over all files, after evalkit.scoring.normalize.
 
 Run from the repository root:
 
@@ -40,7 +40,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
-from transcriber.evaluation import normalize, wer  # noqa: E402
+from evalkit.scoring import normalize, wer  # noqa: E402
 
 PEER_PY = BENCH / ".venvs" / "faster-whisper" / "bin" / "python"
 TARGET_RATIO = 0.8  # issue 21: one-shot time <= 0.8x faster-whisper int8 (issue 8 asked 1.2)
@@ -95,7 +95,7 @@ def load_manifest(data, subsets):
 
 def make_clips(data, entries, n, folder):
     """``n`` clips of 1-3 s cut from the recordings (seeded): manifest-like entries, no reference."""
-    from transcriber.audio import ffmpeg_binary
+    from transcriber.ffmpegtool import ffmpeg_binary
 
     rng = random.Random(0)
     clips = []

@@ -7,7 +7,7 @@
 
 The dev set is the ``short_en`` + ``long_en`` recordings with an exact or exact-ish reference
 (``$TRANSCRIBER_TEST_DATA``, else ``../shared/data``). Uses only the package's public API
-(``transcriber.transcribe``, ``transcriber.stream``, ``OneShotEngine.batch`` for
+(``transcriber.transcribe``, ``transcriber.stream``, ``OneShotEngine.side_by_side`` for
 ``--batch-files``: files side by side as ``transcribe --batch-files`` runs them), so the same script measures any two
 revisions of the code; ``--compare`` says how far their words and word times moved.
 """
@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# evalkit (the scoring) from this checkout; last on the path, so that $PYTHONPATH still picks the
+# transcriber measured
+sys.path.append(str(ROOT))
 DATA = Path(os.environ.get("TRANSCRIBER_TEST_DATA") or ROOT.parent / "shared" / "data")
 
 
@@ -32,8 +35,8 @@ def rows(subsets=("short_en", "long_en")) -> list[dict]:
 
 
 def side_by_side(engine, paths: list[Path], width: int) -> list[list]:
-    """Every file's words from ``engine.batch(width)``: ``width`` files decoded side by side."""
-    batch, waiting, words = engine.batch(width), list(enumerate(paths)), [[] for _ in paths]
+    """Every file's words from ``engine.side_by_side(width)``: ``width`` files decoded side by side."""
+    batch, waiting, words = engine.side_by_side(width), list(enumerate(paths)), [[] for _ in paths]
     while waiting and len(batch) < width:
         batch.add(*waiting.pop(0))
     for key, event in batch.events():
@@ -60,7 +63,7 @@ def decode_all(mode: str, model, paths: list[Path], beam: int | None, width: int
 
 def run(modes: list[str], beam: int | None = None, width: int = 1) -> dict:
     import transcriber
-    from transcriber.evaluation import error_quantiles, wer, word_start_errors
+    from evalkit.scoring import error_quantiles, wer, word_start_errors
 
     model = transcriber.load_model("tiny.en")
     entries = rows()

@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
-from transcriber.audio import ffmpeg_binary, load_audio  # noqa: E402
+from transcriber.audio import load_audio  # noqa: E402
+from transcriber.ffmpegtool import ffmpeg_binary  # noqa: E402
 
 SAMPLE_RATE = 16000
 

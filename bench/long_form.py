@@ -31,7 +31,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 from compare_faster_whisper import OURS_PY, PEER_PY, load_manifest, run_worker  # noqa: E402
-from transcriber.evaluation import normalize, word_errors  # noqa: E402
+from evalkit.scoring import normalize, word_errors  # noqa: E402
 
 WCPP_PY = BENCH / ".venvs" / "whispercpp" / "bin" / "python"
 GGML = BENCH / ".venvs" / "ggml-tiny.en.bin"

@@ -39,11 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ENQUEUE = """
 import resource, sys, time
 from pathlib import Path
-from jobs.batch import enqueue_files
 from jobs.discover import discover
+from jobs.enqueue import enqueue_files
 from jobs.spec import JobSpec
-from jobs.store import JobStore
-store = JobStore(sys.argv[1])
+from jobs.sqlite_store import SqliteJobStore
+store = SqliteJobStore(sys.argv[1])
 def cpu():
     return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 t, before = time.perf_counter(), cpu()
@@ -58,8 +58,8 @@ print(f"{time.perf_counter() - t:.3f} {cpu() - before:.3f} {len(batch.to_run)}")
 MARK_DONE = """
 import sys
 from pathlib import Path
-from jobs.store import JobStore
-store = JobStore(sys.argv[1])
+from jobs.sqlite_store import SqliteJobStore
+store = SqliteJobStore(sys.argv[1])
 ids = [j.id for j in store.jobs()]
 for job_id in ids:
     job = store.claim("bench:0:0", [job_id], 600)

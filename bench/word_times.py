@@ -6,7 +6,7 @@ faster-whisper (int8, the same tiny.en weights) in one run.
 
 The aligned files are the dev set's (``bench/dev_set.py``) with a ``word_alignment`` in the
 manifest. Offsets are hypothesis minus reference (> 0: the word is shown late); median and p90
-are of their absolute values (``transcriber.evaluation.word_start_offsets``). faster-whisper runs
+are of their absolute values (``evalkit.scoring.word_start_offsets``). faster-whisper runs
 in its own interpreter (``bench/_worker_peer.py``), skipped when its venv is missing.
 """
 import argparse
@@ -22,7 +22,7 @@ from dev_set import DATA, decode_all, rows  # noqa: E402
 
 def aligned() -> list[tuple[dict, list[tuple[str, float]]]]:
     """(manifest entry, reference [(word, start)]) for each dev-set file with word alignments."""
-    from transcriber.evaluation import aligned_starts
+    from evalkit.scoring import aligned_starts
 
     return [(e, aligned_starts(DATA / e["word_alignment"])) for e in rows() if e.get("word_alignment")]
 
@@ -34,7 +34,7 @@ def main(argv=None):
     ap.add_argument("--peer-python", type=Path, default=PEER_PY, help="faster-whisper's interpreter")
     args = ap.parse_args(argv)
     import transcriber
-    from transcriber.evaluation import error_quantiles, word_start_offsets
+    from evalkit.scoring import error_quantiles, word_start_offsets
 
     files = aligned()
     paths = [DATA / e["file"] for e, _ in files]

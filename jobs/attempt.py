@@ -1,8 +1,9 @@
-"""One attempt at one job, and the ledger that books how attempts end: the part of a run that
-is the same whether the engine runs in this process (jobs/runner.py) or on a Ray worker that
-streams its steps back (jobs/ray_runner.py).
+"""One attempt at one job, and the ledger that books how attempts end: the life of an attempt,
+written once for every runner (in this process and side by side: jobs/runner.py; on Ray workers
+that stream their steps back: jobs/ray_runner.py; a live source: jobs/follow.py). Each runner
+only supplies the engine's steps, pulled (``consume``) or pushed as they come (``take``, ``end``).
 
-An ``Attempt``:
+An ``Attempt``, from ``start`` (its lease kept alive by a heartbeat) to ``end`` (booked):
 
 1. checks the file: content key (a file changed since it was queued drops its old words) and
    duration (``probe``: an unreadable file fails here, before any model is loaded);
@@ -11,6 +12,10 @@ An ``Attempt``:
    audio), each checkpoint one transaction; nothing is committed twice, so no word is lost or
    repeated across a crash;
 3. writes the outputs atomically from the committed words, then marks the job done.
+
+At each step it checks for a stop (SIGINT/SIGTERM: the step is committed at once and the job
+given back, ``Stopped``); a lease lost to another runner is found by the store at the next
+commit (``LeaseLost``). How either ends the attempt is decided in one place, ``Ledger.settle``.
 
 What the engine's last steps report about the audio (``Step.warnings``: ffmpeg's errors on a file
 it still decoded in full) is kept on the job with its words, and told on the job's ``done:`` line.
@@ -25,11 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
 import transcriber
 from transcriber import (AudioError, OutputError, ReadTimeout, RunFault, Segment, TranscriberError, bounded, no_space,
@@ -38,13 +42,15 @@ from transcriber import (AudioError, OutputError, ReadTimeout, RunFault, Segment
 if TYPE_CHECKING:
     from transcriber import Step
 
-from .discover import content_key, first_sweep, present_outputs
+from .discover import content_key
+from .domain import FAILED, Job, LeaseLost, Resume, StoreError, owner_id
 from .engines import EngineCache
-from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS
+from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, CheckpointClock, Heartbeat
+from .outputs import OutputConflict, OutputOutside, check_ours, check_place, outputs_answer
 from .progress import FileBar, Reporter
 from .signals import StopFlag, Stopped, at_point
 from .spec import JobSpec
-from .store import FAILED, Job, JobStore, LeaseLost, Resume, StoreError, owner_id, refusal
+from .store import JobStore
 
 DEFAULT_MAX_ATTEMPTS = 3
 
@@ -62,25 +68,6 @@ class SourceChanged(TranscriberError):
     """The input was rewritten mid-run. Not retried as is: the job keeps the key it started
     with, so the next enqueue (a rerun, or watch once the file is stable again) sees new
     content and redoes it from scratch, its old words dropped."""
-
-
-class OutputConflict(TranscriberError):
-    """An output file is the user's (not written by this job, or changed since): not replaced.
-    The job is given back with its words (no attempt counted), and the file is a skip."""
-
-    def __init__(self, why: str):
-        super().__init__(f"not written: {why}")
-        self.why = why
-
-
-class OutputOutside(TranscriberError):
-    """An output path outside the job's output folder (its row edited): not written."""
-
-
-class OutputsHung(TranscriberError):
-    """The outputs' folder did not answer in time (a hung mount): retried, as a ReadTimeout is."""
-
-    retryable = True
 
 
 class EnvironmentFault(TranscriberError):
@@ -129,6 +116,11 @@ class Ledger:
     def claim(self, ids: list[int], spec: Optional[dict] = None) -> Optional[Job]:
         """The next job among ``ids`` for this runner (the store's ``claim``), but those held back."""
         return self.store.claim(self.owner, [i for i in ids if i not in self.held_back], self.lease_seconds, spec)
+
+    def attempt(self, job: Job, worker: Optional[str], result: RunResult) -> "Attempt":
+        """An attempt at ``job`` (claimed), decoded by ``worker`` (``host:pid``), its end booked in
+        ``result``; ``with ledger.attempt(...) as a:`` runs it, or ``start()`` ... ``end()``."""
+        return Attempt(self, job, worker, result)
 
     def settle(self, attempt: "Attempt", result: RunResult, error: Optional[BaseException] = None) -> None:
         """Book how an attempt ended (``error`` None: done) in the store and ``result``: done,
@@ -212,18 +204,26 @@ class Ledger:
 
 
 class Attempt:
-    """One claim of one job, from the checks at its start to its outputs: what a runner does with
-    the steps of an engine, wherever the engine runs (in the runner's process, or on a Ray worker
-    that streams them back: jobs/ray_runner.py). The store is only written here, by the runner.
+    """One claim of one job, from the checks at its start to its outputs and the booking of its
+    end: what a runner does with the steps of an engine, wherever the engine runs (in the
+    runner's process, or on a Ray worker that streams them back). The store is only written
+    here, by the runner. Pulled:
 
-        resume = attempt.begin()          # None: the words are complete, only outputs are left
-        attempt.add(step, commit)         # for each step (commit: checkpoint it and all before)
-        attempt.complete()                # the engine ran to the end of the file
-        attempt.finish()                  # outputs written atomically, job done
+        with ledger.attempt(job, worker, result) as attempt:   # the heartbeat; at the end, settle
+            resume = attempt.begin()      # None: the words are complete, only outputs are left
+            if resume is not None:
+                attempt.consume(engine.steps(attempt.path, resume.state))
+        # leaving the block: the rest committed, the outputs written, the end booked (or the error)
+
+    Pushed (steps that arrive as events: side by side, from Ray): ``start()``, ``begin()``,
+    ``take(step)`` for each, then ``end()`` or ``end(error)``.
     """
 
-    def __init__(self, ledger: Ledger, job: Job, worker: Optional[str] = None):
-        self.ledger, self.store, self.job, self.worker = ledger, ledger.store, job, worker
+    def __init__(self, ledger: Ledger, job: Job, worker: Optional[str], result: RunResult):
+        self.ledger, self.store, self.job, self.worker, self.result = ledger, ledger.store, job, worker, result
+        self.heartbeat: Optional[Heartbeat] = None  # from ``start`` to ``end``
+        self.clock: Optional[CheckpointClock] = None  # set by ``begin`` when there is decoding to do
+        self.taken = 0  # engine steps taken by this attempt
         self.spec = JobSpec.from_dict(job.spec)
         self.path = Path(job.path)
         self.pinned: Optional[str] = None  # the content key this attempt transcribes: see check_source
@@ -241,6 +241,26 @@ class Attempt:
     @property
     def owner(self) -> str:
         return self.ledger.owner
+
+    def start(self) -> "Attempt":
+        """Keep the job's lease alive (a heartbeat thread) until ``end``."""
+        self.heartbeat = Heartbeat(self._renew, self.ledger.lease_seconds / 4, f"heartbeat-{self.job.id}")
+        self.heartbeat.start()
+        return self
+
+    def _renew(self) -> bool:
+        """Extend the job's lease, from the heartbeat's thread: on a connection of its own (an
+        SQLite connection serves the thread that made it) to the very file this run opened.
+        False once another runner has the job."""
+        with self.store.reopen() as store:
+            return store.heartbeat(self.job.id, self.owner, self.ledger.lease_seconds)
+
+    def __enter__(self) -> "Attempt":
+        return self.start()
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        self.end(error)
+        return True  # booked; what ends the whole run is raised again by ``end``
 
     def begin(self) -> Optional[Resume]:
         """Check the file (content key, duration: an unreadable file fails here), record the
@@ -265,7 +285,50 @@ class Attempt:
         self.bar = self.ledger.reporter.start(self.path.name, duration, resume.position)
         self.duration, self.committed, self.position = duration, list(resume.segments), resume.position
         self.language, self.probability = job.language, job.language_probability
-        return None if job.words_complete else resume
+        if job.words_complete:
+            return None
+        self.clock = CheckpointClock(resume.position, self.ledger.checkpoint_seconds)
+        return resume
+
+    def consume(self, steps: Iterable[Step]) -> None:
+        """Take each of an engine's steps (``take``); closing them stops the decode (and its ffmpeg)."""
+        with contextlib.closing(steps):
+            for step in steps:
+                self.take(step)
+
+    def take(self, step: Step, due: Optional[bool] = None) -> None:
+        """The engine's next step: checkpointed when due (``due``: as decided where the engine
+        ran, a Ray worker; None: by this attempt's clock), and at once when a stop was asked
+        (then ``Stopped``)."""
+        self.taken += 1
+        at_point(f"step:{self.taken}")
+        if due is None:
+            due = self.clock.due(step.position)
+        stop = self.stops_at(step)
+        self.add(step, due or stop)
+        if stop:
+            raise Stopped
+
+    def stops_at(self, step: Step) -> bool:
+        """Whether a stop asked ends the attempt at ``step``, once committed: when the step
+        carries the engine's state (a Ray worker's carries it only on the steps due)."""
+        return self.ledger.stop.requested and step.state is not None
+
+    def end(self, error: Optional[BaseException] = None) -> Optional[BaseException]:
+        """The attempt's end. With no ``error``: the rest of its words committed (when it
+        decoded) and its outputs written. Then its heartbeat stopped and the end booked
+        (``Ledger.settle``, which raises again what ends the whole run); the error booked."""
+        if error is None:
+            try:
+                if self.clock is not None:
+                    self.complete()
+                self.finish()
+            except BaseException as e:  # noqa: BLE001 - booked as the attempt's end
+                error = e
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+        self.ledger.settle(self, self.result, error)
+        return error
 
     def add(self, step: Step, commit: bool) -> None:
         """A step of the engine; with ``commit``, checkpoint it and every step before it in one
@@ -302,18 +365,18 @@ class Attempt:
         self.check_source()
         written = self._write(self.committed)
         at_point("outputs")
-        with _outputs_answer(written):
+        with outputs_answer(written):
             self.store.finish(self.job.id, self.owner, written)
         self.outputs = written
         return written
 
     def _record(self, written: list[str]) -> None:
         """The outputs just written recorded as the job's (read back with the bound)."""
-        with _outputs_answer(written):
+        with outputs_answer(written):
             self.store.record_outputs(self.job.id, written)
 
     def _write(self, segments: list[Segment]) -> list[str]:
-        """Write the outputs, each one only if it is not the user's (see ``_check_ours``)."""
+        """Write the outputs, each one only if it is not the user's (see ``check_ours``, jobs/outputs.py)."""
         # by name when used (numpy, the writers): a rerun that only skips files never imports them
         transcript = transcriber.assemble(segments, self.language, self.duration, self.model or "", self.probability,
                                           self.spec.task)
@@ -321,43 +384,11 @@ class Attempt:
         stem = Path(self.spec.named_stem(self.job.output_stem, language))
         rendered = transcriber.render_outputs(transcript, stem, self.spec.formats, self.spec.output_options())
         paths = [path for path, _ in rendered]
-        self._check_place(paths)
-        self._check_ours(paths, {str(path): hashlib.sha256(text.encode()).hexdigest() for path, text in rendered})
+        check_place(self.job, paths)
+        check_ours(self.store, self.job, paths,
+                   {str(path): hashlib.sha256(text.encode()).hexdigest() for path, text in rendered})
         self.store.expect_outputs(self.job.id, [str(p) for p in paths])
         return [str(p) for p in transcriber.write_rendered(stem, rendered)]
-
-    def _check_place(self, paths: list[Path]) -> None:
-        """OutputOutside unless every output lies in the job's output folder (the one its
-        command named, else its input's), symbolic links and ``..`` resolved: a job's row edited
-        to point elsewhere writes nothing there. The folder is resolved by the reader child,
-        with the bound (an output folder on a hung mount)."""
-        allowed = self.job.output_root or os.path.dirname(self.job.path)
-        try:
-            real = bounded(_real_paths, [allowed, *(str(p.parent) for p in paths)], path=allowed)
-        except ReadTimeout as e:
-            raise OutputsHung(f"cannot check the outputs in {allowed!r}: {e.strerror}") from None
-        for path, folder in zip(paths, real[1:]):
-            if os.path.commonpath([real[0], folder]) != real[0]:
-                raise OutputOutside(f"not written: {path} is outside the job's output folder {allowed}")
-
-    def _check_ours(self, paths: list[Path], would_write: dict[str, str]) -> None:
-        """OutputConflict when an output exists that this job did not write, or that changed
-        since (a hand-made subtitle, another file's transcript): the user's, left as it is; one
-        of no record that holds exactly what the job would write (``would_write``: SHA-256 by
-        path) is the job's, written by a run whose database was lost.
-        Also removes the temporary files a killed writer left in the outputs' folder. Each
-        read is the reader child's, with the bound (an output folder on a hung mount)."""
-        folder = paths[0].parent
-        try:
-            present = bounded(present_outputs, paths, folder if first_sweep(folder) else None, path=folder)
-            records = self.store.output_records([str(p) for p in present]) if present else {}
-            for path in present:
-                why = bounded(refusal, path, records.get(str(path)), self.job.path, self.job.output_stem,
-                              self.job.outputs, None, would_write.get(str(path)))
-                if why:
-                    raise OutputConflict(why)
-        except ReadTimeout as e:  # not the input's fault: said of the outputs' folder
-            raise OutputsHung(f"cannot check the outputs in {str(folder)!r}: {e.strerror}") from None
 
     def check_source(self) -> None:
         """The file still holds what this attempt started on; SourceChanged if not.
@@ -377,18 +408,14 @@ class Attempt:
             raise SourceChanged(f"{self.path}: file changed while being transcribed")
 
 
-@contextlib.contextmanager
-def _outputs_answer(paths: list[str]):
-    """A ReadTimeout of the outputs just written, read back, told as theirs (OutputsHung)."""
-    try:
-        yield
-    except ReadTimeout as e:
-        raise OutputsHung(f"cannot check the outputs in {os.path.dirname(paths[0])!r}: {e.strerror}") from None
-
-
-def _real_paths(paths: list[str]) -> list[str]:
-    """Each path with its symbolic links and ``..`` resolved (for the reader child)."""
-    return [os.path.realpath(p) for p in paths]
+def commit_marked(steps: Iterable[Step], position: float, every: float) -> Iterator[Step]:
+    """An engine's steps from ``position`` as a Ray worker streams them to its driver: each
+    carries the engine state only when the driver is to commit it (``every`` seconds of audio,
+    the clock of every attempt), so that a 1 s streaming step does not ship the session's audio
+    buffer across the cluster every second."""
+    clock = CheckpointClock(position, every)
+    for step in steps:
+        yield step if clock.due(step.position) else replace(step, state=None)
 
 
 def one_line(error: BaseException) -> str:

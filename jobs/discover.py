@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import os
-import re
 import stat
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,7 +293,7 @@ def output_stem(source: Path, root: Optional[Path], output_dir: Optional[Path]) 
     folder shares (``talk.wav`` beside ``talk.mp3``) keeps its extension (``talk.wav.srt``,
     ``talk.mp3.srt``), whatever else the command named; it depends on the folder only, so two
     commands (or a watch scan) always give a file the same name. Names that still clash
-    (``a/talk.mp3 b/talk.mp3 -o out/``) are the batch's to refuse (jobs/batch.py)."""
+    (``a/talk.mp3 b/talk.mp3 -o out/``) are the enqueue's to refuse (jobs/enqueue.py)."""
     name = source.name if _shares_stem(source) else source.stem
     if output_dir is None:
         return source.with_name(name)
@@ -322,117 +319,6 @@ def _media_stems(folder: str, mtime_ns: int) -> Counter:
         return Counter()
     stems = (os.path.splitext(n) for n in names if not temporary_name(n))
     return Counter(stem for stem, ext in stems if ext.lower() in MEDIA_EXTENSIONS)
-
-
-# The temporary files of transcriber's atomic writer (writers.temp_prefix): ``.NAME-HASH6.XXXXXXXX.part``,
-# and before it ``.FULL-NAME.XXXXXXXX.part`` of an output name. A kill between writing one and
-# renaming it leaves it behind; one older than STALE_SECONDS is no live writer's (a write takes
-# well under a second), and the next run over that folder removes it.
-_OUR_TEMPORARY = re.compile(r"\..{1,32}-[0-9a-f]{6}\.[a-z0-9_]{8}\.part|\..+\.(srt|vtt|json|txt)\.[a-z0-9_]{8}\.part",
-                            re.DOTALL)
-STALE_SECONDS = 60.0
-_swept: set[str] = set()  # folders this process has swept already
-
-
-def first_sweep(folder: Path) -> bool:
-    """Whether ``folder`` is to be swept of stale temporaries now: once per process and folder."""
-    if str(folder) in _swept:
-        return False
-    _swept.add(str(folder))
-    return True
-
-
-def remove_stale_temporaries(folder: Path, now: Optional[float] = None) -> list[Path]:
-    """Remove the atomic writer's temporary files a kill left in ``folder``; the paths removed."""
-    now = time.time() if now is None else now
-    removed = []
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return []
-    for entry in entries:
-        if not _OUR_TEMPORARY.fullmatch(entry.name):
-            continue
-        try:
-            if entry.is_file(follow_symlinks=False) and now - entry.stat().st_mtime > STALE_SECONDS:
-                os.unlink(entry.path)
-                removed.append(Path(entry.path))
-        except OSError:
-            continue
-    return removed
-
-
-def present_outputs(paths: list[Path], sweep: Optional[Path] = None) -> list[Path]:
-    """The paths that exist (a dangling link too), once ``sweep`` (a folder, if given) is rid
-    of its stale temporaries: the reads before writing outputs, in one call for the reader
-    process (``transcriber.bounded``)."""
-    if sweep is not None:
-        remove_stale_temporaries(sweep)
-    return [p for p in paths if os.path.lexists(p)]
-
-
-@dataclass(frozen=True)
-class FileSignature:
-    """What an output file held when this tool wrote it: size and mtime catch a change for the
-    price of a stat(); the SHA-256 of the whole (small) file decides when they differ."""
-
-    size: int
-    mtime_ns: int
-    sha256: str
-
-
-def file_signature(path: Path) -> FileSignature:
-    """OSError if the file cannot be read."""
-    with open(path, "rb") as f:
-        st = os.fstat(f.fileno())
-        digest = hashlib.sha256()
-        for block in iter(lambda: f.read(1 << 20), b""):  # (hashlib.file_digest is 3.11+)
-            digest.update(block)
-    return FileSignature(st.st_size, st.st_mtime_ns, digest.hexdigest())
-
-
-def file_signatures(paths: list[str]) -> dict[str, FileSignature]:
-    """Each file's signature, those gone (or unreadable) left out: in one call for the reader
-    process (``transcriber.bounded``), so that the store never reads a file itself."""
-    signed = {}
-    for path in paths:
-        with contextlib.suppress(OSError):
-            signed[path] = file_signature(Path(path))
-    return signed
-
-
-def output_states(outputs: list[tuple[str, Optional[tuple]]]) -> list[tuple[bool, bool, bool]]:
-    """For each output path (with what this tool wrote there, if it did, as a FileSignature's
-    fields; None otherwise, or while it is being written), ``(present, exists, changed)``: a
-    file or a link of that name is there, it leads to a file, it is not what this tool wrote.
-    An enqueue's reads of its outputs, made by the reader with the bound (``bounded_each``)."""
-    states = []
-    for path, written in outputs:
-        try:
-            st = os.lstat(path)
-        except OSError:
-            states.append((False, False, False))
-            continue
-        try:  # one stat() tells whether it leads to a file and, most often, that it is unchanged
-            st = os.stat(path) if stat.S_ISLNK(st.st_mode) else st
-        except OSError:  # a dangling link
-            states.append((True, False, written is not None))
-            continue
-        same = written is None or (st.st_size, st.st_mtime_ns) == written[:2] or (
-            st.st_size == written[0] and unchanged(Path(path), FileSignature(*written)))
-        states.append((True, True, not same))
-    return states
-
-
-def unchanged(path: Path, written: FileSignature) -> bool:
-    """The file is still what was written (False if it is gone or cannot be read)."""
-    try:
-        st = os.stat(path)
-        if (st.st_size, st.st_mtime_ns) == (written.size, written.mtime_ns):
-            return True
-        return st.st_size == written.size and file_signature(path).sha256 == written.sha256
-    except OSError:
-        return False
 
 
 # The content key tells "the same file as last time" from "a new or changed file".

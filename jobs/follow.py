@@ -37,16 +37,17 @@ import click
 from transcriber import FOLLOW_MODES, AudioError, LiveSource, ReadTimeout, Step, bounded, probe, words_segment
 
 from .attempt import Attempt, RunResult, build_engine
-from .batch import OutputsSeen
 from .discover import output_stem, resolved, resolved_place
+from .domain import BUSY, FAILED_BEFORE, FOLLOW_KEY, REFUSED, SKIP, Request
 from .engines import EngineCache
+from .enqueue import OutputsSeen
 from .flags import FollowSettings
-from .lease import CheckpointClock, Heartbeat, owner_is_dead, worker_name
+from .lease import owner_is_dead, worker_name
 from .progress import Reporter
 from .runner import Runner
 from .signals import StopFlag
 from .spec import JobSpec
-from .store import BUSY, FAILED_BEFORE, FOLLOW_KEY, REFUSED, SKIP, JobStore, Request
+from .store import JobStore
 
 def outputs_stem(source: str, kind: str, output_dir: Optional[Path], name: Optional[str]) -> Optional[Path]:
     """Where the outputs go, without extension: ``--name`` (in --output-dir, else here), else
@@ -184,26 +185,22 @@ def _run(runner: Runner, job, live: LiveSource, settings: FollowSettings,
         runner.reporter.error(f"error: {job.path} is being followed by another process")
         return None
     if failure is not None:
-        ledger.settle(Attempt(ledger, claimed), result, failure)
+        ledger.attempt(claimed, None, result).end(failure)
         return result
-    attempt = FollowAttempt(runner, claimed, live, settings)
+    attempt = FollowAttempt(runner, claimed, result, live, settings)
     runner.reporter.info(f"following {live.name} (Ctrl-C to end it)")
-    try:
-        with Heartbeat(runner.store, claimed.id, ledger.owner, ledger.lease_seconds):
-            attempt.run()
-    except BaseException as e:
-        ledger.settle(attempt, result, e)
-    else:
-        ledger.settle(attempt, result)
+    with attempt:
+        attempt.run()
     return result
 
 
 class FollowAttempt(Attempt):
     """An ``Attempt`` over a live source: no content key nor duration of a file that grows; the
-    outputs rewritten as words are committed; each word to ``settings.jsonl``."""
+    outputs rewritten as words are committed; each word to ``settings.jsonl``; a stop ends the
+    source (its audio decoded to the end) instead of giving the job back."""
 
-    def __init__(self, runner: Runner, job, live: LiveSource, settings: FollowSettings):
-        super().__init__(runner.ledger, job, worker_name())
+    def __init__(self, runner: Runner, job, result: RunResult, live: LiveSource, settings: FollowSettings):
+        super().__init__(runner.ledger, job, worker_name(), result)
         self.engines, self.live, self.settings = runner.engines, live, settings
         self.open_words: list = []  # committed words of the segment still open
         self.last_write = -math.inf  # the first words are written at once
@@ -211,18 +208,25 @@ class FollowAttempt(Attempt):
         live.on_wait = self.update_if_due  # while the source waits for audio: words out when due
 
     def run(self) -> None:
+        """Decode the source to its end (within ``with attempt:``, which then writes the outputs)."""
         resume = self.resume_from(self.job.content_key, None)
         if resume is not None:
             engine = build_engine(self.engines, self.spec)
             self.model = engine.model_name
-            clock = CheckpointClock(resume.position, self.settings.checkpoint_seconds)
-            with contextlib.closing(engine.steps(self.live, resume.state)) as steps:
-                for step in steps:
-                    self.add(step, clock.due(step.position))
-            self.duration = self._final_duration()
-            self.store.start(self.job.id, self.owner, self.job.content_key, self.duration, self.worker)
-            self.complete()
-        self.finish()
+            self.consume(engine.steps(self.live, resume.state))
+
+    def complete(self) -> None:
+        """The source has ended: its duration known at last, then its words complete."""
+        self.duration = self._final_duration()
+        self.store.start(self.job.id, self.owner, self.job.content_key, self.duration, self.worker)
+        super().complete()
+
+    def stops_at(self, step: Step) -> bool:
+        """Never: a stop ends the source where it is (follow's own stop has already, watch's does
+        here), and the audio received is decoded to its end, the outputs final."""
+        if self.ledger.stop.requested:
+            self.live.end()
+        return False
 
     def _final_duration(self) -> float:
         """The finished file's duration as a replay of it reads it (probe), else the audio's."""
@@ -240,8 +244,6 @@ class FollowAttempt(Attempt):
         self.open_words += step.words
         del self.open_words[:sum(len(s.words) for s in step.segments)]  # closed now: in the segments
         self._print(step.words)
-        if self.ledger.stop.requested:  # (watch's stop; follow's own ends the source itself)
-            self.live.end()
         self.unwritten = self.unwritten or bool(step.words)
         self.update_if_due()
 

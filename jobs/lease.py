@@ -2,7 +2,9 @@
 /proc check that sees a dead owner of this host, and the clock that says when to checkpoint.
 
 A runner claims a job with a lease in the store (jobs/store.py); a ``Heartbeat`` thread renews
-it while the job runs, so a slow model load never lets it expire under a live runner. A lease
+it while the job runs, so a slow model load never lets it expire under a live runner. Both the
+heartbeat and the clock are made by the attempt (jobs/attempt.py), the one place an attempt's
+life is written, for every runner. A lease
 whose owner process is gone (``owner_is_dead``) is expired at once by the next run; one of
 another host expires by time only.
 """
@@ -12,8 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-
-from .store import JobStore
+from typing import Callable
 
 DEFAULT_LEASE_SECONDS = 60.0  # a runner that stops heartbeating loses its job after this long
 DEFAULT_CHECKPOINT_SECONDS = 10.0
@@ -49,31 +50,28 @@ def owner_is_dead(owner: str) -> bool:
 
 
 class Heartbeat:
-    """Keeps a job's lease alive from a thread (its own connection), so a long window or a slow
-    model load never lets the lease expire under a live runner."""
+    """Keeps a job's lease alive from a thread of its own, so a long window or a slow model load
+    never lets it expire under a live runner: ``renew()`` every ``every`` seconds until ``stop``,
+    or until it says the lease is lost (False) or fails (a busy database: the next checkpoint's
+    own fence decides). It knows no database: ``renew`` does (jobs/attempt.py)."""
 
-    def __init__(self, store: JobStore, job_id: int, owner: str, lease_seconds: float):
-        self.args = (store.path, store.db.identity, job_id, owner, lease_seconds)
-        self.lost = False
+    def __init__(self, renew: Callable[[], bool], every: float, name: str = "heartbeat"):
+        self.renew, self.every = renew, every
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def _run(self) -> None:
-        store_path, identity, job_id, owner, lease_seconds = self.args
         try:
-            with JobStore(store_path, same_as=identity) as store:  # the very file the run opened
-                while not self._stop.wait(lease_seconds / 4):
-                    if not store.heartbeat(job_id, owner, lease_seconds):
-                        self.lost = True
-                        return
-        except Exception:  # a busy database: the next checkpoint's own fence decides
+            while not self._stop.wait(self.every):
+                if not self.renew():
+                    return
+        except Exception:  # noqa: BLE001 - see the class
             pass
 
-    def __enter__(self) -> "Heartbeat":
+    def start(self) -> None:
         self._thread.start()
-        return self
 
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
 
@@ -90,7 +88,3 @@ class CheckpointClock:
             self.last = position
             return True
         return False
-
-    def mark(self, position: float) -> None:
-        """A commit was made now for another reason (a stop)."""
-        self.last = position

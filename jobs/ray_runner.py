@@ -45,12 +45,12 @@ from typing import Optional
 import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
-from transcriber import TranscriberError
+from transcriber import TranscriberError, settings
 
 from .progress import Reporter
 from .ray_worker import ClusterError, Started, Worker
 from .attempt import DEFAULT_MAX_ATTEMPTS, Attempt, EnvironmentFault, Ledger, RunResult
-from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_WORKER_TIMEOUT, Heartbeat, owner_is_dead
+from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_WORKER_TIMEOUT, owner_is_dead
 from .signals import StopFlag, Stopped
 from .store import JobStore
 
@@ -60,10 +60,6 @@ CONNECT_SECONDS = 10.0  # a cluster's head that does not accept a connection in 
 NODE_CHECK_SECONDS = 2.0  # a node's raylet that does not accept a connection in this long is gone
 WAIT_SECONDS = 1.0  # the event loop wakes up at least this often (hang checks, Ctrl-C)
 DEATHS_ALLOWED = 1  # a file whose worker dies once more than this is failed
-# The driver's environment that its workers need too (the BLAS choice, the model cache, debug
-# and test switches); not the job database's settings, which only the driver uses.
-FORWARDED_ENV_PREFIX = "TRANSCRIBER_"
-NOT_FORWARDED = ("TRANSCRIBER_DB", "TRANSCRIBER_DB_TIMEOUT")
 
 
 class WorkerDied(TranscriberError):
@@ -154,10 +150,6 @@ def default_workers(threads_per_worker: int) -> int:
     return max(1, cpus // threads_per_worker)
 
 
-def forwarded_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIX) and k not in NOT_FORWARDED}
-
-
 @dataclass
 class Slot:
     """One worker actor, and the job it is decoding if any."""
@@ -169,7 +161,6 @@ class Slot:
     since: float = 0.0  # monotonic time of the last news: started waiting, or the last item
     attempt: Optional[Attempt] = None
     stream: Optional[object] = None  # the ObjectRefGenerator of ``transcribe``
-    heartbeat: Optional[Heartbeat] = None
 
     @property
     def idle(self) -> bool:
@@ -207,7 +198,7 @@ class RayRunner:
                                 f"{cpus} CPUs of the Ray cluster: some wait for CPUs to free up")
         remote = ray.remote(RayWorker).options(
             num_cpus=self.threads_per_worker, max_restarts=-1, max_task_retries=0,
-            runtime_env={"env_vars": forwarded_env()})
+            runtime_env={"env_vars": settings.worker_environment()})
         for _ in range(self.workers):
             slot = Slot(remote.remote(self.threads_per_worker))
             self._restarting(slot)
@@ -272,13 +263,10 @@ class RayRunner:
             job = self.ledger.claim(ids)
             if job is None:
                 return True
-            slot.attempt = attempt = Attempt(self.ledger, job, slot.name)
-            slot.heartbeat = Heartbeat(self.store, job.id, self.ledger.owner, self.ledger.lease_seconds)
-            slot.heartbeat.__enter__()
+            slot.attempt = attempt = self.ledger.attempt(job, slot.name, result).start()
             try:
                 resume = attempt.begin()
-                if resume is None:  # the words are complete: only the outputs are left, here
-                    attempt.finish()
+                if resume is None:  # the words are complete: only the outputs are left, written here
                     self._end(slot, result)
                     continue
                 slot.stream = slot.actor.transcribe.remote(
@@ -318,35 +306,37 @@ class RayRunner:
         slot.ready = None
 
     def _next_item(self, slot: Slot, result: RunResult) -> None:
-        attempt = slot.attempt
+        """The next item of the slot's stream: its attempt's next step (pushed), or its end."""
         try:
-            try:
-                item = ray.get(next(slot.stream))
-            except StopIteration:  # the end of the file
-                slot.stream = None
-                attempt.complete()
-                attempt.finish()
-                self._end(slot, result)
-                return
-            except RayTaskError as e:  # the worker's own error about this file
-                slot.stream = None
-                raise (e.cause if isinstance(e.cause, BaseException) else e) from None
-            except RayActorError as e:
-                self._died(slot, result, "died", e)
-                return
-            slot.since = time.monotonic()
+            item = ray.get(next(slot.stream))
+        except RayTaskError as e:  # the worker's own error about this file
+            slot.stream, item = None, e.cause if isinstance(e.cause, BaseException) else e
+        except RayActorError as e:
+            self._died(slot, result, "died", e)
+            return
+        except StopIteration as e:  # the end of the file
+            slot.stream, item = None, e
+        except BaseException as e:  # (a second Ctrl-C): the worker is stopped too
+            item = e
+        if isinstance(item, BaseException):  # booked out of the except: told without Ray's error
+            self._end(slot, result, None if isinstance(item, StopIteration) else item)
+            return
+        slot.since = time.monotonic()
+        try:
             if isinstance(item, Started):
-                attempt.model, slot.node = item.model, item.node or slot.node
-                if item.worker != slot.name:  # restarted elsewhere since we last heard from it
-                    slot.name = attempt.worker = item.worker
-                    self.store.set_worker(attempt.job.id, self.ledger.owner, item.worker)
-                return
-            commit = item.state is not None
-            attempt.add(item, commit)
-            if commit and self.stop.requested:
-                raise Stopped
+                self._started(slot, item)
+            else:  # the worker's clock said which steps are due
+                slot.attempt.take(item, due=item.state is not None)
         except BaseException as e:
             self._end(slot, result, e)
+
+    def _started(self, slot: Slot, item: Started) -> None:
+        """The worker has its engine: the model, and who it is (it may have been restarted elsewhere)."""
+        attempt = slot.attempt
+        attempt.model, slot.node = item.model, item.node or slot.node
+        if item.worker != slot.name:  # restarted elsewhere since we last heard from it
+            slot.name = attempt.worker = item.worker
+            self.store.set_worker(attempt.job.id, self.ledger.owner, item.worker)
 
     def _check_silence(self, result: Optional[RunResult]) -> None:
         now = time.monotonic()
@@ -384,20 +374,17 @@ class RayRunner:
         self._end(slot, result, WorkerDied(message, retryable=again))
 
     def _end(self, slot: Slot, result: RunResult, error: Optional[BaseException] = None) -> None:
-        """Book the end of the slot's attempt (Ledger.settle); a worker still decoding a job
-        that ended here (a stop, the file changed...) is restarted, so that it stops."""
-        attempt, heartbeat = slot.attempt, slot.heartbeat
+        """End the slot's attempt (``Attempt.end``: outputs, then booked); a worker still
+        decoding a job that ended here (a stop, the file changed...) is restarted, so that it
+        stops."""
+        attempt, slot.attempt = slot.attempt, None
         if slot.stream is not None:
             slot.stream = None
             with contextlib.suppress(Exception):
                 ray.kill(slot.actor, no_restart=False)
             self._restarting(slot)
-        slot.attempt = slot.heartbeat = None
-        if heartbeat is not None:
-            heartbeat.__exit__(None, None, None)
-        if error is not None:
+        if attempt.end(error) is not None:
             self.drained = False  # the job may be queued again (a retry): claim again
-        self.ledger.settle(attempt, result, error)
 
     def _drop(self, slot: Slot) -> None:
         with contextlib.suppress(Exception):

@@ -8,8 +8,9 @@ one object per item, as they are made:
 1. ``Started``: the engine is ready (built once per job spec, the model loaded once per process);
 2. a ``transcriber.Step`` per engine step: the words and segments committed since the last one and
    the position, so the driver's bar moves with the audio; the resumable engine state only on the
-   steps the driver is to commit (``CheckpointClock``, the runner's own rule), so a 1 s streaming
-   step does not ship the session's audio buffer across the cluster every second.
+   steps the driver is to commit (``commit_marked``: the clock of every attempt, jobs/attempt.py),
+   so a 1 s streaming step does not ship the session's audio buffer across the cluster every
+   second.
 
 The generator ending is the end of the file. An error (unreadable media, a bad option for the
 model) ends it too, and reaches the driver as the job's error. The media is read by path: the
@@ -19,30 +20,17 @@ driver and every worker must see the same files at the same paths.
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
-from transcriber import Step, TranscriberError, blas, settings
+from transcriber import Step, TranscriberError, blas
 
+from .attempt import build_engine, commit_marked
 from .engines import EngineCache
-from .attempt import build_engine
-from .lease import CheckpointClock, worker_name
+from .lease import worker_name
+from .signals import at_point
 from .spec import JobSpec
-
-
-# Test-only: "SIGNAL@NAME:N" (e.g. "SIGSTOP@talk.flac:3"): a worker decoding the file named NAME
-# from its start sends itself SIGNAL at its Nth step, before yielding it; a resumed run never
-# does, so the job can be resumed after the test kills the stopped worker.
-SIGNAL_HOOK_ENV = "TRANSCRIBER_TEST_WORKER_SIGNAL_AT"
-
-
-def _signal_hook(name: str, n: int) -> None:
-    signame, _, at = (settings.get(SIGNAL_HOOK_ENV) or "").partition("@")
-    if at and at == f"{name}:{n}":
-        os.kill(os.getpid(), signal.Signals[signame])
 
 
 class ClusterError(TranscriberError):
@@ -81,10 +69,9 @@ class Worker:
         """The file's steps from ``state`` (None: the start), ``position`` seconds in."""
         engine = build_engine(self.engines, JobSpec.from_dict(spec))
         yield Started(self.name, engine.model_name, self.node())
-        clock = CheckpointClock(position, checkpoint_seconds)
         fresh, name = state is None, Path(path).name
         with contextlib.closing(engine.steps(path, state)) as steps:  # closing kills ffmpeg
-            for n, step in enumerate(steps, 1):
-                if fresh:
-                    _signal_hook(name, n)
-                yield step if clock.due(step.position) else replace(step, state=None)
+            for n, step in enumerate(commit_marked(steps, position, checkpoint_seconds), 1):
+                if fresh:  # a named point of a decode from the file's start (jobs/signals.py)
+                    at_point(f"worker-step:{name}:{n}")
+                yield step

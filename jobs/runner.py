@@ -1,11 +1,11 @@
 """The in-process runner: claim a job, run its engine here, one ``Attempt`` per claim.
 
-For each job it claims (a lease in the store, kept alive by a ``Heartbeat`` thread: jobs/lease.py)
-it runs an ``Attempt`` (jobs/attempt.py: check the file, resume from the last checkpoint,
-checkpoint as it goes, write the outputs) with the engine's steps decoded in this process, and
-books its end in the ``Ledger`` (the same code as the Ray runner's, jobs/ray_runner.py). With
-``batch_files`` > 1 and an engine that can (``Engine.batch``: one-shot), several files of one
-spec are decoded side by side (``SideBySide``), each still its own attempt.
+For each job it claims (a lease in the store) it runs an ``Attempt`` (jobs/attempt.py: keep the
+lease alive, check the file, resume from the last checkpoint, checkpoint as it goes, stop when
+asked, write the outputs, book the end: the same code as the Ray runner's, jobs/ray_runner.py)
+and hands it the engine's steps, decoded in this process. With ``batch_files`` > 1 and an engine
+that can (``Engine.batch``: one-shot), several files of one spec are decoded side by side
+(``SideBySide``), each still its own attempt.
 
 A crash between any two steps is safe: the next runner resumes from the last checkpoint (or, if
 the words were complete, only rewrites the outputs).
@@ -19,15 +19,16 @@ from __future__ import annotations
 import contextlib
 from typing import Optional
 
-from transcriber import Step, start_reader
+from transcriber import start_reader
 
 from .attempt import DEFAULT_MAX_ATTEMPTS, Attempt, Ledger, RunResult, build_engine
+from .domain import Job
 from .engines import EngineCache
-from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, CheckpointClock, Heartbeat, owner_is_dead, worker_name
+from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, owner_is_dead, worker_name
 from .progress import Reporter
-from .signals import STOP_GRACE_SECONDS, StopFlag, Stopped, at_point
+from .signals import STOP_GRACE_SECONDS, StopFlag, Stopped
 from .spec import JobSpec
-from .store import Job, JobStore
+from .store import JobStore
 
 # what jobs/cli.py and jobs/watch.py take from here: a run's settings, its result and its stop
 __all__ = ["DEFAULT_CHECKPOINT_SECONDS", "DEFAULT_LEASE_SECONDS", "DEFAULT_MAX_ATTEMPTS", "STOP_GRACE_SECONDS",
@@ -69,38 +70,15 @@ class Runner:
         return result
 
     def _process(self, job: Job, result: RunResult) -> None:
-        attempt = Attempt(self.ledger, job, worker_name())
-        try:
-            with Heartbeat(self.store, job.id, self.ledger.owner, self.ledger.lease_seconds):
-                self._decode_here(attempt)
-        except BaseException as e:
-            self.ledger.settle(attempt, result, e)
-        else:
-            self.ledger.settle(attempt, result)
-
-    def _decode_here(self, attempt: Attempt) -> None:
-        """The attempt, with its engine run in this process, checkpointing as the steps come."""
-        resume = attempt.begin()
-        if resume is not None:
-            engine = build_engine(self.engines, attempt.spec)
-            attempt.model = engine.model_name
-            if self.stop.requested:  # asked while the model was loading: nothing new to commit
-                raise Stopped
-            clock = CheckpointClock(resume.position, self.ledger.checkpoint_seconds)
-            with contextlib.closing(engine.steps(attempt.path, resume.state)) as steps:  # closing kills ffmpeg
-                for n, step in enumerate(steps, 1):
-                    self.take_step(attempt, clock, n, step)
-            attempt.complete()
-        attempt.finish()
-
-    def take_step(self, attempt: Attempt, clock: CheckpointClock, n: int, step: Step) -> None:
-        """The ``n``th engine step of an attempt in this process: checkpoint it when due, and
-        at once when a stop was asked (then stop)."""
-        at_point(f"step:{n}")
-        commit = clock.due(step.position) or self.stop.requested
-        attempt.add(step, commit)
-        if commit and self.stop.requested:
-            raise Stopped
+        """The job's attempt, with its engine run in this process (its steps pulled)."""
+        with self.ledger.attempt(job, worker_name(), result) as attempt:
+            resume = attempt.begin()
+            if resume is not None:
+                engine = build_engine(self.engines, attempt.spec)
+                attempt.model = engine.model_name
+                if self.stop.requested:  # asked while the model was loading: nothing new to commit
+                    raise Stopped
+                attempt.consume(engine.steps(attempt.path, resume.state))
 
     def _side_by_side(self, job: Job, ids: list[int], result: RunResult) -> Optional["SideBySide"]:
         """Files decoded side by side from ``job`` on, when asked to and its engine can (a job
@@ -111,21 +89,21 @@ class Runner:
             engine = build_engine(self.engines, JobSpec.from_dict(job.spec))
         except Exception:  # noqa: BLE001 - _process builds it again and books the failure
             return None
-        batch = engine.batch(self.batch_files)
+        batch = engine.side_by_side(self.batch_files)
         return None if batch is None else SideBySide(self, engine.model_name, batch, ids, result)
 
 
 class SideBySide:
     """A first job and the next queued jobs of the same spec, up to the batch's width at a
     time, their windows decoded together (``Engine.batch``). Each job is its own ``Attempt``
-    with its own heartbeat, checkpoints and outcome, exactly as ``Runner._process`` runs it."""
+    (its steps pushed as the batch's events come), with its own heartbeat, checkpoints and
+    outcome, exactly as ``Runner._process`` runs it."""
 
     def __init__(self, runner: Runner, model: str, batch, ids: list[int], result: RunResult):
-        self.runner, self.ledger, self.model, self.batch = runner, runner.ledger, model, batch
+        self.ledger, self.model, self.batch = runner.ledger, model, batch
         self.ids, self.result = ids, result
         self.width = runner.batch_files
-        self.live: dict[Attempt, tuple[contextlib.ExitStack, CheckpointClock]] = {}
-        self.steps: dict[Attempt, int] = {}  # engine steps taken so far in this process, per attempt
+        self.live: set[Attempt] = set()  # the attempts whose file is in the batch
 
     def run(self, first: Job) -> None:
         try:
@@ -151,45 +129,33 @@ class SideBySide:
 
     def _start(self, job: Job) -> None:
         """Begin the job's attempt and add it to the batch (or, words complete, finish it here)."""
-        attempt, stack = Attempt(self.ledger, job, worker_name()), contextlib.ExitStack()
+        attempt = self.ledger.attempt(job, worker_name(), self.result).start()
         try:
-            stack.enter_context(Heartbeat(self.ledger.store, job.id, self.ledger.owner,
-                                          self.ledger.lease_seconds))
             resume = attempt.begin()
             if resume is not None:
                 attempt.model = self.model
                 self.batch.add(attempt, attempt.path, resume.state)
-                self.live[attempt] = (stack, CheckpointClock(resume.position, self.ledger.checkpoint_seconds))
+                self.live.add(attempt)
                 return
-            attempt.finish()  # the words were complete: only the outputs were left
         except BaseException as e:
-            stack.close()
-            self.ledger.settle(attempt, self.result, e)
+            attempt.end(e)
             return
-        stack.close()
-        self.ledger.settle(attempt, self.result)
+        attempt.end()  # the words were complete: only the outputs were left
 
     def _take(self, attempt: Attempt, event) -> bool:
         """One event of the batch for ``attempt``: a Step, None (its file is done) or the
         exception that ended it. Whether the attempt ended (room for another job)."""
+        if event is None or isinstance(event, BaseException):
+            self._end(attempt, event)
+            return True
         try:
-            if isinstance(event, BaseException):
-                raise event
-            if event is not None:
-                self.steps[attempt] = n = self.steps.get(attempt, 0) + 1
-                self.runner.take_step(attempt, self.live[attempt][1], n, event)
-                return False
-            attempt.complete()
-            attempt.finish()
+            attempt.take(event)
         except BaseException as e:
             self._end(attempt, e)
-        else:
-            self._end(attempt)
-        return True
+            return True
+        return False
 
     def _end(self, attempt: Attempt, error: Optional[BaseException] = None) -> None:
-        stack = self.live.pop(attempt)[0]
-        self.steps.pop(attempt, None)
+        self.live.discard(attempt)
         self.batch.drop(attempt)
-        stack.close()
-        self.ledger.settle(attempt, self.result, error)
+        attempt.end(error)

@@ -1,5 +1,5 @@
-"""Stopping a run: SIGINT/SIGTERM as a ``StopFlag`` the runners check at each step, and the
-test-only hooks that kill or signal this process at a precise point of a job.
+"""Stopping a run: SIGINT/SIGTERM as a ``StopFlag`` the attempts check at each step, and the
+named points of an attempt (``at_point``) that a test may act on.
 
 A first signal asks for a stop: the job in hand is checkpointed at its next step and given back
 (``Stopped``). A second Ctrl-C stops at once, and so does a step that has not reached its
@@ -9,22 +9,17 @@ checkpoint before it).
 
 from __future__ import annotations
 
-import os
 import signal
+import sys
 import threading
 import time
 from typing import Optional
 
-from transcriber import settings
-
-# Test-only: make this process SIGKILL itself at a precise point, to test crash recovery
-# deterministically: "checkpoint:N" (right after committing a job's checkpoint number N),
-# "step:N" (the engine has yielded its Nth step in this process, decoded but not yet
-# checkpointed) or "outputs" (after writing the outputs, before marking the job done).
-KILL_HOOK_ENV = "TRANSCRIBER_TEST_KILL_AT"
-# Test-only, likewise: "SIGNAL@POINT" (e.g. "SIGTERM@step:1", "SIGSTOP@step:1") sends this
-# process that signal at such a point: a stop or an outside kill mid-work, without a race.
-SIGNAL_HOOK_ENV = "TRANSCRIBER_TEST_SIGNAL_AT"
+# The audit event (``sys.audit``) of each named point of an attempt: "step:N" (the engine has
+# yielded its Nth step to this process, not yet checkpointed), "checkpoint:N" (right after the
+# job's checkpoint number N was committed), "outputs" (the outputs written, the job not yet
+# marked done) and, on a Ray worker decoding a file from its start, "worker-step:NAME:N".
+POINT_EVENT = "jobs.point"
 
 # After a stop is asked, how long the step being decoded may take to reach its checkpoint; past
 # that it is dropped (the job resumes from its last checkpoint), so a stop acts within 2 s even
@@ -33,12 +28,10 @@ STOP_GRACE_SECONDS = 1.5
 
 
 def at_point(point: str) -> None:
-    """Where the test hooks may act: called at each named point (see KILL_HOOK_ENV, SIGNAL_HOOK_ENV)."""
-    if settings.get(KILL_HOOK_ENV) == point:
-        os.kill(os.getpid(), signal.SIGKILL)
-    name, _, at = (settings.get(SIGNAL_HOOK_ENV) or "").partition("@")
-    if at == point:
-        os.kill(os.getpid(), signal.Signals[name])  # a Python handler runs before this returns
+    """Tell who observes the named points of an attempt that this one is reached (an audit
+    event, ``POINT_EVENT``). Nothing observes them in production; the test suite's fault
+    injection does (tests/faults/sitecustomize.py: kill or signal this process right there)."""
+    sys.audit(POINT_EVENT, point)
 
 
 class Stopped(Exception):

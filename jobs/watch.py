@@ -23,13 +23,14 @@ from typing import Callable, Optional
 
 from transcriber import ReadTimeout, bounded, bounded_each
 
-from .batch import OutputsSeen, request_of
 from .discover import LISTING, has_audio, identify, looks_like_media, temporary_name
+from .domain import BUSY, FAILED_BEFORE, REFUSED, SKIP
+from .enqueue import OutputsSeen, request_of
 from .follow import FollowSettings, follow_file
 from .progress import Reporter
 from .runner import RunResult, Runner, StopFlag
 from .spec import JobSpec
-from .store import BUSY, FAILED_BEFORE, REFUSED, SKIP, JobStore
+from .store import JobStore
 
 Signature = tuple[int, int]  # (size, mtime_ns)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transcriber import audio
+from transcriber import audio, ffmpegtool
 from transcriber.audio import SAMPLE_RATE, iter_audio, load_audio, probe
 from transcriber.errors import AudioError, TranscriberError
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("any_ffmpeg")  # imageio-ffmpeg's and the P
 
 
 def _ffmpeg(*args: str) -> None:
-    subprocess.run([audio.ffmpeg_binary(), "-nostdin", "-hide_banner", "-v", "error", "-y",
+    subprocess.run([ffmpegtool.ffmpeg_binary(), "-nostdin", "-hide_banner", "-v", "error", "-y",
                     *args], check=True, stdin=subprocess.DEVNULL)
 
 
@@ -63,8 +63,8 @@ def jfk() -> np.ndarray:
 
 
 def test_ffmpeg_binary_is_cached_and_runs():
-    assert audio.ffmpeg_binary() is audio.ffmpeg_binary()
-    assert os.access(audio.ffmpeg_binary(), os.X_OK)
+    assert ffmpegtool.ffmpeg_binary() is ffmpegtool.ffmpeg_binary()
+    assert os.access(ffmpegtool.ffmpeg_binary(), os.X_OK)
 
 
 def test_load_audio_format(jfk):

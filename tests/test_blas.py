@@ -41,11 +41,12 @@ print(json.dumps({"name": blas.current.name, "served_by": os.path.basename(blas.
 
 def run_python(code: str, blas: str, cache: Path | None = None, measure: bool = False,
                extra: str = "{}", prelude: str = "", timeout: float = 300) -> tuple[dict, str]:
-    """Run ``prelude; import transcriber; code; REPORT`` in a fresh interpreter -> (report, stderr)."""
+    """Run ``prelude; import transcriber; bind the BLAS as loading a model does; code; REPORT``
+    in a fresh interpreter -> (report, stderr)."""
     env = {**os.environ, "TRANSCRIBER_BLAS": blas}
     if cache is not None:
         env["TRANSCRIBER_CACHE"] = str(cache)
-    script = f"import json, os, time\n{prelude}\nimport transcriber\n{code}\nMEASURE = {measure}\nEXTRA = {extra}\n{REPORT}"
+    script = f"import json, os, time\n{prelude}\nimport transcriber\ntranscriber.blas.bind_once()\n{code}\nMEASURE = {measure}\nEXTRA = {extra}\n{REPORT}"
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr
@@ -133,11 +134,13 @@ def test_host_matvec_serves_the_projection_on_the_bound_blas_only():
     serving MLX (blas.host_matvec) and equals MLX's own product; on MLX's bundled BLAS there is
     no such library, and MLX computes it."""
     code = ("import numpy as np, mlx.core as mx\n"
-            "from transcriber.model.whisper import ModelDimensions, Whisper\n"
+            "from transcriber.model.inference import MLXInference\n"
+            "from transcriber.model.dimensions import ModelDimensions\n"
+            "from transcriber.model.whisper import Whisper\n"
             "dims = ModelDimensions(80, 10, 64, 2, 1, 51864, 8, 64, 2, 1)\n"
             "m = Whisper(dims); mx.eval(m.parameters())\n"
             "h = mx.random.normal((1, 2, 64), key=mx.random.key(3))\n"
-            "got = m.decoder.project(h)\n"
+            "got = m.decoder.project(h, MLXInference(m).kernels.matvec)\n"
             "want = np.array(h @ m.decoder.output_weight())\n"
             "host = blas.host_matvec() is not None\n"
             "same = bool(np.allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4))\n"
@@ -149,6 +152,24 @@ def test_host_matvec_serves_the_projection_on_the_bound_blas_only():
     slow, err = run_python("from transcriber import blas\n" + code, "none", extra=extra)
     assert slow["name"] == "bundled" and not slow["host"] and slow["kind"].startswith("mlx"), slow
     assert slow["same"] and not notes(err), (slow, err)
+
+
+def test_importing_binds_nothing_and_loading_a_model_binds():
+    """Importing transcriber's model and decoding code leaves MLX's sgemm on its bundled BLAS;
+    the first model loaded binds the fast one, before its first matmul (issue 32)."""
+    script = ("import json, os\n"
+              "import transcriber.model.loader, transcriber.decoding.loop, transcriber.native.inference\n"
+              "from transcriber.native import blas\n"
+              "before = os.path.basename(blas.served_by() or '')\n"
+              "transcriber.load_model('tiny.en')\n"
+              "print(json.dumps({'before': before, 'after': os.path.basename(blas.served_by() or ''),"
+              " 'name': blas.current.name}))")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**os.environ, "TRANSCRIBER_BLAS": PIP_ONLY},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["before"].startswith("libblas"), report
+    assert report["name"] == "scipy-openblas32" and report["after"].startswith("libscipy_openblas"), report
 
 
 def assert_fallback(report: dict, stderr: str, why: str) -> None:

@@ -14,10 +14,12 @@ import pytest
 import srt
 from click.testing import CliRunner
 
-from jobs.batch import request_for
 from jobs.cli import main
+from jobs.domain import Request
+from jobs.enqueue import request_for
 from jobs.spec import JobSpec
-from jobs.store import JobStore, Request, default_path
+from jobs.sqlite_store import SqliteJobStore
+from jobs.store import default_path
 from transcriber.types import Segment, Word
 
 from .conftest import JFK
@@ -41,7 +43,7 @@ def db(tmp_path, data_dir) -> Path:
     shutil.copy(data_dir / SHORT, tmp_path / "real.flac")
     for name in ("gone.wav", "done.wav", "queued.wav", "stalled.wav"):  # there: not shown "gone"
         (tmp_path / name).write_bytes(b"")
-    with JobStore(path) as store:
+    with SqliteJobStore(path) as store:
         def add(name: str) -> int:
             p = str(tmp_path / name)
             return store.enqueue(Request(p, "1:1:x", "f", JobSpec().to_dict(), p[:-4]))[0].id
@@ -127,7 +129,7 @@ def test_retry_failed_resumes_from_the_stored_words(db, tmp_path):
     subs = list(srt.parse((tmp_path / "real.srt").read_text()))
     assert " ".join(s.content.replace("\n", " ") for s in subs) == "One, two, three."
     assert json.loads((tmp_path / "real.json").read_text())["segments"][0]["text"] == " One, two, three."
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         real = store.by_path(str(tmp_path / "real.flac"))
         assert (real.status, real.runs, real.errors, real.last_error) == ("done", 2, 0, None)
         assert store.by_path(str(tmp_path / "gone.wav")).runs == 2
@@ -163,11 +165,11 @@ def test_run_reports_bad_inputs_without_loading_a_model(tmp_path):
 
 
 def test_same_stem_files_keep_their_suffix(tmp_path):
-    from jobs.batch import enqueue_files
+    from jobs.enqueue import enqueue_files
 
     for name in ("talk.wav", "talk.flac", "other.flac"):
         shutil.copy(JFK, tmp_path / name)
-    with JobStore(tmp_path / "jobs.db") as store:
+    with SqliteJobStore(tmp_path / "jobs.db") as store:
         files = [(tmp_path / n, tmp_path) for n in ("talk.wav", "talk.flac", "other.flac")]
         batch = enqueue_files(store, files, JobSpec(), None)
         stems = sorted(Path(j.output_stem).name for j in store.jobs(ids=batch.to_run))

@@ -12,7 +12,7 @@ import srt
 
 from .conftest import JFK, ffmpeg
 from transcriber import embed
-from transcriber.audio import ffmpeg_binary
+from transcriber.ffmpegtool import ffmpeg_binary
 
 SRT = ("1\n00:00:00,500 --> 00:00:01,500\nHello there.\n\n"
        "2\n00:00:01,800 --> 00:00:02,700\nA second cue, with ünïcode.\n\n")

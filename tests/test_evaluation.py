@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from transcriber.evaluation import (cardinal, cer, characters, edit_distance, normalize, ordinal,
+from evalkit.scoring import (cardinal, cer, characters, edit_distance, normalize, ordinal,
                                     wer, word_errors, year)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import JFK
-from transcriber.audio import ffmpeg_binary
+from transcriber.ffmpegtool import ffmpeg_binary
 from transcriber.flacogg import FlacToOgg, crc, frame_samples
 
 pytestmark = pytest.mark.usefixtures("any_ffmpeg")  # imageio-ffmpeg's and the PATH's (tests/conftest.py)

@@ -17,25 +17,28 @@ import numpy as np
 import pytest
 
 from bench.follow_latency import GrowingWriter, srt_words
-from jobs.cli import shown_status
-from jobs.store import JobStore
+from jobs.report import shown_status
+from jobs.sqlite_store import SqliteJobStore
+from tests import faults
 from tests.conftest import JFK, ROOT, SYSTEM_FFMPEG
 from tests.hungfs import HungMount, unavailable
 from transcriber import FollowOptions, LiveSource
-from transcriber.audio import ffmpeg_binary, load_audio
-from transcriber.follow import WAV_PACKET, _WavFeed, wav_packet
+from transcriber.audio import load_audio
+from transcriber.ffmpegtool import ffmpeg_binary
+from transcriber.follow import WAV_PACKET, wav_packet
+from transcriber.growingfile import WavFeed
 
 pytestmark = pytest.mark.usefixtures("any_ffmpeg")  # imageio-ffmpeg's and the PATH's (tests/conftest.py)
 
 
 def transcribe(*args, tmp: Path, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRANSCRIBER_DB": str(tmp / "jobs.db"), **(env or {})}
+    env = faults.environment({**os.environ, "TRANSCRIBER_DB": str(tmp / "jobs.db"), **(env or {})})
     return subprocess.run([sys.executable, "-m", "jobs", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300, **kwargs)
 
 
 def start(*args, tmp: Path, env: dict | None = None) -> subprocess.Popen:
-    env = {**os.environ, "TRANSCRIBER_DB": str(tmp / "jobs.db"), **(env or {})}
+    env = faults.environment({**os.environ, "TRANSCRIBER_DB": str(tmp / "jobs.db"), **(env or {})})
     return subprocess.Popen([sys.executable, "-m", "jobs", *map(str, args)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -97,8 +100,8 @@ def test_a_wav_fed_in_any_pieces_gives_the_samples_of_the_file(tmp_path, args):
     path = tmp_path / "x.wav"
     subprocess.run([ffmpeg_binary(), "-v", "error", "-i", JFK, *args, path], check=True)
     data = path.read_bytes()
-    assert _WavFeed.kind(data[:_WavFeed.LOOK]) == "pcm"
-    feed, pieces, at = _WavFeed(), [], 0
+    assert WavFeed.kind(data[:WavFeed.LOOK]) == "pcm"
+    feed, pieces, at = WavFeed(), [], 0
     for size in np.random.default_rng(0).integers(1, 700, size=len(data)):
         pieces.append(feed.feed(data[at:at + size]))
         at += size
@@ -117,14 +120,14 @@ def test_the_variant_s_ffmpeg_is_the_one_used_here_and_in_a_command(any_ffmpeg):
     starts; imageio-ffmpeg's comes without an ffprobe."""
     import imageio_ffmpeg
 
-    from transcriber import audio
+    from transcriber import ffmpegtool
 
     want = imageio_ffmpeg.get_ffmpeg_exe() if any_ffmpeg == "imageio" else SYSTEM_FFMPEG
-    code = "from transcriber import audio; print(audio.ffmpeg_binary()); print(audio._ffprobe_binary())"
+    code = "from transcriber import ffmpegtool; print(ffmpegtool.ffmpeg_binary()); print(ffmpegtool.ffprobe_binary())"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     child, child_probe = r.stdout.splitlines()
-    assert os.path.realpath(audio.ffmpeg_binary()) == os.path.realpath(child) == os.path.realpath(want)
-    assert (audio._ffprobe_binary() is None) == (child_probe == "None") == (any_ffmpeg == "imageio")
+    assert os.path.realpath(ffmpegtool.ffmpeg_binary()) == os.path.realpath(child) == os.path.realpath(want)
+    assert (ffmpegtool.ffprobe_binary() is None) == (child_probe == "None") == (any_ffmpeg == "imageio")
 
 
 def test_the_wav_packet_is_one_the_ffmpeg_accepts(tmp_path):
@@ -149,16 +152,16 @@ def test_a_file_followed_on_a_loaded_machine_is_read_whole_without_errors(tmp_pa
     ffmpeg reports no error. (The idle time was taken when the answer came: the first read that
     found nothing new ended the file there, and the FLAC's last frame held, if written only in
     part, was fed to ffmpeg: "invalid residual".)"""
-    import transcriber.follow as follow
+    import transcriber.growingfile as growingfile
 
     def late(call, *args, **kwargs):
         answer = bounded(call, *args, **kwargs)
-        if call is follow._read_at and not answer[0]:
+        if call is growingfile.read_at and not answer[0]:
             time.sleep(1.2)
         return answer
 
-    bounded = follow.bounded
-    monkeypatch.setattr(follow, "bounded", late)
+    bounded = growingfile.bounded
+    monkeypatch.setattr(growingfile, "bounded", late)
     path = tmp_path / f"rec.{fmt}"
     writer = GrowingWriter(load_audio(JFK)[:6 * 16000], path, 0.25)
     writer.start()
@@ -185,7 +188,7 @@ def following(db: Path) -> set[tuple[str, bool]]:
     """(status as ``transcribe status`` shows it, progress > 0) of each job now."""
     if not db.exists():
         return set()
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         return {(shown_status(j, time.time()), j.progress > 0) for j in store.each_job()}
 
 
@@ -344,7 +347,7 @@ def test_ctrl_c_ends_the_stream_with_the_outputs_written(tmp_path):
     follow.send_signal(2)
     _, stderr = follow.communicate(timeout=120)
     assert follow.returncode == 130, stderr
-    with JobStore(tmp_path / "jobs.db") as store:
+    with SqliteJobStore(tmp_path / "jobs.db") as store:
         (job,) = store.jobs()
     assert job.status == "done" and job.words_complete
     assert words(out / "rec.json") and words(out / "rec.json")[:3] == [" And", " so", " my"]
@@ -431,6 +434,6 @@ def test_a_followed_file_whose_reads_hang_fails_with_the_bound_and_the_command_e
     path = str(mount.path)
     assert stderr.splitlines() == [f"error: cannot read audio from {path!r}: a read got no answer for 2 s "
                                    "(a hung network mount?)"], stderr
-    with JobStore(tmp_path / "jobs.db") as store:
+    with SqliteJobStore(tmp_path / "jobs.db") as store:
         (job,) = store.each_job()
     assert job.status == "failed" and job.retryable

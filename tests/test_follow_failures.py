@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from bench.follow_latency import GrowingWriter
-from jobs.store import JobStore
+from jobs.sqlite_store import SqliteJobStore
 from tests.conftest import JFK
 from tests.test_follow import start, transcribe
 from transcriber.audio import load_audio
@@ -37,7 +37,7 @@ def the_job(db: Path):
     """The one job of the store (None: none yet)."""
     if not db.exists():
         return None
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         jobs = store.jobs()
     assert len(jobs) <= 1, jobs
     return jobs[0] if jobs else None

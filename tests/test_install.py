@@ -66,5 +66,7 @@ def test_a_failing_compiler_still_builds_and_installs_and_says_why(tmp_path):
     info = json.loads(zipfile.ZipFile(wheel).read("transcriber/native/build.json"))
     assert info["error"] and info["compiler"] == "/bin/false"
     assert not [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".so")]
+    # the tests' and benchmarks' support code stays out of the product (evalkit/: scoring, the test podcast)
+    assert not [n for n in zipfile.ZipFile(wheel).namelist() if n.split("/")[0] in ("evalkit", "tests", "bench")]
     line = _installed_status(tmp_path, wheel)
     assert line.startswith("native kernels: not built (build failed: ") and "C++ compiler" in line, line

@@ -20,9 +20,10 @@ import srt
 import webvtt
 
 from jobs.discover import content_key
-from jobs.store import JobStore
-from transcriber.audio import ffmpeg_binary
+from jobs.sqlite_store import SqliteJobStore
+from transcriber.ffmpegtool import ffmpeg_binary
 
+from . import faults
 from .conftest import JFK
 
 pytestmark = pytest.mark.slow
@@ -39,7 +40,7 @@ def ffmpeg(*args: str) -> None:
 def env(db: Path, **extra: str) -> dict:
     e = {k: v for k, v in os.environ.items()
          if k not in ("TRANSCRIBER_DB", "TRANSCRIBER_TEST_KILL_AT", "TRANSCRIBER_TEST_SIGNAL_AT")}
-    return {**e, "TRANSCRIBER_DB": str(db), **extra}
+    return faults.environment({**e, "TRANSCRIBER_DB": str(db), **extra})
 
 
 def transcribe(*args, db: Path, timeout: float = 300, **extra) -> subprocess.CompletedProcess:
@@ -77,7 +78,7 @@ def wait_stopped(proc: subprocess.Popen, timeout: float = 300) -> None:
 def claimed_by(db: Path, proc: subprocess.Popen) -> bool:
     if not db.exists():
         return False
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         return any(j.lease_owner and f":{proc.pid}:" in j.lease_owner for j in store.jobs(statuses=["running"]))
 
 
@@ -129,7 +130,7 @@ def test_kill_at_three_points_then_resume(long_file, tmp_path):
     outputs = [stem.with_name(stem.name + ext) for ext in (".srt", ".vtt", ".json")]
 
     def job():
-        with JobStore(db) as store:
+        with SqliteJobStore(db) as store:
             (j,) = store.jobs()
             return j, store.checkpoints(j.id)
 
@@ -209,7 +210,7 @@ def test_streaming_job_killed_mid_file_resumes_exactly(long_file, tmp_path):
         assert not media.with_suffix(".json").exists()
     r = transcribe(media, *args, db=db)
     assert r.returncode == 0, r.stderr
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         (j,) = store.jobs()
         assert j.status == "done" and len(store.checkpoints(j.id)) >= 3
     assert words(media.with_suffix(".json")) == expected
@@ -231,7 +232,7 @@ def test_two_runners_share_one_folder(tmp_path, data_dir):
     assert [p.returncode for p in procs] == [0, 0], results
     done_lines = [line for _, err in results for line in err.splitlines() if line.startswith("done: ")]
     assert sorted(line.split(" -> ")[0][6:] for line in done_lines) == sorted(str(folder / f"{n}.flac") for n in names)
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         jobs = store.jobs()
         assert len(jobs) == len(names)
         for j in jobs:
@@ -303,7 +304,7 @@ def test_folder_with_bad_files_then_reruns(tmp_path, data_dir):
     # a changed option redoes every file
     r = transcribe(folder, *fmt, "--beam-size", "2", "-q", db=db)
     assert "3 done, 0 skipped, 4 failed" in r.stderr
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         assert {j.runs for j in store.jobs() if j.status == "done"} == {3}  # run, outputs, redo
 
     # a changed file is redone, the others skipped
@@ -333,7 +334,7 @@ def test_watch_takes_a_slowly_written_file_once(tmp_path):
         last_write = time.time()
 
         def done():
-            with JobStore(db) as store:
+            with SqliteJobStore(db) as store:
                 return [j for j in store.jobs() if j.status == "done"]
 
         wait_for(done, timeout=180, what="the watched file to be transcribed")
@@ -343,7 +344,7 @@ def test_watch_takes_a_slowly_written_file_once(tmp_path):
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
     assert "watch stopped: 1 done, 0 failed" in stderr and "Traceback" not in stderr
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         (job,) = store.jobs()
     assert job.path == str(target.resolve()) and job.runs == 1
     assert job.queued_at >= last_write  # taken only once it stopped growing
@@ -372,7 +373,7 @@ def test_files_side_by_side_killed_then_resumed(long_file, tmp_path, data_dir):
     db = tmp_path / "jobs.db"
     r = transcribe(folders["work"], *fmt, "--batch-files", "3", db=db, TRANSCRIBER_TEST_KILL_AT="checkpoint:1")
     assert r.returncode == -signal.SIGKILL, r.stderr
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         killed = {Path(j.path).name: j.status for j in store.jobs()}
     assert killed["long talk.flac"] == "running"  # killed after its first window: work left to resume
     # side by side: the last file was taken with the others, not queued behind the long one
@@ -380,7 +381,7 @@ def test_files_side_by_side_killed_then_resumed(long_file, tmp_path, data_dir):
     r = transcribe(folders["work"], *fmt, "--batch-files", "3", db=db)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert "1 failed" in r.stderr and "broken.flac" in r.stderr
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         jobs = {Path(j.path).name: j for j in store.jobs()}
     assert jobs["broken.flac"].status == "failed"
     for name in names:

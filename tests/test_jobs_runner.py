@@ -11,11 +11,11 @@ from typing import Callable, Optional
 
 import pytest
 
-from jobs.batch import request_for
 from jobs.engines import EngineCache
+from jobs.enqueue import request_for
 from jobs.runner import Runner
 from jobs.spec import JobSpec
-from jobs.store import JobStore
+from jobs.sqlite_store import SqliteJobStore
 from transcriber import Segment, Step, Word
 
 SHORT = "audio/short_en/sr_one_two_three.flac"  # 2.74 s, in the recordings (the data_dir fixture)
@@ -49,7 +49,7 @@ def setup(tmp_path, monkeypatch, data_dir):
     monkeypatch.delenv("TRANSCRIBER_DEBUG", raising=False)
     media = tmp_path / "one two three.flac"
     shutil.copy(data_dir / SHORT, media)
-    store = JobStore(tmp_path / "jobs.db")
+    store = SqliteJobStore(tmp_path / "jobs.db")
 
     def make(spec=JobSpec(formats=("json", "srt"))):
         return store.enqueue(request_for(media, None, None, spec))[0]
@@ -141,7 +141,7 @@ def test_failures_stop_after_max_attempts_with_a_one_line_error(setup):
 def test_a_runner_whose_job_was_taken_over_writes_nothing_more(setup):
     store, media, make = setup
     job = make()
-    other = JobStore(store.path)
+    other = SqliteJobStore(store.path)
 
     def taken_over_at_5(i):
         if i == 5:

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from jobs.discover import content_key, discover, is_temporary, looks_like_media
+from jobs.domain import BUSY, FAILED, FAILED_BEFORE, NEW, OUTPUTS, QUEUED, REDO, RESUME, SKIP, LeaseLost, Request
 from jobs.lease import owner_is_dead
 from jobs.spec import JobSpec
-from jobs.store import (BUSY, FAILED, FAILED_BEFORE, NEW, OUTPUTS, QUEUED, REDO, RESUME, SKIP,
-                        JobStore, LeaseLost, Request, segments_from_json, segments_to_json)
+from jobs.sqlite_store import SqliteJobStore, segments_from_json, segments_to_json
 from jobs.watch import StableFiles
 from transcriber.types import Segment, Word
 
@@ -37,14 +37,14 @@ def seg(start: float, words: list[str]) -> Segment:
 
 @pytest.fixture
 def store(tmp_path):
-    with JobStore(tmp_path / "jobs.db") as s:
+    with SqliteJobStore(tmp_path / "jobs.db") as s:
         yield s
 
 
 def test_new_database_has_wal_and_tables(store):
     assert store.db.journal_mode == "wal"
     assert {"jobs", "checkpoints", "_sqlite_migrations"} <= set(store.db.table_names())
-    JobStore(store.path).close()  # reopening applies nothing twice
+    SqliteJobStore(store.path).close()  # reopening applies nothing twice
 
 
 def test_databases_opened_together_migrate_once(tmp_path):
@@ -52,7 +52,7 @@ def test_databases_opened_together_migrate_once(tmp_path):
 
     def open_it():
         try:
-            JobStore(path).close()
+            SqliteJobStore(path).close()
         except Exception as e:  # pragma: no cover - the failure being tested for
             errors.append(e)
 
@@ -62,7 +62,7 @@ def test_databases_opened_together_migrate_once(tmp_path):
     for t in threads:
         t.join()
     assert not errors
-    with JobStore(path) as s:
+    with SqliteJobStore(path) as s:
         names = [r["name"] for r in s.db.query("SELECT name FROM _sqlite_migrations")]
         assert names == ["m001_jobs", "m002_checkpoints", "m003_language_probability", "m004_worker",
                          "m005_warnings", "m006_outputs", "m007_job_is_file_and_place",
@@ -73,15 +73,15 @@ def test_a_database_of_an_earlier_version_gains_the_new_column(tmp_path):
     """A database made before m003 (two migrations) opens and is migrated, rows kept."""
     from sqlite_utils import Database
 
-    from jobs import store as store_module
+    from jobs.migrations import migrations
 
     path = tmp_path / "old.db"
     db = Database(path)
-    store_module.migrations.apply(db, stop_before="m003_language_probability")
+    migrations.apply(db, stop_before="m003_language_probability")
     db["jobs"].insert({"path": "/x.wav", "content_key": "k", "fingerprint": "f", "spec": "{}",
                        "output_stem": "/x", "status": "done", "language": "de"})
     db.conn.close()
-    with JobStore(path) as s:
+    with SqliteJobStore(path) as s:
         job = s.jobs()[0]
         assert job.language == "de" and job.language_probability is None and job.worker is None
         assert job.warnings == ()
@@ -151,12 +151,12 @@ def test_failures_retry_then_fail_and_input_errors_stay_failed(store):
 
 def test_claims_are_exclusive_across_connections(tmp_path):
     path = tmp_path / "jobs.db"
-    with JobStore(path) as s:
+    with SqliteJobStore(path) as s:
         ids = [s.enqueue(request(path=f"/m/{i}.wav"))[0].id for i in range(40)]
     claimed: dict[str, list[int]] = {}
 
     def worker(name):
-        with JobStore(path) as s:
+        with SqliteJobStore(path) as s:
             mine = claimed.setdefault(name, [])
             while (job := s.claim(name, ids, 60)) is not None:
                 mine.append(job.id)

@@ -63,7 +63,7 @@ def test_the_detected_language_and_its_probability_reach_json_db_and_status(base
     from click.testing import CliRunner
 
     from jobs.cli import main
-    from jobs.store import JobStore
+    from jobs.sqlite_store import SqliteJobStore
 
     media = tmp_path / "ru.flac"
     shutil.copy(audio_path("ru_deepspeech_smoke.flac"), media)
@@ -74,7 +74,7 @@ def test_the_detected_language_and_its_probability_reach_json_db_and_status(base
         assert result.exit_code == 0, result.output
         data = json.loads(media.with_suffix(".json").read_text())
         assert data["language"] == "ru" and data["language_probability"] > 0.9, mode
-        with JobStore(db) as store:
+        with SqliteJobStore(db) as store:
             job = store.jobs()[0]
             assert job.language == "ru" and job.language_probability > 0.9
         status = CliRunner().invoke(main, ["status", "--db", str(db)])

@@ -9,9 +9,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from jobs.store import JobStore
+from jobs.sqlite_store import SqliteJobStore
 from transcriber.errors import ModelError
+from transcriber import native
 from transcriber.model import ct2, loader
+from transcriber.native.inference import inference_for
 
 from .conftest import JFK
 
@@ -100,9 +102,11 @@ def test_unknown_model_name():
 def test_decoder_returns_cross_attention(model, monkeypatch):
     # float32 weights in the native step, where it serves (its bf16 is test_native.py's)
     monkeypatch.setenv("TRANSCRIBER_KERNEL_WEIGHTS", "f32")
-    features = model.encoder(mx.random.normal((1, 3000, 80), key=mx.random.key(1)))
-    state = model.decoder.start(features)
-    logits, new_state, weights = model.decoder(mx.array([[50257, 50362, 1770]]), state, want_weights=True)
+    native.reset()  # the kernel settings are read once
+    inference = inference_for(model)
+    features = inference.encode(mx.random.normal((1, 3000, 80), key=mx.random.key(1)))
+    state = inference.start(features)
+    logits, new_state, weights = inference.decode(mx.array([[50257, 50362, 1770]]), state, want_weights=True)
     assert logits.shape == (1, 3, 51864)
     assert len(weights) == 4 and weights[0].shape == (1, 6, 3, 1500)
     np.testing.assert_allclose(np.array(weights[3].sum(axis=-1)), 1.0, atol=1e-4)
@@ -110,10 +114,11 @@ def test_decoder_returns_cross_attention(model, monkeypatch):
     # one token at a time over the cache gives the same logits as the whole sequence
     step_state = state
     for i, token in enumerate([50257, 50362, 1770]):
-        step_logits, step_state, _ = model.decoder(mx.array([[token]]), step_state)
+        step_logits, step_state, _ = inference.decode(mx.array([[token]]), step_state)
         np.testing.assert_allclose(np.array(step_logits[0, -1]), np.array(logits[0, i]), atol=2e-3)
-    picked, _, _ = model.decoder(mx.array([[50257, 50362, 1770]]), state, want_logits=[0, 2])
+    picked, _, _ = inference.decode(mx.array([[50257, 50362, 1770]]), state, want_logits=[0, 2])
     np.testing.assert_allclose(np.array(picked[0]), np.array(logits[0, [0, 2]]), atol=1e-4)
+    native.reset()  # not f32 for the tests after this one
 
 
 # -- a corrupt model is refused when it loads (issue 11) ------------------------------------------
@@ -174,7 +179,7 @@ def test_a_corrupt_model_stops_the_batch_with_one_line(model_copy, tmp_path):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "weights.safetensors" in lines[0] and "Traceback" not in result.output
     assert not media.with_suffix(".srt").exists()
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         job = store.jobs()[0]
         assert job.status == "queued" and job.errors == 0  # given back: nothing counted or retried
 
@@ -182,7 +187,7 @@ def test_a_corrupt_model_stops_the_batch_with_one_line(model_copy, tmp_path):
 def test_fast_softmax_matches_the_exact_one():
     """The decoder's cross-attention softmax (a compiled polynomial exp): within 1e-5 of the
     exact softmax over scores of attention's range, masked (-inf) positions exactly 0."""
-    from transcriber.model.whisper import fast_softmax
+    from transcriber.model.fastmath import fast_softmax
 
     rng = np.random.default_rng(5)
     scores = (rng.standard_normal((2, 6, 3, 1500)) * 8).astype(np.float32)

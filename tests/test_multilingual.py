@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from jobs.cli import main
 from transcriber import Transcript, assemble, engine_options, make_engine, probe
-from transcriber.evaluation import cer, normalize, wer, word_errors
+from evalkit.scoring import cer, normalize, wer, word_errors
 from transcriber.tokenizer import NO_SPACE_LANGUAGES
 
 from .conftest import JFK, audio_path, ffmpeg, manifest

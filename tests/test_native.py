@@ -16,13 +16,30 @@ import numpy as np
 import pytest
 
 from transcriber import native
+from transcriber.model.inference import MLXInference
 from transcriber.native import checks, loader
+from transcriber.native.inference import NativeInference, inference_for
 from transcriber.native.kernels import Kernels
 
 BUILT = loader.record() or {}
 FLAGS = loader.cpu_flags()
 PATHS = [p for p in BUILT.get("paths", []) if loader.runnable(p, FLAGS)]
 pytestmark = pytest.mark.skipif(not PATHS, reason="native kernels not built here (see test_native_fallback.py)")
+
+
+@pytest.fixture(autouse=True)
+def _settings_read_again():
+    yield
+    native.reset()  # the kernel settings are read once: a test's are not kept for the next
+
+
+def _kernel_setting(monkeypatch, name: str, value=None) -> None:
+    """Set (None: unset) a TRANSCRIBER_KERNEL_* setting; read once, so the kernels load again."""
+    if value is None:
+        monkeypatch.delenv(name)
+    else:
+        monkeypatch.setenv(name, value)
+    native.reset()
 
 
 @pytest.fixture(params=PATHS or ["none"])
@@ -148,12 +165,12 @@ def test_a_failing_self_check_disables_that_kernel_only(fresh_verdicts, monkeypa
     assert native.ops().decoder_step(object()) is None  # the step needs attend: MLX's ops
 
 
-def _decode(model, state, steps, layers):
+def _decode(inference, state, steps, layers):
     """Greedy steps from the prompt pass; (logits per step, weights of the last step)."""
-    logits, state, _ = model.decoder(mx.array([[50257, 50362]] * state.cross_kv[0][1].shape[0]), state)
+    logits, state, _ = inference.decode(mx.array([[50257, 50362]] * state.cross_kv[0][1].shape[0]), state)
     tok, out, weights = mx.array(np.array(logits[:, -1]).argmax(-1)[:, None]), [], None
     for _ in range(steps):
-        logits, state, weights = model.decoder(tok, state, want_weights=layers)
+        logits, state, weights = inference.decode(tok, state, want_weights=layers)
         last = np.array(logits[:, -1], dtype=np.float32)
         out.append(last)
         tok = mx.array(last.argmax(-1)[:, None])
@@ -164,20 +181,31 @@ def _decode(model, state, steps, layers):
 def test_decoder_step_matches_the_mlx_decoder(model, monkeypatch, rows):
     """Native steps (bf16 weights) and MLX's float32 steps: the same tokens, logits within
     the bf16 rounding, cross-attention weights within 1e-2 of the float32 ones."""
-    from transcriber.model.whisper import DecoderState, TextDecoder
+    from transcriber.model.state import DecoderState
 
     native.reset()
+    inference = inference_for(model)
     mel = mx.array(np.random.default_rng(0).standard_normal((1, 3000, 80), dtype=np.float32))
-    base = model.decoder.start(model.encoder(mel))
+    base = inference.start(inference.encode(mel))
     share = lambda a: mx.broadcast_to(a, (rows, *a.shape[1:]))  # noqa: E731
     state = DecoderState([(share(k), share(v)) for k, v in base.cross_kv], [None] * len(base.self_kv))
-    assert model.decoder.native_step() is not None
-    got, w_got = _decode(model, state, 12, (2,))
-    monkeypatch.setattr(TextDecoder, "native_step", lambda self: None)
-    want, w_want = _decode(model, state, 12, (2,))
+    assert inference.step is not None
+    got, w_got = _decode(inference, state, 12, (2,))
+    want, w_want = _decode(MLXInference(model), state, 12, (2,))
     assert np.array_equal(got.argmax(-1), want.argmax(-1))
     assert np.abs(got - want).max() < 0.02 * np.abs(want).max()
     np.testing.assert_allclose(np.array(w_got[2]), np.array(w_want[2]), atol=1e-2)
+
+
+def test_the_inference_is_chosen_once_per_model_and_again_after_a_reset(model):
+    """inference_for: the native inference where the kernels serve, the same object on every
+    call for the model, a new one once the kernels (and their settings) are loaded again."""
+    native.reset()
+    first = inference_for(model)
+    assert isinstance(first, NativeInference) and first.step is not None
+    assert inference_for(model) is first
+    native.reset()
+    assert inference_for(model) is not first
 
 
 @pytest.mark.parametrize("windows,span", [(1, 1500), (2, 101)])
@@ -187,11 +215,11 @@ def test_cross_keys_values_on_the_gemm_match_mlx(model, monkeypatch, windows, sp
     MLX's."""
     native.reset()
     features = mx.array(np.random.default_rng(4).standard_normal((windows, span, 384), dtype=np.float32))
-    assert model.decoder.native_step().cross is not None
-    got = model.decoder.start(features).cross_kv
-    monkeypatch.setenv(native.CROSS_ENV, "mlx")
-    assert model.decoder.native_step().cross is None
-    want = model.decoder.start(features).cross_kv
+    assert inference_for(model).step.cross is not None
+    got = inference_for(model).start(features).cross_kv
+    _kernel_setting(monkeypatch, native.CROSS_ENV, "mlx")
+    assert inference_for(model).step.cross is None
+    want = inference_for(model).start(features).cross_kv
     assert len(got) == len(want) == 4
     for pair, ref in zip(got, want):
         for a, b in zip(pair, ref):
@@ -323,10 +351,10 @@ def test_the_bf16_encoder_stays_close_to_mlx_float32(model, monkeypatch):
     native.reset()
     mel = mx.array(np.random.default_rng(2).standard_normal((1, 1000, 80), dtype=np.float32))  # 10 s
     assert native.ops().encoder(model.encoder) is not None
-    got = np.array(model.encoder(mel))
-    monkeypatch.setenv(native.ENCODER_ENV, "mlx")
+    got = np.array(inference_for(model).encode(mel))
+    _kernel_setting(monkeypatch, native.ENCODER_ENV, "mlx")
     assert native.ops().encoder(model.encoder) is None
-    want = np.array(model.encoder(mel))
+    want = np.array(inference_for(model).encode(mel))
     assert got.shape == want.shape == (1, 500, 384)
     assert np.sqrt(((got - want) ** 2).mean() / (want ** 2).mean()) < 0.02
 
@@ -336,31 +364,26 @@ def test_the_native_encoder_frees_mlx_float32_weights_and_mlx_reads_them_again(m
     reads them again from the model's file and gives what it gave before the drop."""
     from mlx.utils import tree_flatten
 
-    native.reset()
-    monkeypatch.setenv(native.ENCODER_ENV, "mlx")
+    _kernel_setting(monkeypatch, native.ENCODER_ENV, "mlx")
     mel = mx.array(np.random.default_rng(3).standard_normal((1, 400, 80), dtype=np.float32))
-    before = np.array(model.encoder(mel))
-    monkeypatch.delenv(native.ENCODER_ENV)
-    model.encoder(mel)
+    before = np.array(inference_for(model).encode(mel))
+    _kernel_setting(monkeypatch, native.ENCODER_ENV)
+    inference_for(model).encode(mel)
     assert model.encoder.conv1.weight.size == model.encoder.blocks[0].mlp1.weight.size == 0
-    monkeypatch.setenv(native.ENCODER_ENV, "mlx")
-    np.testing.assert_array_equal(np.array(model.encoder(mel)), before)
+    _kernel_setting(monkeypatch, native.ENCODER_ENV, "mlx")
+    np.testing.assert_array_equal(np.array(inference_for(model).encode(mel)), before)
     assert model.encoder.conv1.weight.size == 384 * 3 * 80
-    monkeypatch.delenv(native.ENCODER_ENV)
-    model.encoder(mel)  # packed again, dropped again; parameters() reads them again
+    _kernel_setting(monkeypatch, native.ENCODER_ENV)
+    inference_for(model).encode(mel)  # packed again, dropped again; parameters() reads them again
     assert model.encoder.conv1.weight.size == 0
     assert all(v.size for _, v in tree_flatten(model.encoder.parameters()))
 
 
 def test_the_encoder_on_the_kernels_matches_mlx(model, monkeypatch):
-    from transcriber.model.whisper import MultiHeadAttention
-
-    native.reset()
-    monkeypatch.setenv(native.ENCODER_ENV, "mlx")  # MLX's float32 encoder, the native attention
+    _kernel_setting(monkeypatch, native.ENCODER_ENV, "mlx")  # MLX's float32 encoder, the native attention
     mel = mx.array(np.random.default_rng(2).standard_normal((1, 1000, 80), dtype=np.float32))  # 10 s
-    got = np.array(model.encoder(mel))
-    monkeypatch.setattr(MultiHeadAttention, "attend_all", lambda self, q, k, v: self.attend_with_weights(q, k, v)[0])
-    want = np.array(model.encoder(mel))
+    got = np.array(inference_for(model).encode(mel))
+    want = np.array(MLXInference(model).encode(mel))  # MLX's attention
     np.testing.assert_allclose(got, want, atol=1e-3 * np.abs(want).max())
 
 
@@ -369,8 +392,7 @@ def test_the_native_encoder_on_every_path_and_route_stays_close_to_mlx_float32(k
     without vdpbf16ps, and vdpbf16ps where the CPU has it) against MLX's float32 encoder."""
     from transcriber.native.encoder import NativeEncoder
 
-    native.reset()
-    monkeypatch.setenv(native.ENCODER_ENV, "mlx")
+    _kernel_setting(monkeypatch, native.ENCODER_ENV, "mlx")
     model.encoder.restore_weights()
     mel = np.random.default_rng(4).standard_normal((1000, 80), dtype=np.float32)
     want = np.array(model.encoder(mx.array(mel[None])))[0]

@@ -12,6 +12,7 @@ import pytest
 
 from transcriber import native
 from transcriber.native import aligned
+from transcriber.native.inference import inference_for
 from transcriber.native.kvcache import GrowingCache
 
 
@@ -34,11 +35,12 @@ def test_the_step_reads_only_aligned_buffers(model):
     """The packed weights, the projection, one window's bf16 keys/values and the cache."""
     native.reset()
     mel = mx.array(np.random.default_rng(0).standard_normal((1, 3000, 80), dtype=np.float32))
-    base = model.decoder.start(model.encoder(mel))
-    step = model.decoder.native_step()
+    inference = inference_for(model)
+    base = inference.start(inference.encode(mel))
+    step = inference.step
     assert step is not None
-    logits, state, _ = model.decoder(mx.array([[50257, 50362]]), base)
-    logits, state, _ = model.decoder(mx.array(np.array(logits[:, -1]).argmax(-1)[:, None]), state)
+    logits, state, _ = inference.decode(mx.array([[50257, 50362]]), base)
+    logits, state, _ = inference.decode(mx.array(np.array(logits[:, -1]).argmax(-1)[:, None]), state)
     weights = [getattr(p, f).data for p in step.packed
                for f in ("query", "key", "value", "out", "cross_query", "cross_out", "mlp1", "mlp2")]
     windows = [a for hit in step._audio.values() for a in hit[2:]]

@@ -3,7 +3,7 @@
 A small version of bench/precision.py (which runs the whole dev set): three of the dev set's
 short_en recordings and examples/jfk.flac, one-shot greedy, beam search, streaming and files
 side by side (--batch-files), kernels on (bf16 decoder weights, as installed) against
-TRANSCRIBER_KERNELS=off: the same words as the WER counts them (after evaluation.normalize;
+TRANSCRIBER_KERNELS=off: the same words as the WER counts them (after evalkit.scoring.normalize;
 beam search may pick another comma between near-equal beams: "belly" / "belly," seen), and the
 same words with their punctuation in greedy modes. Skipped where the kernels were not built.
 """
@@ -15,7 +15,7 @@ import pytest
 import transcriber
 from tests.conftest import JFK, require_data, scored_entries
 from transcriber import native
-from transcriber.evaluation import normalize
+from evalkit.scoring import normalize
 from transcriber.native import loader
 
 pytestmark = [pytest.mark.slow,
@@ -35,7 +35,7 @@ def _words(model, files, mode: str) -> list[list[str]]:
         return [[w.text for w in transcriber.transcribe(f, model, beam_size=5).words] for f in files]
     if mode == "stream":
         return [[w.text for w in transcriber.stream(f, model)] for f in files]
-    batch, got = transcriber.OneShotEngine(model).batch(len(files)), {f: [] for f in files}
+    batch, got = transcriber.OneShotEngine(model).side_by_side(len(files)), {f: [] for f in files}
     for f in files:
         batch.add(f, f)
     for key, event in batch.events():

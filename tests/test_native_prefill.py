@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-from unittest import mock
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
 from tests.conftest import JFK
-from tests.test_native import PATHS, _bf, _dots, kernels  # noqa: F401 - kernels: the per-path fixture
+from tests.test_native import PATHS, _bf, _dots, _kernel_setting, _settings_read_again, kernels  # noqa: F401 - fixtures
 from transcriber import native
 from transcriber.audio import load_audio
 from transcriber.mel import log_mel_spectrogram, pad_or_trim
+from transcriber.model.inference import MLXInference
 from transcriber.native import checks, prefill
+from transcriber.native.inference import inference_for
 
 pytestmark = pytest.mark.skipif(not PATHS, reason="native kernels not built here (see test_native_fallback.py)")
 
@@ -70,8 +70,7 @@ def _pass_inputs(model, t: int, seed: int = 0):
     each GEMM route's features differ in their last bits (all ~0.56% RMS from MLX's), and over
     random tokens one attention row can sit near a tie: the portable route's features once moved
     a probability by 0.016 in both passes' comparison, the same pass on MLX's features by 0.004."""
-    with mock.patch.dict(os.environ, {native.ENCODER_ENV: "mlx"}):
-        state = model.decoder.start(model.encoder(_jfk_mel()))
+    state = model.decoder.start(model.encoder(_jfk_mel()))
     tokens = mx.array([np.random.default_rng(seed + 1).integers(0, 50000, t).tolist()])
     return state, tokens
 
@@ -94,10 +93,10 @@ def _agree(got, want, layers):
 def test_the_pass_matches_mlx_float32(model, t):
     native.reset()
     state, tokens = _pass_inputs(model, t)
-    run = model.decoder.native_pass()
+    run = inference_for(model).prefill
     assert run is not None and run.supports(tokens, state)
     layers, logits = model.alignment_layers, [0, t - 1]
-    _agree(run.run(tokens, state, layers, logits), model.decoder.mlx_pass(tokens, state, layers, logits), layers)
+    _agree(run.run(tokens, state, layers, logits), MLXInference(model).decode(tokens, state, layers, logits), layers)
     got = run.run(tokens, state, (), False)  # the word-timing pass asks for no logits
     assert got[0] is None and got[2] is None
 
@@ -107,26 +106,29 @@ def test_a_pass_after_cached_tokens_and_the_steps_after_it(model):
     offset: each as MLX's float32 decoder gives it from the same state."""
     native.reset()
     state, tokens = _pass_inputs(model, 30, seed=5)
-    decoder, layers = model.decoder, model.alignment_layers
+    inference, layers = inference_for(model), model.alignment_layers
+    decoder = inference.decode
     first = decoder(tokens, state, want_weights=layers, want_logits=[29])
-    step = decoder.native_step()
+    step = inference.step
     assert all(step.cache._buffer(c) is not None for pair in first[1].self_kv for c in pair)
     token = mx.array([[int(np.asarray(first[0])[0, -1].argmax())]])
     after_step = decoder(token, first[1])
     assert all(step.cache._buffer(c) is not None for pair in after_step[1].self_kv for c in pair)
     more = mx.array([[220, 11, 290, 13, 400]])
-    _agree(decoder(more, after_step[1], want_weights=layers), decoder.mlx_pass(more, after_step[1], layers), layers)
+    _agree(decoder(more, after_step[1], want_weights=layers), MLXInference(model).decode(more, after_step[1], layers),
+           layers)
 
 
 def test_a_first_pass_that_differs_from_mlx_disables_the_pass(model, monkeypatch, caplog):
     native.reset()
     monkeypatch.setattr(prefill, "CHECK_RMS", 0.0)
     state, tokens = _pass_inputs(model, 12)
+    inference = inference_for(model)
     with caplog.at_level(logging.WARNING):
-        got = model.decoder(tokens, state, want_logits=[11])
-    want = model.decoder.mlx_pass(tokens, state, (), [11])
+        got = inference.decode(tokens, state, want_logits=[11])
+    want = model.decoder(tokens, state, (), [11], inference.kernels)
     assert np.array_equal(np.asarray(got[0]), np.asarray(want[0]))  # MLX's result served
-    run = model.decoder.native_pass()
+    run = inference.prefill
     assert run.checked is False and not run.supports(tokens, state)
     assert "native prompt pass" in caplog.text and "differ" in caplog.text
     native.reset()
@@ -135,10 +137,10 @@ def test_a_first_pass_that_differs_from_mlx_disables_the_pass(model, monkeypatch
 def test_the_pass_can_be_turned_off_and_only_serves_one_row(model, monkeypatch):
     native.reset()
     state, tokens = _pass_inputs(model, 5)
-    run = model.decoder.native_pass()
+    run = inference_for(model).prefill
     assert not run.supports(tokens[:, :1], state)  # one token: the step's or MLX's
     two = mx.concatenate([tokens, tokens])
     assert not run.supports(two, type(state)([(mx.concatenate([k, k]), mx.concatenate([v, v]))
                                               for k, v in state.cross_kv], state.self_kv))
-    monkeypatch.setenv(native.PASS_ENV, "mlx")
-    assert model.decoder.native_pass() is None
+    _kernel_setting(monkeypatch, native.PASS_ENV, "mlx")
+    assert inference_for(model).prefill is None

@@ -11,7 +11,7 @@ import webvtt
 
 import transcriber
 from transcriber.cues import CueOptions
-from transcriber.evaluation import normalize, wer, word_start_errors
+from evalkit.scoring import normalize, wer, word_start_errors
 from transcriber.writers import write_outputs
 
 from .conftest import JFK, JFK_TEXT, PRESS_YARD, audio_path, ffmpeg, scored_entries
@@ -88,7 +88,7 @@ def test_closing_music_after_the_last_words_stays_silent(model, data_dir, tmp_pa
     close). The last window's " Thank you." was refused by the gate, and the seconds after it,
     decoded again on their own, wrote " Thank you." once more and kept it: the walk now ends
     with a last window whose every segment was refused."""
-    from transcriber import podcast
+    from evalkit import podcast
 
     layout = ("osr_us_000_0034_harvard.flac", podcast.Silence(4.0, -55.0), "jfk.flac", podcast.Music(30.0, 15.0))
     cast = podcast.build_podcast(data_dir, layout)
@@ -102,7 +102,7 @@ def test_the_full_podcast_in_the_default_mode(model, data_dir, tmp_path):
     `transcribe podcast.wav` writes it: no word in music or silence, no cue reaching half a
     second into them (a " Roman." once sat 0.7 s into a pause, a " you" in the closing music),
     nothing lost at the edges, the sentence ends kept (28 of the references' 26 measured)."""
-    from transcriber import podcast
+    from evalkit import podcast
 
     cast = podcast.build_podcast(data_dir, podcast.FULL)
     card = podcast.score(cast, transcriber.transcribe(cast.write_wav(tmp_path / "podcast.wav"), model=model).words)
@@ -157,7 +157,7 @@ def test_greedy_batch_gives_each_window_its_own_tokens(model, four_jfks):
     started: each row's tokens are exactly those of DecodingTask.run on it alone."""
     from transcriber.audio import load_audio
     from transcriber.context import WhisperContext
-    from transcriber.decoding.batch import GreedyBatch
+    from transcriber.decoding.side_by_side import WindowsSideBySide
     from transcriber.decoding.options import DecodingOptions
     from transcriber.decoding.task import DecodingTask
 
@@ -171,7 +171,7 @@ def test_greedy_batch_gives_each_window_its_own_tokens(model, four_jfks):
         rows.append((DecodingTask(model, tok, DecodingOptions(prompt=tuple(prompt) or None), model.info.suppress_ids),
                      base))
     alone = [task.run(base, "en") for task, base in rows]
-    batch, together = GreedyBatch(model), {}
+    batch, together = WindowsSideBySide(model), {}
     batch.add(0, *rows[0])
     batch.add(1, *rows[1])
     for _ in range(3):
@@ -187,7 +187,7 @@ def test_greedy_batch_gives_each_window_its_own_tokens(model, four_jfks):
 
 
 def test_files_side_by_side_give_their_own_words(model, four_jfks, tmp_path):
-    """engine.batch(2) over four files (one of them broken, one of two windows): each good
+    """engine.side_by_side(2) over four files (one of them broken, one of two windows): each good
     file gets the words steps() gives it alone, the broken one its error, the rest go on."""
     from transcriber import AudioError, OneShotEngine
 
@@ -196,7 +196,7 @@ def test_files_side_by_side_give_their_own_words(model, four_jfks, tmp_path):
     engine = OneShotEngine(model)
     files = [four_jfks, JFK, broken, PRESS_YARD]
     alone = {f: [w.text for s in engine.steps(f) for w in s.words] for f in files if f != broken}
-    batch, waiting = engine.batch(2), list(files)
+    batch, waiting = engine.side_by_side(2), list(files)
     got, ended, errors = {f: [] for f in files}, [], {}
     for _ in range(2):
         batch.add(waiting[0], waiting.pop(0))
@@ -218,7 +218,7 @@ def test_files_side_by_side_give_their_own_words(model, four_jfks, tmp_path):
 
 def test_a_dropped_file_says_nothing_more(model, four_jfks):
     engine = transcriber.OneShotEngine(model)
-    batch = engine.batch(2)
+    batch = engine.side_by_side(2)
     batch.add("long", four_jfks)
     batch.add("jfk", JFK)
     seen = []

@@ -1,6 +1,6 @@
 """Subtitles over a podcast: silent over music and non-speech, whole after it, punctuated.
 
-The podcast (``transcriber.podcast.SHORT``, ~2 minutes) is built from the recordings at test
+The podcast (``evalkit.podcast.SHORT``, ~2 minutes) is built from the recordings at test
 time; the non-speech set is made here with numpy.
 """
 
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import transcriber
-from transcriber import StreamingEngine, StreamingOptions, podcast
-from transcriber.podcast import Podcast, Region
+from evalkit import podcast
+from evalkit.podcast import Podcast, Region
+from transcriber import StreamingEngine, StreamingOptions
 
 from .conftest import audio_path
 

@@ -3,7 +3,7 @@ this module starts once (2 CPUs, no dashboard), with the real tiny.en model on s
 example files: the same words as the in-process runner, a worker killed (kill -9) or hung
 mid-file, files a worker cannot read, and Ray absent or never imported without ``--ray``.
 
-Moments are picked by a test hook, not by sleeps: TRANSCRIBER_TEST_WORKER_SIGNAL_AT makes the
+Moments are picked by a test hook (tests/faults), not by sleeps: TRANSCRIBER_TEST_WORKER_SIGNAL_AT makes the
 worker decoding a named file stop itself (SIGSTOP) at a given step; the test then kills it, or
 lets the driver's --worker-timeout find it.
 """
@@ -27,8 +27,10 @@ from click.testing import CliRunner
 
 from jobs.attempt import Attempt
 from jobs.cli import main
-from jobs.store import Job, JobStore
+from jobs.domain import Job
+from jobs.sqlite_store import SqliteJobStore
 
+from . import faults
 from .conftest import JFK, PRESS_YARD, ffmpeg
 
 RAY_INSTALL = "pip install 'transcriber[ray]'"
@@ -39,8 +41,10 @@ HOOK = "TRANSCRIBER_TEST_WORKER_SIGNAL_AT"
 def ray_address():
     """A local Ray instance for this module; its GCS address (what ``--ray ADDRESS`` joins)."""
     sigterm = signal.getsignal(signal.SIGTERM)  # ray.init installs its own: the other tests keep pytest's
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20,
-             logging_level=logging.ERROR, log_to_driver=False)
+    with pytest.MonkeyPatch.context() as patch:  # its workers act on HOOK (tests/faults)
+        patch.setenv("PYTHONPATH", faults.environment(dict(os.environ))["PYTHONPATH"])
+        ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20,
+                 logging_level=logging.ERROR, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
     signal.signal(signal.SIGTERM, sigterm)
@@ -96,7 +100,7 @@ def reference(folder, tmp_path_factory) -> dict[str, list]:
 
 
 def jobs_in(db: Path) -> dict[str, Job]:
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         return {Path(j.path).name: j for j in store.jobs()}
 
 
@@ -152,7 +156,7 @@ def stopped_worker(db: Path, name: str):
     committed a checkpoint of that file."""
     if not db.exists():
         return None
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         job = next((j for j in store.jobs() if Path(j.path).name == name), None)
         if job is None or not job.worker or not store.checkpoints(job.id):
             return None
@@ -207,7 +211,7 @@ def test_the_driver_killed_mid_file_then_a_rerun_resumes_it(ray_address, folder,
     assert words_of(work) == {"jfk": reference["jfk"]}
     job = jobs_in(db)["jfk.flac"]
     assert job.status == "done" and job.runs == 2 and job.errors == 0  # resumed, not counted as a failure
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         owners = [c["owner"] for c in store.checkpoints(job.id)]
     assert len(set(owners)) == 2 and owners[0] != owners[-1]  # the second driver went on from the first's
 

@@ -3,13 +3,14 @@
 A real cluster on this machine: ``ray.cluster_utils.Cluster`` (Ray's own test utility) starts a
 head (no CPUs: it only hosts the control store and the driver) and two nodes of one CPU each,
 every one its own raylet. The worker decoding jfk.flac stops itself at a step (the test hook of
-tests/test_ray.py), the test kills that worker's node (its raylet and every process of it), and
+tests/test_ray.py, tests/faults), the test kills that worker's node (its raylet and every process of it), and
 the run must go on on the other node: the file queued again without an attempt counted, resumed
 from its checkpoint, one line naming the node, exit 0.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
@@ -19,6 +20,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'transcriber[ray]'")
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from . import faults  # noqa: E402
 from .conftest import JFK, PRESS_YARD  # noqa: E402
 from .test_ray import HOOK, STREAM, driver, invoke, jobs_in, pid_of, stopped_worker, wait_for, words_of  # noqa: E402
 
@@ -26,8 +28,10 @@ NODE_MEMORY = dict(object_store_memory=80 * 2**20)  # items are small: keep each
 
 
 @pytest.fixture
-def cluster():
-    """A head without CPUs and two one-CPU nodes (three raylets); shut down after the test."""
+def cluster(monkeypatch):
+    """A head without CPUs and two one-CPU nodes (three raylets); shut down after the test. Its
+    workers act on HOOK (tests/faults)."""
+    monkeypatch.setenv("PYTHONPATH", faults.environment(dict(os.environ))["PYTHONPATH"])
     cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=0, include_dashboard=False, **NODE_MEMORY))
     try:
         for _ in range(2):

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from jobs.lease import DEFAULT_CHECKPOINT_SECONDS, CheckpointClock
-from transcriber import audio
+from transcriber import audio, ffmpegtool
 from transcriber.modes import make_engine
 
 from .conftest import ffmpeg
@@ -78,7 +78,7 @@ def test_samples_from_an_offset_are_those_of_a_decode_from_the_start(media, cont
 
 
 def test_seeking_is_used_only_where_it_is_exact(media):
-    probes = [audio._probe_ffmpeg] + ([audio._probe_ffprobe] if audio._ffprobe_binary() else [])
+    probes = [audio._probe_ffmpeg] + ([audio._probe_ffprobe] if ffmpegtool.ffprobe_binary() else [])
     for probe in probes:  # both ways of reading a file's streams tell the codec and rate
         exact = {c: probe(str(media["oneshot", c])).seeks_exactly for c in CONTAINERS}
         assert exact == {"flac": True, "mp3": False, "m4a": False, "opus": False, "mkv": False}, probe

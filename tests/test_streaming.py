@@ -13,7 +13,7 @@ import pytest
 
 from transcriber.audio import load_audio, probe
 from transcriber.cues import CueOptions
-from transcriber.evaluation import wer, word_start_errors
+from evalkit.scoring import wer, word_start_errors
 from transcriber import StreamingEngine, stream, words_to_transcript
 from transcriber.streaming import StreamingOptions, StreamingSession
 from transcriber.streaming.words import commit_count

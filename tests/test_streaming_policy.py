@@ -61,8 +61,8 @@ def test_mean_over_heads_outvotes_one_stray_head():
 def test_restricting_to_real_frames_renormalises():
     att = diagonal_attention([10, 30, 95], n_frames=100)
     assert near(most_attended_frame(att), 95)
-    assert most_attended_frame(att, n_frames=60) < 60
-    assert token_scores(att, n_frames=60).shape == (60,)
+    assert most_attended_frame(att, n_positions=60) < 60
+    assert token_scores(att, n_positions=60).shape == (60,)
 
 
 def test_a_single_row_scores_zero():

@@ -147,7 +147,7 @@ def test_the_graph_reads_the_imports_it_should():
     graph = import_graph()
     assert "transcriber.modes" in graph["transcriber"]  # from .modes import ... in __init__
     assert "transcriber" in graph["jobs.store"]  # from transcriber import ...
-    assert "jobs.store" in graph["jobs.batch"]  # from .store import ...
+    assert "jobs.store" in graph["jobs.enqueue"]  # from .store import ...
     assert all(module.startswith(PACKAGES) for edges in graph.values() for module in edges)
 
 
@@ -166,3 +166,143 @@ def test_no_import_cycle():
 def test_no_function_over_50_lines():
     found = long_functions()
     assert not found, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(found)
+
+
+LIFECYCLE = "jobs.attempt"  # the one module that writes an attempt's life
+LIFECYCLE_PARTS = ("Heartbeat", "CheckpointClock")
+
+
+def constructed(names: tuple[str, ...]) -> dict[str, list[str]]:
+    """{module: ``file:line name``} for each call of one of ``names`` (a class constructed)."""
+    found: dict[str, list[str]] = {}
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in names:
+                    found.setdefault(module, []).append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
+    return found
+
+
+def test_only_the_attempt_builds_a_heartbeat_or_a_checkpoint_clock():
+    """An attempt's life (its lease's heartbeat, the clock that says when to checkpoint, the stop
+    check, the commits, the end booked) is written once, in jobs/attempt.py, and every runner
+    (in process, side by side, Ray, follow; the Ray worker's clock too) only hands it its steps.
+    A runner that built its own heartbeat or clock would be a second copy of that life, and a
+    fix to one (how a lost lease or a stop is handled) would have to be made in each."""
+    found = constructed(LIFECYCLE_PARTS)
+    assert set(found) <= {LIFECYCLE}, "\n".join(line for m, lines in found.items() if m != LIFECYCLE
+                                                for line in lines)
+    assert set(found) == {LIFECYCLE}  # the scan itself: it does find them there
+
+
+# -- the product and its support code ----------------------------------------------------------------
+
+SUPPORT = ("evalkit", "tests", "bench")  # the tests' and benchmarks' code: never shipped
+
+
+def _imported_top_names(path: Path) -> Iterator[tuple[str, int]]:
+    """(first part of the module's name, line) for every absolute import in ``path``, lazy ones
+    included."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name.split(".")[0], node.lineno
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.module.split(".")[0], node.lineno
+
+
+def test_the_product_imports_nothing_from_the_tests_or_bench():
+    """transcriber/ and jobs/ are what the wheel ships; evalkit/ (scoring, the test podcast),
+    tests/ and bench/ are not in it. A product module importing one of them would work in the
+    repository and fail when installed, so none does; and the wheel's package list
+    (pyproject.toml) takes none of them in."""
+    import fnmatch
+    import re
+
+    found = [f"{path.relative_to(ROOT)}:{line} imports {name}" for path in modules().values()
+             for name, line in _imported_top_names(path) if name in SUPPORT]
+    assert not found, "\n".join(found)
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = re.search(r"^\[tool\.setuptools\.packages\.find\]\s*include = \[(.*?)\]", text, re.M)
+    assert listed, "pyproject.toml lists the wheel's packages under [tool.setuptools.packages.find]"
+    include = re.findall(r'"([^"]+)"', listed.group(1))
+    assert not [name for name in SUPPORT if any(fnmatch.fnmatch(name, pattern) for pattern in include)], include
+
+
+# The environment is read in transcriber/settings.py alone: there each variable is named,
+# checked and documented once (``transcribe doctor``, the CLI's check before any work). What
+# cannot go there, by (file, variable), and why:
+ENVIRONMENT_READS_ALLOWED = {
+    ("transcriber/native/build.py", "CXX"):
+        "the compiler of the kernels' build, run by setup.py before the package is installed "
+        "(loaded by path: importing transcriber.settings would import the package and MLX); "
+        "CXX is the build tools' convention, not a setting of the tool",
+    ("transcriber/native/loader.py", "OMP_WAIT_POLICY"):
+        "a default written for OpenMP before the kernels load (setdefault: the user's value "
+        "wins); the tool never uses the value",
+}
+# Methods of os.environ that hand a variable's value to the code (``copy`` passes it on whole).
+_ENVIRON_READS = ("get", "items", "keys", "values", "setdefault", "pop", "__getitem__", "__contains__")
+
+
+def _is_environ(node: ast.AST) -> bool:
+    """``os.environ`` or a bare ``environ`` (``from os import environ``)."""
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+        isinstance(node, ast.Name) and node.id == "environ")
+
+
+def _environment_reads(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, variable or "*") of each read of the environment in ``path``: ``os.environ[...]``,
+    ``os.environ.get(...)`` and the other reading methods, ``... in os.environ``,
+    ``os.getenv(...)``. Handing ``os.environ`` on to a child (``env=os.environ``,
+    ``{**os.environ, ...}``, an argument) is not a read: the child reads its own."""
+    def name(args: list) -> str:
+        first = args[0] if args else None
+        return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else "*"
+
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        function = node.func if isinstance(node, ast.Call) else None
+        if isinstance(function, ast.Attribute) and _is_environ(function.value) and function.attr in _ENVIRON_READS:
+            yield node.lineno, name(node.args)
+        elif (isinstance(function, ast.Attribute) and function.attr in ("getenv", "getenvb")) or (
+                isinstance(function, ast.Name) and function.id in ("getenv", "getenvb")):
+            yield node.lineno, name(node.args)
+        elif isinstance(node, ast.Subscript) and _is_environ(node.value) and isinstance(node.ctx, ast.Load):
+            yield node.lineno, name([node.slice])
+        elif isinstance(node, ast.Compare) and any(_is_environ(c) for c in node.comparators):
+            yield node.lineno, name([node.left])
+
+
+def test_the_reader_of_environment_reads_finds_them():
+    """The finder itself, on a module written here: reads found, a hand-on to a child not."""
+    import tempfile
+
+    source = ("import os\nfrom os import environ\na = os.environ.get('A')\nb = os.environ['B']\n"
+              "c = 'C' in os.environ\nd = os.getenv('D')\ne = environ.get('E')\nf = dict(os.environ.items())\n"
+              "from os import getenv\ng = getenv('G')\n"
+              "import subprocess\nsubprocess.run(['x'], env={**os.environ, 'H': '1'})\n"
+              "subprocess.run(['x'], env=os.environ)\nh = os.environ.copy()\n")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "m.py"
+        path.write_text(source)
+        assert sorted(_environment_reads(path)) == [(3, "A"), (4, "B"), (5, "C"), (6, "D"), (7, "E"), (8, "*"),
+                                                       (10, "G")]
+
+
+def test_no_environment_read_outside_the_settings_module():
+    """Every environment variable the product reads is read in transcriber/settings.py, where
+    it is checked, documented and listed once; a read deep in a module is a setting a newcomer
+    cannot find. The few that cannot go there are named above, each with its reason."""
+    settings = ROOT / "transcriber" / "settings.py"
+    found = []
+    for path in modules().values():
+        if path == settings:
+            continue
+        where = str(path.relative_to(ROOT))
+        for line, variable in _environment_reads(path):
+            if (where, variable) not in ENVIRONMENT_READS_ALLOWED:
+                found.append(f"{where}:{line} reads {variable if variable != '*' else 'the environment'}")
+    assert not found, "read them through transcriber/settings.py:\n" + "\n".join(found)
+    for (where, variable) in ENVIRONMENT_READS_ALLOWED:  # no stale entry
+        assert (ROOT / where).is_file() and any(v == variable for _, v in _environment_reads(ROOT / where)), where

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from jobs.cli import main
 from jobs.engines import EngineCache
 from jobs.spec import JobSpec
-from jobs.store import JobStore
+from jobs.sqlite_store import SqliteJobStore
 from transcriber.cues import CueOptions, transcript_cues
 from transcriber.writers import OutputOptions, write_outputs
 
@@ -149,7 +149,7 @@ def test_cli_cue_flags_rewrite_outputs_without_decoding(tmp_path, monkeypatch):
                 json.loads((tmp_path / "jfk.json").read_text(encoding="utf-8")))
 
     def job():
-        with JobStore(db) as store:
+        with SqliteJobStore(db) as store:
             return store.by_path(str(source.resolve()))
 
     first = transcribe()

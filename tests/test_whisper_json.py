@@ -15,7 +15,7 @@ from dataclasses import asdict
 
 import pytest
 
-from jobs.store import segments_from_json
+from jobs.sqlite_store import segments_from_json
 from transcriber.engine import assemble
 from transcriber.modes import make_engine
 from transcriber.types import Segment, Transcript, Word, words_segment

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import transcriber
-from transcriber.evaluation import aligned_starts, error_quantiles, word_start_offsets
+from evalkit.scoring import aligned_starts, error_quantiles, word_start_offsets
 
 from .conftest import scored_entries
 

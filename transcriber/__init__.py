@@ -22,8 +22,8 @@ from .streaming.options import StreamingOptions
 from .types import Segment, Transcript, Word, words_segment
 
 # The names above are light (no numpy, no MLX: ``transcribe --help`` imports them). The rest
-# are imported on first use, by name -> module. Any of them but ``probe`` imports the model
-# package first, whose import binds MLX's sgemm to the fast BLAS (see transcriber/model/__init__.py).
+# are imported on first use, by name -> module. Loading a model binds MLX's sgemm to the fast
+# BLAS (``blas.bind_once``), not importing any of them.
 _LAZY = {"probe": ".audio", "CueOptions": ".cues", "doctor_report": ".doctor:report",
          "Engine": ".engine", "Step": ".engine", "assemble": ".engine", "words_to_transcript": ".engine",
          "ModelStatus": ".model.catalog", "list_models": ".model.catalog", "OneShotEngine": ".oneshot",
@@ -31,14 +31,11 @@ _LAZY = {"probe": ".audio", "CueOptions": ".cues", "doctor_report": ".doctor:rep
          "OutputOptions": ".writers", "write_outputs": ".writers",
          "render_outputs": ".writers", "write_rendered": ".writers", "blas": ".native.blas:",
          "LiveSource": ".follow", "FollowOptions": ".follow", "kernels_note": ".native:first_run_note"}
-_NO_MLX = {"probe"}
 
 
 def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name not in _NO_MLX:
-        importlib.import_module(".model", __name__)
     module, _, attribute = _LAZY[name].partition(":")
     loaded = importlib.import_module(module, __name__)
     value = loaded if _LAZY[name].endswith(":") else getattr(loaded, attribute or name)

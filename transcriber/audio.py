@@ -32,16 +32,12 @@ Failure rules (all raise ``AudioError`` with one line naming the file and ffmpeg
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import functools
 import json
 import logging
 import math
 import os
 import re
 import select
-import shutil
 import stat
 import subprocess
 import threading
@@ -51,15 +47,13 @@ from typing import Iterator, Union
 import ffmpeg
 import numpy as np
 
-from transcriber.bounded import ReadTimeout, bounded, read_seconds, timeout_error
+from transcriber import ffmpegtool
+from transcriber.bounded import ReadTimeout, bounded, read_timeout, timeout_error
 from transcriber.constants import SAMPLE_RATE
 from transcriber.errors import AudioError, ToolError
 
 _log = logging.getLogger(__name__)
 
-_REAP_SECONDS = 0.2  # a killed ffmpeg exits in milliseconds; one still there is stuck on its input
-_STDERR_KEEP_LINES = 50  # a corrupt file can print an error per frame; keep only the tail
-_WARNING_MAX_CHARS = 160  # the first message, as told in a warning
 _SHORT_ABS_S, _SHORT_REL = 1.0, 0.01  # truncation tolerance, see the module docstring
 _SKIP_BLOCK = 30 * SAMPLE_RATE  # samples read at a time when decoding up to a resume point
 
@@ -90,7 +84,7 @@ def _select(name: str, info: _MediaInfo, track: Union[int, str, None]) -> _Media
     if not 0 <= index < len(info.tracks):
         listed = ", ".join(f"{i} ({t.language or 'no language tag'})" for i, t in enumerate(info.tracks, 1))
         wanted = f"audio track {track}" if isinstance(track, int) else f"audio track tagged {track!r}"
-        raise AudioError(_message(name, f"no {wanted}: its audio tracks are {listed}"))
+        raise AudioError(ffmpegtool.message(name, f"no {wanted}: its audio tracks are {listed}"))
     # The duration read is the container's (its longest stream): another track may be shorter
     # without being cut, so the truncation rule cannot apply to it (as for an estimated one).
     return replace(info, track=index, seeks_exactly=info.tracks[index].exact,
@@ -111,22 +105,6 @@ def _exact(codec: str, sample_rate: int) -> bool:
     return (codec in _EXACT_CODECS or codec.startswith(_EXACT_CODEC_PREFIX)) and sample_rate == SAMPLE_RATE
 
 
-@functools.lru_cache(maxsize=None)
-def ffmpeg_binary() -> str:
-    """The ``ffmpeg`` on PATH if there is one (the user's choice wins), else imageio-ffmpeg's."""
-    found = shutil.which("ffmpeg")
-    if found:
-        return found
-    import imageio_ffmpeg
-
-    return imageio_ffmpeg.get_ffmpeg_exe()
-
-
-@functools.lru_cache(maxsize=None)
-def _ffprobe_binary() -> str | None:
-    return shutil.which("ffprobe")
-
-
 def probe(path) -> float:
     """Duration in seconds of the file (its first audio stream where the tool can tell).
 
@@ -145,26 +123,26 @@ def _probe_info(path) -> _MediaInfo:
     except ReadTimeout:
         raise
     except OSError as e:
-        raise AudioError(_message(name, e.strerror or str(e))) from e
+        raise AudioError(ffmpegtool.message(name, e.strerror or str(e))) from e
     if stat.S_ISDIR(st.st_mode):
-        raise AudioError(_message(name, "is a directory"))
+        raise AudioError(ffmpegtool.message(name, "is a directory"))
     if st.st_size == 0:
-        raise AudioError(_message(name, "file is empty"))
-    if _ffprobe_binary():
+        raise AudioError(ffmpegtool.message(name, "file is empty"))
+    if ffmpegtool.ffprobe_binary():
         return _probe_ffprobe(name)
     return _probe_ffmpeg(name)
 
 
 def _probe_ffprobe(name: str) -> _MediaInfo:
-    cmd = [_ffprobe_binary(), "-v", "error", "-show_entries",
+    cmd = [ffmpegtool.ffprobe_binary(), "-v", "error", "-show_entries",
            "format=duration:stream=codec_type,codec_name,sample_rate,duration"
            ":stream_disposition=attached_pic:stream_tags=language",
-           "-of", "json", _ffmpeg_path(name)]
-    proc = _run(cmd, name)
+           "-of", "json", ffmpegtool.input_path(name)]
+    proc = ffmpegtool.run_probe(cmd, name)
     if proc.returncode != 0:
-        _check_started(cmd[0], proc.returncode, proc.stderr)
-        cause = _reason(proc.stderr, name) or "not a media file ffprobe can read"
-        raise AudioError(_message(name, cause))
+        ffmpegtool.check_started(cmd[0], proc.returncode, proc.stderr)
+        cause = ffmpegtool.reason(proc.stderr, name) or "not a media file ffprobe can read"
+        raise AudioError(ffmpegtool.message(name, cause))
     return _parse_ffprobe_json(name, proc.stdout)
 
 
@@ -173,7 +151,7 @@ def _parse_ffprobe_json(name: str, text: str) -> _MediaInfo:
     streams = info.get("streams", [])
     audio = [s for s in streams if s.get("codec_type") == "audio"]
     if not audio:
-        raise AudioError(_message(name, "no audio stream"))
+        raise AudioError(ffmpegtool.message(name, "no audio stream"))
     has_video = any(s.get("codec_type") == "video"
                     and not s.get("disposition", {}).get("attached_pic") for s in streams)
     rate = audio[0].get("sample_rate", "")
@@ -200,16 +178,16 @@ _CODEC_RE = re.compile(r"^(\w+)(?:.*?, (\d+) Hz)?")  # "flac, 16000 Hz, mono, s1
 
 def _probe_ffmpeg(name: str) -> _MediaInfo:
     # `ffmpeg -i file` with no output always exits 1; the file's description is on stderr.
-    proc = _run([ffmpeg_binary(), "-nostdin", "-hide_banner", "-i", _ffmpeg_path(name)], name)
+    proc = ffmpegtool.run_probe([ffmpegtool.ffmpeg_binary(), "-nostdin", "-hide_banner", "-i", ffmpegtool.input_path(name)], name)
     text = proc.stderr
     duration = _DURATION_RE.search(text)
     if "Input #0" not in text or not duration:
-        cause = _reason(text, name) or "not a media file ffmpeg can read"
-        raise AudioError(_message(name, cause))
+        cause = ffmpegtool.reason(text, name) or "not a media file ffmpeg can read"
+        raise AudioError(ffmpegtool.message(name, cause))
     streams = [(m.group(2), m.group(3), m.group(1) or "") for m in _STREAM_RE.finditer(text)]
     audio = [(rest, language) for kind, rest, language in streams if kind == "Audio"]
     if not audio:
-        raise AudioError(_message(name, "no audio stream"))
+        raise AudioError(ffmpegtool.message(name, "no audio stream"))
     has_video = any(kind == "Video" and "(attached pic)" not in rest for kind, rest, _ in streams)
     tracks = tuple(_Track("" if language == "und" else language, _codec_exact(rest)) for rest, language in audio)
     seconds = 0.0
@@ -292,7 +270,7 @@ def _decode_command(name: str, info: _MediaInfo, start: float, duration: float |
     saw: such a file is decoded from its start, and what precedes ``start`` dropped."""
     seek = start if info.seeks_exactly else 0.0
     skip = round(start * SAMPLE_RATE) - round(seek * SAMPLE_RATE)
-    source = ffmpeg.input(_ffmpeg_path(name), **({"ss": seek} if seek > 0 else {}))
+    source = ffmpeg.input(ffmpegtool.input_path(name), **({"ss": seek} if seek > 0 else {}))
     out_args = {"format": "f32le", "ac": 1, "ar": SAMPLE_RATE}
     if duration is not None:  # a little more than asked: _decode cuts at the exact sample
         out_args["t"] = duration + (start - seek) + _DURATION_MARGIN_S
@@ -301,7 +279,7 @@ def _decode_command(name: str, info: _MediaInfo, start: float, duration: float |
     # truncation rule relies on.
     node = source[f"a:{info.track}"].output("pipe:", **out_args).global_args(
         "-nostdin", "-hide_banner", "-v", "error")
-    return node.compile(cmd=ffmpeg_binary()), skip
+    return node.compile(cmd=ffmpegtool.ffmpeg_binary()), skip
 
 
 def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
@@ -318,10 +296,10 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     except OSError as e:
         raise ToolError(f"ffmpeg ({command[0]}) cannot start: {e}") from e
-    output, seconds = _Output(proc.stdout, name), read_seconds()
+    output, seconds = _Output(proc.stdout, name), read_timeout()
     # stderr is drained by a thread: a chatty ffmpeg blocked on a full stderr pipe would
     # otherwise never write stdout again, and we would wait on it forever.
-    stderr = _Stderr(name)
+    stderr = ffmpegtool.Stderr(name)
     drain = threading.Thread(target=stderr.drain, args=(proc.stderr,), daemon=True)
     drain.start()
 
@@ -339,7 +317,7 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
         drain.join(seconds)
         finished = True
     finally:
-        if not finished and _reap(proc):  # closed early or failed: do not leave ffmpeg running or a zombie
+        if not finished and ffmpegtool.reap(proc):  # closed early or failed: do not leave ffmpeg running or a zombie
             drain.join(timeout=5)  # (an ffmpeg stuck on its input keeps its stderr open: not waited for)
         proc.stdout.close()
 
@@ -372,7 +350,7 @@ def _chunks(output, skip: int, chunk_samples: int, limit: int | None) -> Iterato
 def _check_length(name: str, info: _MediaInfo, start: float, duration: float | None,
                   decoded: int, stderr: str) -> None:
     """Apply the truncation rule of the module docstring after a clean ffmpeg exit."""
-    reason = _reason(stderr, name)
+    reason = ffmpegtool.reason(stderr, name)
     expected_end = info.duration
     if duration is not None:
         expected_end = min(expected_end, start + duration)
@@ -382,7 +360,7 @@ def _check_length(name: str, info: _MediaInfo, start: float, duration: float | N
              and decoded_end < expected_end - tolerance)
     if short and (not info.has_video or reason):
         cause = f"truncated: decoded {decoded_end:.2f} s of {expected_end:.2f} s"
-        raise AudioError(_message(name, f"{cause} ({reason})" if reason else cause))
+        raise AudioError(ffmpegtool.message(name, f"{cause} ({reason})" if reason else cause))
     if reason:  # not an error: the caller is told through AudioStream.warnings
         _log.info("%r decoded in full, but ffmpeg reported: %s", name, reason)
 
@@ -424,11 +402,11 @@ def _read_samples(pipe, n: int) -> np.ndarray:
 
 
 class _Output:
-    """ffmpeg's stdout, whose reads wait at most ``read_seconds()`` for a byte: ffmpeg silent that
+    """ffmpeg's stdout, whose reads wait at most ``read_timeout()`` for a byte: ffmpeg silent that
     long is stuck on its input (a hung network mount), and the file fails (ReadTimeout)."""
 
     def __init__(self, pipe, name: str):
-        self.pipe, self.name, self.seconds = pipe, name, read_seconds()
+        self.pipe, self.name, self.seconds = pipe, name, read_timeout()
 
     def readinto(self, view) -> int:
         if not select.select([self.pipe], [], [], self.seconds)[0]:
@@ -436,127 +414,7 @@ class _Output:
         return self.pipe.readinto(view)
 
 
-class _Stderr:
-    """ffmpeg's stderr, read by a thread while it decodes: its last lines (the cause of a
-    failure), and how many meaningful messages it printed and the first (a warning)."""
-
-    def __init__(self, name: str):
-        self.paths = _paths(name)
-        self.tail: collections.deque[str] = collections.deque(maxlen=_STDERR_KEEP_LINES)
-        self.count = 0
-        self.first = ""
-
-    def warning(self) -> str:
-        """A count and the first message, not pages of stderr (a corrupt file can print a
-        message per frame)."""
-        first = self.first if len(self.first) <= _WARNING_MAX_CHARS else self.first[:_WARNING_MAX_CHARS - 3] + "..."
-        plural = "s" if self.count > 1 else ""
-        return f"ffmpeg reported {self.count} error message{plural} while decoding, the first: {first}"
-
-    def drain(self, pipe) -> None:
-        for raw in iter(pipe.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip()
-            self.tail.append(line)
-            message = _clean(line, self.paths)
-            if message:
-                self.count += 1
-                self.first = self.first or message
-        pipe.close()
-
-
-def _run(cmd: list[str], name: str) -> subprocess.CompletedProcess:
-    """Run a probe of ``name``; a probe hung on its input (a stalled network mount) fails the
-    file after ``read_seconds()``, and is killed, without waiting for a process that cannot die
-    (``_reap``)."""
-    seconds = read_seconds()
-    try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, errors="replace", start_new_session=True)
-    except OSError as e:
-        raise ToolError(f"{os.path.basename(cmd[0])} ({cmd[0]}) cannot start: {e}") from e
-    try:
-        out, err = proc.communicate(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        _reap(proc)
-        raise timeout_error(name, "probing it got no answer", seconds) from None
-    except BaseException:
-        _reap(proc)
-        raise
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
 def _decode_failed(name: str, program: str, status: int, stderr: str) -> AudioError:
     """The error of an ffmpeg that exited with ``status`` while decoding ``name``."""
-    _check_started(program, status, stderr)
-    return AudioError(_message(name, _reason(stderr, name) or f"ffmpeg exited with status {status}"))
-
-
-def _check_started(program: str, status: int, stderr: str) -> None:
-    """ToolError when ``program`` exited as a program that never started does (126: not
-    executable, 127: the dynamic loader could not load it, a shared library missing), not as
-    ffmpeg or ffprobe refusing a file (status 1)."""
-    if status in (126, 127):
-        last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), f"status {status}")
-        raise ToolError(f"{os.path.basename(program)} ({program}) cannot start: {last}")
-
-
-def _reap(proc: subprocess.Popen) -> bool:
-    """Kill ``proc`` and reap it; whether it is gone. One stuck in the kernel on a hung mount (no
-    signal ends that wait) is reaped by a thread once it can exit, rather than hang us too."""
-    with contextlib.suppress(OSError):
-        proc.kill()
-    try:
-        proc.wait(timeout=_REAP_SECONDS)
-        return True
-    except subprocess.TimeoutExpired:
-        threading.Thread(target=proc.wait, daemon=True, name=f"reaper of {proc.pid}").start()
-        return False
-
-
-def _ffmpeg_path(name: str) -> str:
-    # An absolute path cannot be mistaken for a protocol ("http:x.mp3", "pipe:...").
-    return os.path.abspath(name)
-
-
-# ffmpeg's log prefixes ("[in#0/mp3 @ 0x55...] ", "[aist#0:0/flac @ 0x...] [dec:flac @ 0x...] ")
-_PREFIX_RE = re.compile(r"^\[[^\]]*\]\s*")
-# Lines that only repeat the cause given on another line, or are no cause at all.
-_NOISE = ("Error opening input file", "Error opening input files", "Error opening output file",
-          "Error opening output files", "At least one output file must be specified",
-          "Conversion failed", "Exiting normally", "Input #", "Output #", "Stream mapping",
-          "Press [q]")
-
-
-def _paths(name: str) -> set[str]:
-    return {name, os.path.abspath(name), os.path.basename(name)}
-
-
-def _clean(line: str, paths: set[str]) -> str:
-    """A line of ffmpeg's stderr without log/path prefixes; "" if it tells nothing."""
-    line = line.strip()
-    while _PREFIX_RE.match(line):
-        line = _PREFIX_RE.sub("", line, count=1)
-    for p in paths:  # older ffmpeg: "<path>: Invalid data found when processing input"
-        if line.startswith(p + ": "):
-            line = line[len(p) + 2:]
-    for lead in ("Error opening input: ", "Decoding error: ",
-                 "Error submitting packet to decoder: "):
-        line = line.removeprefix(lead)
-    line = line.rstrip(".").strip()
-    return "" if line.startswith(_NOISE) else line
-
-
-def _reason(stderr: str, name: str) -> str:
-    """The last one or two meaningful lines of ffmpeg's stderr, without log/path prefixes."""
-    paths = _paths(name)
-    lines: list[str] = []
-    for line in stderr.splitlines():
-        line = _clean(line, paths)
-        if line and line not in lines:
-            lines.append(line)
-    return "; ".join(lines[-2:])
-
-
-def _message(name: str, cause: str) -> str:
-    text = f"cannot read audio from {name!r}: {cause}"
-    return " ".join(text.split())  # one line, whatever ffmpeg or the OS put in the cause
+    ffmpegtool.check_started(program, status, stderr)
+    return AudioError(ffmpegtool.message(name, ffmpegtool.reason(stderr, name) or f"ffmpeg exited with status {status}"))

@@ -23,7 +23,7 @@ def cache_root() -> Path:
     base = settings.get("TRANSCRIBER_CACHE")
     if base:
         return Path(base)
-    xdg = os.environ.get("XDG_CACHE_HOME")
+    xdg = settings.xdg_cache_home()
     return (Path(xdg) if xdg else Path.home() / ".cache") / "transcriber"
 
 

@@ -11,7 +11,9 @@ import numpy as np
 from .constants import HOP_LENGTH, INPUT_STRIDE, N_FRAMES, N_SAMPLES, SAMPLE_RATE
 from .decoding.filters import log_softmax
 from .mel import log_mel_spectrogram
-from .model.whisper import DecoderState, Whisper
+from .model.state import DecoderState
+from .model.whisper import Whisper
+from .native.inference import inference_for
 from .tokenizer import Tokenizer, load_tokenizer
 
 
@@ -63,7 +65,8 @@ class WhisperContext:
         """Encoder and cross-attention keys/values for one window: mel (n_frames, n_mels),
         normalised log-mel (numpy or MLX). Evaluated here, so the cost shows where it is paid."""
         mel = mel if isinstance(mel, mx.array) else mx.array(mel)
-        base = self.model.decoder.start(self.model.encoder(mel[None]))
+        inference = inference_for(self.model)
+        base = inference.start(inference.encode(mel[None]))
         mx.eval(base.cross_kv)
         return base
 
@@ -80,7 +83,7 @@ class WhisperContext:
         """The most likely language of an encoded window: (code, its probability, no-speech
         probability), from the logits after <|startoftranscript|>."""
         tok = self.tokenizer("en")
-        logits, _, _ = self.model.decoder(mx.array([[tok.sot]]), base)
+        logits, _, _ = inference_for(self.model).decode(mx.array([[tok.sot]]), base)
         logprobs = _log_probs(logits[0, -1])
         ids = np.array(tok.all_language_tokens)
         language_probs = np.exp(log_softmax(logprobs[ids][None])[0])

@@ -1,7 +1,7 @@
 """What this installation runs on, as plain text for bug reports (``transcribe doctor``).
 
 Everything is looked up the way the library itself does it (ffmpeg through
-``transcriber.audio.ffmpeg_binary``, models through the loader's package table, the BLAS through
+``transcriber.ffmpegtool.ffmpeg_binary``, models through the loader's package table, the BLAS through
 ``transcriber.blas``, the native kernels through ``transcriber.native``), so the report shows what a transcription would actually use.
 """
 
@@ -22,7 +22,7 @@ def _version(dist: str) -> str:
 
 
 def _ffmpeg() -> str:
-    from .audio import ffmpeg_binary
+    from .ffmpegtool import ffmpeg_binary
 
     try:
         path = ffmpeg_binary()

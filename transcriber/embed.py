@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import srt
 
-from .audio import ffmpeg_binary
+from .ffmpegtool import ffmpeg_binary, ffprobe_binary
 from .errors import OutputError
 from .writers import temp_prefix
 
@@ -138,7 +137,7 @@ _FFMPEG_STREAM = re.compile(r"^\s*Stream #0:\d+(?:\[0x[0-9a-f]+\])?(?:\((\w+)\))
 
 def streams(path: Path) -> list[Stream]:
     """The file's streams in order: their kind and language tag (ffprobe if on PATH, else ffmpeg)."""
-    probe = shutil.which("ffprobe")
+    probe = ffprobe_binary()
     if probe:
         out = _run([probe, "-v", "error", "-show_entries", "stream=codec_type:stream_tags=language",
                     "-of", "json", str(path)], path)

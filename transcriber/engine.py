@@ -41,12 +41,12 @@ class Step:
     warnings: tuple[str, ...] = ()  # the audio stream's warnings (transcriber.audio.AudioStream)
 
 
-class EngineBatch(Protocol):
-    """Files decoded side by side (``Engine.batch``), each file keyed by the caller:
+class SideBySide(Protocol):
+    """Files decoded side by side (``Engine.side_by_side``), each file keyed by the caller:
 
-        batch.add(key, path, state)        # at most the batch's width; also between events
-        for key, event in batch.events():  # a Step, None (the file is done) or the exception
-            ...                            # that ended it; batch.drop(key) stops a file
+        files.add(key, path, state)        # at most ``width`` files; also between events
+        for key, event in files.events():  # a Step, None (the file is done) or the exception
+            ...                            # that ended it; files.drop(key) stops a file
     """
 
     def __len__(self) -> int: ...
@@ -67,7 +67,7 @@ class Engine(Protocol):
         """Decode ``source`` (a media path) from ``state`` (None: the start)."""
         ...
 
-    def batch(self, width: int) -> Optional[EngineBatch]:
+    def side_by_side(self, width: int) -> Optional[SideBySide]:
         """Up to ``width`` files decoded side by side, each given the steps ``steps`` would
         give it; None when this engine decodes one file at a time (then use ``steps``)."""
         ...

@@ -19,11 +19,12 @@ import numpy as np
 from . import audio as audio_io
 from .constants import FRAMES_PER_SECOND, HOP_LENGTH, INPUT_STRIDE, N_FRAMES, N_SAMPLES, SAMPLE_RATE, TIME_PRECISION
 from .context import WhisperContext
-from .decoding.batch import GreedyBatch, batchable
+from .decoding.side_by_side import WindowsSideBySide
 from .decoding.options import TranscribeOptions
 from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
-from .model.whisper import DecoderState, Whisper
+from .model.state import DecoderState
+from .model.whisper import Whisper
 from .nonspeech import GATE, ISOLATION
 from .timing import (WordTiming, clamp_edge_words, clamp_long_words, find_alignment, fix_segment_edges,
                      SOUND_FRAME, merge_punctuations, snap_to_sound, start_at_onsets)
@@ -169,14 +170,14 @@ class OneShotEngine:
                 else:
                     yield item
 
-    def batch(self, width: int) -> "WindowBatch":
-        """Several files at once, their windows decoded together (see ``WindowBatch``)."""
-        return WindowBatch(self, width)
+    def side_by_side(self, width: int) -> "FilesSideBySide":
+        """Several files at once, their windows decoded together (see ``FilesSideBySide``)."""
+        return FilesSideBySide(self, width)
 
     def _walk(self, source, state: Optional[dict]) -> Iterator[Union[Step, "_Decode"]]:
         """The window walk of one file: yields its ``Step``s, and a ``_Decode`` for each window's
         first decoding, which whoever drives the walk answers with the ``DecodingResult``
-        (``send``): decoded alone (``steps``) or with other files' windows (``WindowBatch``)."""
+        (``send``): decoded alone (``steps``) or with other files' windows (``FilesSideBySide``)."""
         seek = SeekState.from_dict(state) if state else SeekState(prompt_tokens=self._initial_prompt(),
                                                                   language=self.context.language)
         span = self._span(seek.seek)
@@ -361,33 +362,33 @@ class _Decode:
     base: DecoderState
 
 
-class WindowBatch:
-    """Files walked side by side, their windows decoded together (``decoding.batch.GreedyBatch``):
+class FilesSideBySide:
+    """Files walked side by side, their windows decoded together (``decoding.side_by_side``):
     on a CPU a decode step reads the decoder's weights once for all rows, so several files cost
     less than one after another. A window joins the decoding as soon as its file has encoded it
     and leaves as soon as it ends. Each file gets the steps ``OneShotEngine.steps`` would give it
     (the same words, up to float rounding).
 
-        batch = engine.batch(4)
-        batch.add(key, path, state)        # at most ``width`` files; also between events
-        for key, event in batch.events():  # a Step, None (the file is done) or the exception
-            ...                            # that ended it; batch.drop(key) stops a file
+        files = engine.side_by_side(4)
+        files.add(key, path, state)        # at most ``width`` files; also between events
+        for key, event in files.events():  # a Step, None (the file is done) or the exception
+            ...                            # that ended it; files.drop(key) stops a file
     """
 
     def __init__(self, engine: OneShotEngine, width: int):
         if width < 1:
-            raise ValueError(f"batch width must be >= 1, not {width}")
+            raise ValueError(f"side-by-side width must be >= 1, not {width}")
         self.engine, self.width = engine, width
         self._walks: dict = {}  # key -> its window walk (a generator)
         self._replies: dict = {}  # key -> the DecodingResult its walk is to be sent next
-        self._decoding = GreedyBatch(engine.model)  # the windows being decoded, by key
+        self._decoding = WindowsSideBySide(engine.model)  # the windows being decoded, by key
 
     def __len__(self) -> int:
         return len(self._walks)
 
     def add(self, key, source, state: Optional[dict] = None) -> None:
         if key in self._walks or len(self._walks) >= self.width:
-            raise ValueError(f"cannot add {key!r}: in the batch already, or the batch is full")
+            raise ValueError(f"cannot add {key!r}: decoded already, or {self.width} files are")
         self._walks[key] = self.engine._walk(source, state)
 
     def drop(self, key) -> None:
@@ -429,7 +430,7 @@ class WindowBatch:
             else:
                 if not isinstance(item, _Decode):
                     yield key, item
-                elif batchable(item.task):
+                elif item.task.search.side_by_side:
                     self._decoding.add(key, item.task, item.base)
                 else:  # beam search: one window at a time
                     self._replies[key] = item.task.run(item.base, item.task.tokenizer.language)

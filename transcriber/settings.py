@@ -3,6 +3,9 @@ bounds, no nan or inf) by ``get``. A bad value is a ``SettingError`` naming the 
 value and what it takes; the CLI checks them all before any work (``check_all``: a usage error,
 exit 2), so a job never fails on a setting and a value is never silently ignored.
 
+The few other variables the package reads (``XDG_CACHE_HOME``) are read here too: no module
+reads the environment but this one (tests/test_structure.py).
+
 No imports beyond the standard library: every module may read its settings from here.
 """
 
@@ -10,7 +13,9 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Union
 
 Value = Union[str, int, float, bool]
@@ -66,6 +71,12 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def xdg_cache_home() -> Optional[str]:
+    """$XDG_CACHE_HOME, the user's cache folder by the XDG convention (not ours to check: any
+    path); None when it is unset or empty."""
+    return os.environ.get("XDG_CACHE_HOME") or None
+
+
 DAY = 86400.0
 
 SETTINGS = {s.name: s for s in (
@@ -84,10 +95,6 @@ SETTINGS = {s.name: s for s in (
     Setting("TRANSCRIBER_KERNEL_ENCODER", str, choices=_KERNEL_CHOICES, doc="the encoder's ops"),
     Setting("TRANSCRIBER_KERNEL_PASS", str, choices=_KERNEL_CHOICES, doc="the decoder's multi-token passes"),
     Setting("TRANSCRIBER_KERNEL_CROSS", str, choices=_KERNEL_CHOICES, doc="the cross-attention keys and values"),
-    # the test suite's hooks (jobs/signals.py, jobs/ray_worker.py): a point name, or SIGNAL@point
-    Setting("TRANSCRIBER_TEST_KILL_AT"),
-    Setting("TRANSCRIBER_TEST_SIGNAL_AT"),
-    Setting("TRANSCRIBER_TEST_WORKER_SIGNAL_AT"),
     Setting("TRANSCRIBER_TEST_DATA", doc="the test suite's data folder"),
 )}
 
@@ -106,3 +113,22 @@ def check_all() -> None:
     """SettingError for the first TRANSCRIBER_* variable set to a value it cannot take."""
     for name in SETTINGS:
         get(name)
+
+
+def worker_environment() -> dict[str, str]:
+    """The TRANSCRIBER_* variables of this process that the Ray workers it starts need too (the
+    BLAS choice, the model cache, debug, the test suite's): all but the job database's, which
+    only the driver opens."""
+    return {name: value for name, value in os.environ.items()
+            if name.startswith("TRANSCRIBER_") and name not in ("TRANSCRIBER_DB", "TRANSCRIBER_DB_TIMEOUT")}
+
+
+def data_folder() -> Path:
+    """The user's data folder, where an application keeps its files (the job database's
+    default folder): ~/Library/Application Support on macOS, %LOCALAPPDATA% on Windows,
+    $XDG_DATA_HOME (else ~/.local/share) elsewhere."""
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support"
+    if os.name == "nt":
+        return Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")

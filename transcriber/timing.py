@@ -15,7 +15,9 @@ import numpy as np
 
 from .constants import MEDIAN_FILTER_WIDTH, TOKENS_PER_SECOND
 from .cues import SENTENCE_MARKS, ends_sentence
-from .model.whisper import DecoderState, Whisper
+from .model.state import DecoderState
+from .model.whisper import Whisper
+from .native.inference import inference_for
 from .tokenizer import Tokenizer
 
 PREPEND_PUNCTUATIONS = "\"'“¿([{-"
@@ -111,8 +113,8 @@ def find_alignment(model: Whisper, tokenizer: Tokenizer, base: DecoderState, tex
         return []
     sot = list(tokenizer.sot_sequence) + [tokenizer.no_timestamps]
     tokens = sot + list(text_tokens) + [tokenizer.eot]
-    _, _, weights = model.decoder(mx.array([tokens]), base, want_weights=model.alignment_layers,
-                                  want_logits=False)
+    _, _, weights = inference_for(model).decode(mx.array([tokens]), base, want_weights=model.alignment_layers,
+                                                want_logits=False)
     token_probs = np.asarray(token_probs, dtype=np.float64)
 
     # rows: the no-timestamps token (where the first word's start shows), then the text tokens

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from transcriber import audio
+from transcriber import ffmpegtool
 
 from ..conftest import JFK
 
@@ -61,4 +61,4 @@ def tiny_fs(tmp_path):
 @pytest.fixture(autouse=True)
 def ffprobe_found_anew():
     yield
-    audio._ffprobe_binary.cache_clear()  # found on $PATH once per process: a test's PATH is its own
+    ffmpegtool.ffprobe_binary.cache_clear()  # found on $PATH once per process: a test's PATH is its own

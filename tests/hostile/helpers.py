@@ -23,6 +23,7 @@ import jobs.engines
 from jobs.cli import main
 from jobs.engines import EngineCache
 
+from .. import faults
 from ..conftest import PRESS_YARD, ROOT
 
 
@@ -106,7 +107,7 @@ def leftovers(folder: Path) -> list[str]:
 def transcribe_cli(*args: str, seconds: float) -> subprocess.Popen:
     """The command in its own process, with the bound on reads set to ``seconds``."""
     env = {**os.environ, "TRANSCRIBER_BLAS": "none", "TRANSCRIBER_READ_TIMEOUT": str(seconds)}
-    env = {k: v for k, v in env.items() if k not in ("TRANSCRIBER_DB", "TRANSCRIBER_DEBUG")}
+    env = faults.environment({k: v for k, v in env.items() if k not in ("TRANSCRIBER_DB", "TRANSCRIBER_DEBUG")})
     return subprocess.Popen([sys.executable, "-m", "jobs", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.batch import request_for
+from jobs.enqueue import request_for
+from jobs.migrations import APPLICATION_ID
 from jobs.spec import JobSpec
-from jobs.store import APPLICATION_ID, JobStore
+from jobs.sqlite_store import SqliteJobStore
 
 from ..conftest import PRESS_YARD
 from ..test_jobs_runner import ScriptedEngine
@@ -37,7 +38,7 @@ def locked_line(db: Path, waited: str) -> str:
 def locked(tmp_path):
     """A job database (created) and a function that locks it from another connection."""
     db = tmp_path / "jobs.db"
-    JobStore(db).close()
+    SqliteJobStore(db).close()
     conns = []
 
     def lock():
@@ -57,7 +58,7 @@ def locked(tmp_path):
 @pytest.mark.parametrize("command", [["run", "{media}"], ["run", "--force", "{media}"], ["retry", "{media}"]])
 def test_a_database_locked_before_the_run_is_one_line_and_exit_1(locked, media, command):
     db, lock, unlock = locked
-    with JobStore(db) as store:  # a job to retry
+    with SqliteJobStore(db) as store:  # a job to retry
         store.enqueue(request_for(media, None, None, JobSpec()))
     lock()
     args = [a.replace("{media}", str(media)) for a in command]
@@ -100,7 +101,7 @@ def test_a_database_locked_mid_run_stops_with_one_line_and_resumes(locked, media
     unlock()
     row = intact(db, media)
     assert row["status"] == "running"  # its runner is gone: resumed from its checkpoint next time
-    with JobStore(db) as store:  # as the next process sees it (here, the runner's pid still lives)
+    with SqliteJobStore(db) as store:  # as the next process sees it (here, the runner's pid still lives)
         store.expire_dead_leases(lambda owner: True)
     again = ScriptedEngine()
     use_engine(monkeypatch, again)
@@ -132,8 +133,8 @@ def test_an_unusable_database_folder_is_one_line_saying_what_to_do(tmp_path, med
 
 def newer_database(db: Path, media: Path) -> None:
     """A database a later version migrated: a migration this one does not know, a new column."""
-    with JobStore(db) as store:
-        from jobs.batch import request_for
+    with SqliteJobStore(db) as store:
+        from jobs.enqueue import request_for
         from jobs.spec import JobSpec
 
         store.enqueue(request_for(media, None, None, JobSpec()))
@@ -189,7 +190,7 @@ def test_a_database_on_a_full_disk_stops_with_one_line(tmp_path, tiny_fs, monkey
     media = tmp_path / "talk.flac"
     shutil.copy(PRESS_YARD, media)
     db = mount / "jobs.db"
-    JobStore(db).close()
+    SqliteJobStore(db).close()
     filled = []
 
     def fill_at_3(i):
@@ -211,7 +212,7 @@ def test_a_database_on_a_full_disk_stops_with_one_line(tmp_path, tiny_fs, monkey
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
-    with JobStore(db) as store:  # as the next process sees it (here, the runner's pid still lives)
+    with SqliteJobStore(db) as store:  # as the next process sees it (here, the runner's pid still lives)
         store.expire_dead_leases(lambda owner: True)
     again = invoke(*args)
     assert again.exit_code == 0, again.output
@@ -334,9 +335,9 @@ def test_a_sqlite_file_marked_by_another_program_is_refused_untouched(tmp_path, 
 
 
 def test_our_database_carries_our_application_id(tmp_path):
-    with JobStore(tmp_path / "jobs.db") as store:
+    with SqliteJobStore(tmp_path / "jobs.db") as store:
         assert store.db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
-    with JobStore(tmp_path / "jobs.db"):  # and is opened again
+    with SqliteJobStore(tmp_path / "jobs.db"):  # and is opened again
         pass
 
 
@@ -345,7 +346,7 @@ def test_checking_the_database_file_keeps_sqlites_locks(tmp_path):
     of it would drop SQLite's POSIX locks in this process, and another process closing its
     connection would delete the write-ahead log this one still writes to (its commits lost)."""
     db = tmp_path / "jobs.db"
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         store.db.execute("CREATE TABLE t (x)")  # checked, then written
         reader = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1 FROM t'); c.close()"
         subprocess.run([sys.executable, "-c", reader, str(db)], check=True)  # another process, in and out

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from transcriber import ModelError, audio
+from transcriber import ModelError, ffmpegtool
 from transcriber.model import loader
-from transcriber.model.whisper import ModelDimensions
+from transcriber.model.dimensions import ModelDimensions
 
 from ..conftest import PRESS_YARD
 from ..test_jobs_runner import ScriptedEngine
@@ -160,7 +160,7 @@ def test_a_pickle_given_as_the_model_is_refused_never_unpickled(tmp_path, monkey
 
 def runs_anew() -> None:
     """What a new process would find: ffprobe looked up on $PATH again."""
-    audio._ffprobe_binary.cache_clear()
+    ffmpegtool.ffprobe_binary.cache_clear()
 
 
 def rows(db: Path) -> list[tuple]:

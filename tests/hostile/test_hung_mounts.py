@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.store import JobStore, Request
+from jobs.domain import Request
+from jobs.sqlite_store import SqliteJobStore
 from transcriber import AudioError, ReadTimeout, bounded
 from transcriber.audio import iter_audio
 
@@ -94,7 +95,7 @@ def test_a_job_whose_decode_hangs_fails_with_the_bound_and_the_batch_goes_on(tmp
     path = str(hung_wav.path)
     assert stderr.splitlines() == [
         f"error: cannot read audio from {path!r}: ffmpeg gave no audio for 2 s {HUNG}", "1 done, 0 skipped, 1 failed"]
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         job = next(j for j in store.jobs() if j.path == path)
     assert job.status == "failed" and job.retryable and job.progress > 0  # its first window kept
     assert other.with_suffix(".json").exists() and not (tmp_path / "mnt" / "long.json").exists()
@@ -112,7 +113,7 @@ def test_a_stop_acts_within_2_seconds_while_the_decode_hangs(tmp_path, hung_wav,
     def waiting_on_ffmpeg() -> bool:  # the first window committed, ffmpeg stuck before the second
         if not (hung_wav.hung.is_set() and db.exists()):
             return False
-        with JobStore(db) as store:
+        with SqliteJobStore(db) as store:
             return any(j.progress > 0 for j in store.jobs())
 
     try:
@@ -129,7 +130,7 @@ def test_a_stop_acts_within_2_seconds_while_the_decode_hangs(tmp_path, hung_wav,
         proc.kill()
     assert proc.returncode == 128 + signum, proc.stderr.read()
     assert took < 2.5, f"took {took:.1f} s to stop"
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         (job,) = store.jobs()
     assert job.status == "queued" and job.errors == 0
 
@@ -252,7 +253,7 @@ def test_a_stop_during_a_hung_walk_ends_the_command_within_2_seconds(tmp_path, h
     assert proc.returncode == 128 + signum, stderr
     assert took < 2.5, f"took {took:.1f} s to stop"
     assert stderr.splitlines()[-1] == "interrupted while listing the inputs: nothing was queued"
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         assert list(store.jobs()) == []
 
 
@@ -344,7 +345,7 @@ def hang_at_the_first_step(tmp_path: Path, hung_wav, monkeypatch, hung_first: bo
     assert stderr.splitlines() == [
         f"error: cannot read audio from {path!r}: a read got no answer for 2 s {HUNG}", "1 done, 0 skipped, 1 failed"]
     assert other.with_suffix(".json").exists() and hung_wav.hung.is_set()
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         job = next(j for j in store.jobs() if j.path == path)
     assert job.status == "failed" and job.retryable and job.progress == 0
     return job
@@ -396,7 +397,7 @@ def test_status_of_a_job_whose_file_does_not_answer_is_one_line_and_exits(tmp_pa
     mount = hung_tree({"in/a.flac": PRESS_YARD})
     hung, deleted = tmp_path / "mnt" / "in" / "a.flac", tmp_path / "deleted.flac"
     db = tmp_path / "jobs.db"
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         store.enqueue_many([Request(str(p), "1:1:key", "print", {}, str(p.with_suffix(""))) for p in (hung, deleted)])
     mount.hang_getattr("in/a.flac")
     stdout, stderr = outputs_at_exit(transcribe_cli("--db", str(db), "status", seconds=1), 60)
@@ -442,7 +443,7 @@ def test_outputs_whose_writes_do_not_answer_fail_the_job_and_the_batch_goes_on(t
     assert stderr.splitlines() == [
         f"error: {hung}: cannot write the outputs in {str(hung.parent)!r}: a write got no answer for 1 s {HUNG}",
         "1 done, 0 skipped, 1 failed"]
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         job = next(j for j in store.jobs() if j.path == str(hung))
     assert job.status == "failed" and job.retryable and job.words_complete  # its words are kept
     assert other.with_suffix(".json").exists() and mount.hung.is_set()

@@ -17,11 +17,11 @@ import pytest
 
 import jobs.cli
 import jobs.engines
-from jobs.batch import request_for
-from jobs.discover import file_signature
 from jobs.engines import EngineCache
+from jobs.enqueue import request_for
+from jobs.outputs import file_signature
 from jobs.spec import JobSpec
-from jobs.store import JobStore
+from jobs.sqlite_store import SqliteJobStore
 from transcriber import Step
 
 from ..conftest import JFK, PRESS_YARD
@@ -96,7 +96,7 @@ def test_two_inputs_that_would_write_one_output_are_a_usage_error(tmp_path, monk
     assert f"{paths[0] if form == 'files' else a} and {paths[1] if form == 'files' else b} would both write " \
            f"{out / 'talk.srt'}" in result.stderr
     assert not out.exists()
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         assert store.jobs() == []
 
 
@@ -175,7 +175,7 @@ def test_an_input_that_would_be_its_own_output_is_kept(tmp_path, monkeypatch):
 def test_run_and_watch_give_a_shared_stem_the_same_names(tmp_path):
     """talk.wav beside talk.flac: each keeps its extension (talk.wav.srt, talk.flac.srt), whether
     named alone, with the other, or found by watch (which asks request_for for one file)."""
-    from jobs.batch import request_for
+    from jobs.enqueue import request_for
     from jobs.spec import JobSpec
     for name in ("talk.flac", "talk.wav"):
         shutil.copy(PRESS_YARD, tmp_path / name)
@@ -242,7 +242,7 @@ def test_a_failed_one_off_run_elsewhere_leaves_the_done_job_as_it_was(tmp_path, 
     (tmp_path / "a-file").write_text("")
     failed = invoke("--db", str(db), str(media), "-f", "json", "-q", "-o", str(tmp_path / "a-file" / "out"))
     assert failed.exit_code == 1
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         first = store.jobs()[0]
         assert first.status == "done" and first.outputs == (str(media.with_suffix(".json")),)
     assert media.with_suffix(".json").read_text() == words

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from jobs.batch import request_for
+from jobs.enqueue import request_for
 from jobs.progress import printable
 from jobs.spec import JobSpec
-from jobs.store import JobStore
+from jobs.sqlite_store import SqliteJobStore
 from transcriber import Segment, Step, Word
 
 from ..conftest import JFK, PRESS_YARD, damaged_flac, ffmpeg
@@ -150,7 +150,7 @@ def test_a_fifo_socket_or_device_named_is_refused_at_once(tmp_path, kind):
 def test_a_queued_file_deleted_since_is_gone_in_every_view(tmp_path, media):
     """Queued, then deleted: ``gone`` in the table, the count line and --json; ``-s gone`` finds it."""
     db = tmp_path / "jobs.db"
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         store.enqueue(request_for(media, None, None, JobSpec()))
     media.unlink()
     table = invoke("status", "--db", str(db)).stdout.splitlines()
@@ -221,7 +221,7 @@ def test_a_name_that_is_not_utf8_is_refused_with_a_reason(tmp_path):
                                      "rename it")
         assert len(lines(result)) == 2
     assert (folder / "good.json").exists() and not list(folder.glob("caf*.json"))
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         assert [Path(j.path).name for j in store.jobs()] == ["good.flac"]
 
 

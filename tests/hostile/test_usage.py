@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-import jobs.cli
 import jobs.engines
-from jobs.batch import request_for
+import jobs.report
+from jobs.enqueue import request_for
 from jobs.spec import JobSpec
-from jobs.store import JobStore
+from jobs.sqlite_store import SqliteJobStore
 
 from ..conftest import JFK, PRESS_YARD
 from ..test_jobs_runner import ScriptedEngine
@@ -131,13 +131,13 @@ def test_status_json_is_written_job_by_job(tmp_path, media, monkeypatch):
     a chunk at a time (whether the files of a chunk's queued jobs exist is asked of one child,
     with the bound on reads): when the store hands out its Nth job, the chunks before it are on
     stdout already."""
-    monkeypatch.setattr(jobs.cli, "LOOK_CHUNK", 4)
+    monkeypatch.setattr(jobs.report, "LOOK_CHUNK", 4)
     db = tmp_path / "jobs.db"
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         for i in range(30):
             store.enqueue(request_for(media, None, Path(tmp_path / f"out{i}"), JobSpec()))
     written_before = []
-    each_job = JobStore.each_job
+    each_job = SqliteJobStore.each_job
 
     def watched(self):
         for job in each_job(self):
@@ -145,7 +145,7 @@ def test_status_json_is_written_job_by_job(tmp_path, media, monkeypatch):
             written_before.append(sys.stdout.buffer.getvalue().count(b'"id": '))
             yield job
 
-    monkeypatch.setattr(JobStore, "each_job", watched)
+    monkeypatch.setattr(SqliteJobStore, "each_job", watched)
     result = invoke("--db", str(db), "status", "--json")
     assert result.exit_code == 0 and len(json.loads(result.stdout)) == 30
     assert written_before == [n // 4 * 4 for n in range(30)]
@@ -227,7 +227,7 @@ def test_sigterm_during_a_run_over_short_clips_acts_within_2_seconds(tmp_path, m
         proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, "".join(said) + rest
     assert took < 2.5, f"took {took:.1f} s to stop"
-    with JobStore(db) as store:
+    with SqliteJobStore(db) as store:
         jobs = store.jobs()
     statuses = [j.status for j in jobs]
     assert statuses.count("done") >= 1 and statuses.count("queued") >= 1

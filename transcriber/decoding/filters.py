@@ -7,7 +7,7 @@ formulation (one small (B, V) transfer per step; the decoder itself stays in MLX
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -38,6 +38,31 @@ class SuppressTokens(LogitFilter):
 
     def apply(self, logits, tokens):
         logits[:, self.ids] = -np.inf
+
+
+class SuppressSpecials(LogitFilter):
+    """Nothing after the end of text: no special token, no timestamp, is ever sampled (the
+    streaming passes' text-only decoding)."""
+
+    def __init__(self, eot: int):
+        self.eot = eot
+
+    def apply(self, logits, tokens):
+        logits[:, self.eot + 1:] = -np.inf
+
+
+def suppress_ids(tokenizer: Tokenizer, spec: Optional[str], model_ids: tuple[int, ...]) -> list[int]:
+    """Token ids never sampled: those of ``spec`` (``DecodingOptions.suppress_tokens``; its
+    "-1": the model's own list, else Whisper's non-speech symbols) plus the special tokens that
+    only belong in prompts."""
+    if spec is None or spec == "":
+        return []
+    ids = [int(t) for t in str(spec).split(",") if t.strip()]
+    if -1 in ids:
+        ids = [t for t in ids if t >= 0] + list(model_ids or tokenizer.non_speech_tokens())
+    ids += [tokenizer.transcribe, tokenizer.translate, tokenizer.sot, tokenizer.sot_prev,
+            tokenizer.sot_lm, tokenizer.no_speech]
+    return sorted({t for t in ids if 0 <= t < tokenizer.timestamp_begin and t != tokenizer.eot})
 
 
 class ApplyTimestampRules(LogitFilter):

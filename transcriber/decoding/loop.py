@@ -8,7 +8,7 @@ update, the end rules and the KV-cache reorder, for one-shot windows (alone or s
 The prompt goes through the decoder once, at batch 1 (every beam or sample shares it:
 ``prompt_pass``); then one token per step. A ``Decode`` holds one window's rows between steps
 and chooses their next tokens (``Decode.choose``); ``decode_loop`` runs the decoder for one
-window, ``GreedyBatch`` for the rows of several windows at once. A ``StepHook`` may look at
+window, ``WindowsSideBySide`` for the rows of several windows at once. A ``StepHook`` may look at
 each step's choice (with the cross-attention of the position that made it) and stop the pass
 before the token is kept, or discard the pass: that is how the AlignAtt streaming policy plugs
 in. Without a hook the loop runs to the end of text, the token budget or the text context.
@@ -22,7 +22,9 @@ from typing import Collection, Optional, Sequence
 import mlx.core as mx
 import numpy as np
 
-from ..model.whisper import DecoderState, Whisper
+from ..model.state import DecoderState
+from ..model.whisper import Whisper
+from ..native.inference import inference_for
 from ..tokenizer import Tokenizer
 from .ending import Ending
 from .filters import LogitFilter, no_speech_prob
@@ -88,8 +90,8 @@ def prompt_pass(model: Whisper, base: DecoderState, prompt: Sequence[int], sot_i
                 tokenizer: Tokenizer, wants_weights: Collection[int] = ()) -> PromptPass:
     """Run ``prompt`` over the audio in ``base`` (batch 1); ``sot_index``: where
     <|startoftranscript|> is in it (no-speech is read there)."""
-    logits, state, weights = model.decoder(mx.array([list(prompt)]), base, want_weights=wants_weights,
-                                           want_logits=[sot_index, len(prompt) - 1])
+    logits, state, weights = inference_for(model).decode(mx.array([list(prompt)]), base, want_weights=wants_weights,
+                                                         want_logits=[sot_index, len(prompt) - 1])
     logits = np.array(logits[0], dtype=np.float32)  # (2, V): at sot, at the last prompt token
     return PromptPass(logits[1:], state, weights, no_speech_prob(tokenizer, logits[0]))
 
@@ -156,12 +158,13 @@ def decode_loop(model: Whisper, base: DecoderState, prompt: Sequence[int], sot_i
     if no_speech_above is not None and first.no_speech_prob > no_speech_above:
         return LoopResult(Ending.NO_SPEECH, first.no_speech_prob)
     hook.start(first.weights, n_group)
+    inference = inference_for(model)
     state, logits = expand(first.state, n_group), np.repeat(first.logits, n_group, axis=0)
     while (ended := decode.choose(logits)) is None:
         if decode.reordered:
             state = state.select(mx.array(decode.sources))
-        out, state, weights = model.decoder(mx.array(decode.tokens[:, -1:]), state,
-                                            want_weights=hook.wants_weights)
+        out, state, weights = inference.decode(mx.array(decode.tokens[:, -1:]), state,
+                                               want_weights=hook.wants_weights)
         hook.push(weights)
         logits = np.array(out[:, -1], dtype=np.float32)
     return replace(ended, no_speech_prob=first.no_speech_prob)

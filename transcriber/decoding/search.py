@@ -1,18 +1,28 @@
-"""Search strategies: how the next token is chosen, and which finished sequence wins.
+"""Search strategies: how the next token is chosen, and which finished sequence wins; and
+``Search``, the one place that builds them for a set of options.
 
 One-method interfaces, as in openai/whisper: a ``TokenDecoder`` turns (tokens, logits) into
-longer tokens; a ``SequenceRanker`` picks among finished candidates. Arrays here are numpy on
+longer tokens; a ``SequenceRanker`` picks among finished candidates; ``LogitFilter``s
+(filters.py) mask what may not come next. ``Search`` puts the three together, the same way for
+one-shot windows (task.py), windows decoded side by side (side_by_side.py) and AlignAtt
+streaming passes (streaming/alignatt.py). Greedy is ``beam_size`` 1 here. Arrays are numpy on
 the host: (B, T) tokens, (B, V) filtered logits, (B,) cumulative log probabilities.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from .filters import log_softmax
+from ..constants import TIME_PRECISION
+from .filters import (ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressSpecials, SuppressTokens, log_softmax,
+                      suppress_ids)
+
+if TYPE_CHECKING:
+    from ..tokenizer import Tokenizer
+    from .options import DecodingOptions
 
 
 @dataclass(frozen=True)
@@ -150,3 +160,70 @@ class MaximumLikelihoodRanker(SequenceRanker):
             return logprob / (((5 + length) / 6) ** self.length_penalty)
 
         return int(np.argmax([score(p, n) for p, n in zip(sum_logprobs, lengths)]))
+
+
+class Search:
+    """How one set of options chooses tokens: a fresh token decoder per pass (``decoder``), the
+    logit filters of a pass that samples from ``sample_begin`` on (``filters``), and the ranker.
+
+    n_group: sequences decoded side by side for one window (beams, or samples at a temperature
+    above 0); beam_size: 1 is greedy; timestamps: Whisper's timestamp grammar (with the first
+    timestamp at most ``max_initial_timestamp`` seconds), else text only, and with
+    ``text_only`` nothing after the end of text (no timestamp, no special token).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, *, n_group: int = 1, beam_size: int = 1, temperature: float = 0.0,
+                 patience: Optional[float] = None, length_penalty: Optional[float] = None,
+                 suppress_tokens: Optional[str] = "-1", model_suppress_ids: tuple[int, ...] = (),
+                 suppress_blank: bool = True, timestamps: bool = True, max_initial_timestamp: Optional[float] = None,
+                 text_only: bool = False):
+        self.tokenizer, self.n_group = tokenizer, n_group
+        self.beam_size, self.temperature, self.patience = beam_size, temperature, patience
+        self.ranker = MaximumLikelihoodRanker(length_penalty)
+        self.suppress_blank, self.timestamps = suppress_blank, timestamps
+        self.max_initial_timestamp = max_initial_timestamp
+        ids = suppress_ids(tokenizer, suppress_tokens, model_suppress_ids)
+        # the filters that do not depend on the pass: built once
+        self._suppress: list[LogitFilter] = [SuppressTokens(ids)] if ids else []
+        if text_only:
+            self._suppress.append(SuppressSpecials(tokenizer.eot))
+
+    @classmethod
+    def one_shot(cls, tokenizer: Tokenizer, options: DecodingOptions, model_suppress_ids: tuple[int, ...] = ()) -> "Search":
+        """One-shot windows (``DecodingOptions``, whose ``beam_size`` None is greedy too)."""
+        return cls(tokenizer, n_group=options.n_group, beam_size=options.beam_size or 1,
+                   temperature=options.temperature, patience=options.patience,
+                   length_penalty=options.length_penalty, suppress_tokens=options.suppress_tokens,
+                   model_suppress_ids=model_suppress_ids, suppress_blank=options.suppress_blank,
+                   timestamps=not options.without_timestamps, max_initial_timestamp=options.max_initial_timestamp)
+
+    @classmethod
+    def streaming(cls, tokenizer: Tokenizer, beam_size: int, model_suppress_ids: tuple[int, ...] = ()) -> "Search":
+        """AlignAtt passes: text only, at temperature 0, Whisper's non-speech symbols never sampled."""
+        return cls(tokenizer, n_group=beam_size, beam_size=beam_size, model_suppress_ids=model_suppress_ids,
+                   timestamps=False, text_only=True)
+
+    @property
+    def side_by_side(self) -> bool:
+        """Greedy at temperature 0: what windows decoded side by side share (beams and samples
+        stay one window's)."""
+        return self.temperature == 0 and self.n_group == 1
+
+    def decoder(self, rng: Optional[np.random.Generator] = None) -> TokenDecoder:
+        """A fresh token decoder: beam search at temperature 0 with beams, else greedy (argmax, or
+        a sample at the temperature)."""
+        eot = self.tokenizer.eot
+        if self.temperature == 0 and self.beam_size > 1:
+            return BeamSearchDecoder(self.beam_size, eot, self.patience)
+        return GreedyDecoder(self.temperature, eot, rng)
+
+    def filters(self, sample_begin: int) -> list[LogitFilter]:
+        """The logit filters of a pass whose sampled tokens start at ``sample_begin``."""
+        filters: list[LogitFilter] = [SuppressBlank(self.tokenizer, sample_begin)] if self.suppress_blank else []
+        filters += self._suppress
+        if self.timestamps:
+            max_index = None
+            if self.max_initial_timestamp is not None:
+                max_index = round(self.max_initial_timestamp / TIME_PRECISION)
+            filters.append(ApplyTimestampRules(self.tokenizer, sample_begin, max_index))
+        return filters

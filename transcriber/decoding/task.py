@@ -1,8 +1,8 @@
 """DecodingTask: decode one 30 s window of audio features into tokens.
 
 The prompt (previous text, start-of-transcript sequence, optional prefix) is run through the
-decoder once; then one token per step (``decode_loop``), with logit filters, a search strategy
-and a ranker.
+decoder once; then one token per step (``decode_loop``), with the logit filters, token decoder
+and ranker of the options' ``Search``.
 Cross-attention keys/values are computed once per window (``TextDecoder.start``) and shared by
 every step, every beam and every temperature retried on the window.
 """
@@ -14,14 +14,13 @@ from typing import Optional
 
 import numpy as np
 
-from ..constants import TIME_PRECISION
-from ..model.whisper import DecoderState, Whisper
+from ..model.state import DecoderState
+from ..model.whisper import Whisper
 from ..tokenizer import Tokenizer
 from ..types import compression_ratio
-from .filters import ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressTokens
 from .loop import decode_loop
 from .options import DecodingOptions
-from .search import BeamSearchDecoder, Candidate, GreedyDecoder, MaximumLikelihoodRanker, TokenDecoder
+from .search import Candidate, MaximumLikelihoodRanker, Search
 
 
 @dataclass(frozen=True)
@@ -36,20 +35,6 @@ class DecodingResult:
     token_logprobs: tuple[float, ...] = field(default=(), repr=False)  # one per token above
 
 
-def suppress_ids(tokenizer: Tokenizer, spec: Optional[str], model_ids: tuple[int, ...]) -> list[int]:
-    """Token ids never sampled: those of ``spec`` (``DecodingOptions.suppress_tokens``; its
-    "-1": the model's own list, else Whisper's non-speech symbols) plus the special tokens that
-    only belong in prompts."""
-    if spec is None or spec == "":
-        return []
-    ids = [int(t) for t in str(spec).split(",") if t.strip()]
-    if -1 in ids:
-        ids = [t for t in ids if t >= 0] + list(model_ids or tokenizer.non_speech_tokens())
-    ids += [tokenizer.transcribe, tokenizer.translate, tokenizer.sot, tokenizer.sot_prev,
-            tokenizer.sot_lm, tokenizer.no_speech]
-    return sorted({t for t in ids if 0 <= t < tokenizer.timestamp_begin and t != tokenizer.eot})
-
-
 class DecodingTask:
     def __init__(self, model: Whisper, tokenizer: Tokenizer, options: DecodingOptions,
                  model_suppress_ids: tuple[int, ...] = (), rng: Optional[np.random.Generator] = None):
@@ -59,8 +44,8 @@ class DecodingTask:
         self.initial_tokens = self._initial_tokens()
         self.sample_begin = len(self.initial_tokens)
         self.sot_index = self.initial_tokens.index(tokenizer.sot)
-        self.ranker = MaximumLikelihoodRanker(options.length_penalty)
-        self.filters = self._filters(model_suppress_ids)
+        self.search = Search.one_shot(tokenizer, options, model_suppress_ids)
+        self.filters = self.search.filters(self.sample_begin)
         self.rng = rng
 
     def _as_tokens(self, text_or_tokens) -> list[int]:
@@ -79,38 +64,17 @@ class DecodingTask:
             tokens = [tok.sot_prev] + prompt + tokens
         return tokens
 
-    def _filters(self, model_suppress_ids) -> list[LogitFilter]:
-        opts = self.options
-        filters: list[LogitFilter] = []
-        if opts.suppress_blank:
-            filters.append(SuppressBlank(self.tokenizer, self.sample_begin))
-        ids = suppress_ids(self.tokenizer, opts.suppress_tokens, model_suppress_ids)
-        if ids:
-            filters.append(SuppressTokens(ids))
-        if not opts.without_timestamps:
-            max_index = None
-            if opts.max_initial_timestamp is not None:
-                max_index = round(opts.max_initial_timestamp / TIME_PRECISION)
-            filters.append(ApplyTimestampRules(self.tokenizer, self.sample_begin, max_index))
-        return filters
-
-    def _token_decoder(self) -> TokenDecoder:
-        opts, eot = self.options, self.tokenizer.eot
-        if opts.temperature == 0 and opts.beam_size and opts.beam_size > 1:
-            return BeamSearchDecoder(opts.beam_size, eot, opts.patience)
-        return GreedyDecoder(opts.temperature, eot, self.rng)
-
     def run(self, base: DecoderState, language: str) -> DecodingResult:
         """Decode one window whose cross-attention is precomputed in ``base`` (batch 1)."""
         result = decode_loop(self.model, base, self.initial_tokens, self.sot_index, tokenizer=self.tokenizer,
-                             search=self._token_decoder(), filters=self.filters,
-                             n_group=self.options.n_group, max_new=self.sample_len)
+                             search=self.search.decoder(self.rng), filters=self.filters,
+                             n_group=self.search.n_group, max_new=self.sample_len)
         return self.result(result.candidates, result.no_speech_prob, language)
 
     def result(self, candidates: list[Candidate], no_speech_prob: float,
                language: Optional[str] = None) -> DecodingResult:
-        """The best of the finished candidates (decoded here or in a batch: decoding/batch.py)."""
-        best, best_tokens = best_candidate(candidates, self.sample_begin, self.tokenizer.eot, self.ranker)
+        """The best of the finished candidates (decoded here or side by side with other windows: side_by_side.py)."""
+        best, best_tokens = best_candidate(candidates, self.sample_begin, self.tokenizer.eot, self.search.ranker)
         text = self.tokenizer.decode(best_tokens)
         return DecodingResult(
             tokens=tuple(best_tokens), text=text, language=language or self.tokenizer.language,

@@ -1,11 +1,8 @@
-"""The Whisper model (whisper.py), where models come from (loader.py, hf.py, ct2.py, catalog.py).
+"""The Whisper model: the MLX module (whisper.py; its sizes in dimensions.py, its decoder state
+in state.py, its CPU-minded arithmetic in fastmath.py), how it runs (inference.py; the native
+kernels' in transcriber/native/inference.py), and where models come from (loader.py, hf.py,
+ct2.py, catalog.py).
 
-Importing this package binds MLX's matrix product to the fastest BLAS measured on the machine
-(``blas.apply``: after ``import mlx.core``, before any matmul). Every module that multiplies
-matrices imports the model, so this is the one place that needs to; ``import transcriber``
-alone stays light (``transcribe --help``).
+Importing it changes nothing in MLX: loading a model binds MLX's matrix product to the fastest
+BLAS measured on the machine (``blas.bind_once`` in ``loader.load_model``).
 """
-
-from ..native import blas
-
-blas.apply()

@@ -25,7 +25,8 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from ..errors import ModelError
-from .whisper import ModelDimensions, Whisper
+from .dimensions import ModelDimensions
+from .whisper import Whisper
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"

@@ -33,9 +33,11 @@ from mlx.utils import tree_flatten
 
 from ..cachedir import cache_root, make_private, private_dir, private_write
 from ..errors import ModelError
+from ..native import blas
 from ..tokenizer import LANGUAGES, load_tokenizer
 from . import ct2, hf
-from .whisper import ModelDimensions, ModelInfo, Whisper
+from .dimensions import ModelDimensions
+from .whisper import ModelInfo, Whisper
 
 from ..constants import DEFAULT_MODEL  # noqa: E402  (defined with the units: light to import)
 
@@ -276,8 +278,8 @@ def check_model(whisper: Whisper, folder: Path, weights: Path) -> None:
         if not mx.all(mx.isfinite(value)).item():
             raise fail(f"holds values that are not finite numbers (in {name})")
     mel = mx.zeros((1, 10, whisper.dims.n_mels))
-    # MLX's own encoder: the native one would drop the float32 weights this check reads above
-    logits, _, _ = whisper.decoder(mx.array([[0]]), whisper.decoder.start(whisper.encoder.mlx_forward(mel)))
+    # the plain MLX model: the native encoder would drop the float32 weights this check reads above
+    logits, _, _ = whisper.decoder(mx.array([[0]]), whisper.decoder.start(whisper.encoder(mel)))
     if not np.isfinite(np.asarray(logits)).all():
         raise fail("gives logits that are not finite numbers on a test input")
     try:  # a read-only cache: the check is done again next time, nothing worse
@@ -298,7 +300,9 @@ def _alignment_heads(config: dict, weights: dict[str, mx.array]):
 
 def load_model(model: str | os.PathLike = DEFAULT_MODEL, dtype: mx.Dtype = mx.float32) -> Whisper:
     """Load a Whisper model by name or folder. On the CPU keep float32: MLX's float16 matmul
-    there does not use BLAS and is several times slower."""
+    there does not use BLAS and is several times slower. The first load binds MLX's matrix
+    product to the fastest BLAS of the machine (``blas.bind_once``), before any matmul."""
+    blas.bind_once()
     folder, name = resolve(model)
     path = _weights_file(folder)
     try:

@@ -2,7 +2,8 @@
 
 ``ops()`` gives the kernels this process may use: loaded once (loader.py), each kind checked
 once against MLX's own op (checks.py) before it serves; a kind that fails is disabled with a
-note. Nothing here is used off the CPU (Metal, macOS: MLX's ops as before), and when the
+note. The TRANSCRIBER_KERNEL_* settings are read once too (``kernel_settings``; ``reset`` reads
+them again). The model reaches them through an inference (inference.py), chosen once per model. Nothing here is used off the CPU (Metal, macOS: MLX's ops as before), and when the
 library was not built (no compiler, failed build, another MLX) every op is MLX's.
 
 Why a plain C library over evaluated MLX buffers (ctypes) and not MLX ``Primitive``s: see
@@ -114,47 +115,74 @@ class Ops:
         return self.kernels.softmax if self.status.serves("softmax") else None
 
 
-PRECISION_ENV = "TRANSCRIBER_KERNEL_WEIGHTS"
 KEPT_MODELS = 2  # decoders whose packed weights are kept (jobs may switch between two models)
+PRECISION_ENV = "TRANSCRIBER_KERNEL_WEIGHTS"
+ENCODER_ENV = "TRANSCRIBER_KERNEL_ENCODER"
+ENCODER_KINDS = ("gemm", "attention_bf16", "layer_norm")
+PASS_ENV = "TRANSCRIBER_KERNEL_PASS"
+PASS_KINDS = ("gemm", "attention_packed", "layer_norm")
+CROSS_ENV = "TRANSCRIBER_KERNEL_CROSS"
+THREADS_ENV = "TRANSCRIBER_KERNEL_THREADS"
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    """The TRANSCRIBER_KERNEL_* settings, read once (``kernel_settings``). Besides the
+    defaults, they exist for the measurements in bench/.
+
+    weights: the decoder's weight precision on the kernels, bf16 or f32 ($..._WEIGHTS);
+    encoder: bf16 (the native bf16 GEMM) or mlx (MLX's float32 ops, the native attention) ($..._ENCODER);
+    passes: the decoder's multi-token passes (prompts, word timing), bf16 (the native pass) or
+    mlx (MLX's float32 decoder) ($..._PASS);
+    cross: the cross-attention keys and values per window, bf16 (the bf16 GEMM) or mlx (MLX's
+    float32 sgemms) ($..._CROSS);
+    threads: threads of the large kernels, None: DEFAULT_THREADS capped at the cores ($..._THREADS).
+    """
+
+    weights: str = "bf16"
+    encoder: str = "bf16"
+    passes: str = "bf16"
+    cross: str = "bf16"
+    threads: Optional[int] = None
+
+    @classmethod
+    def read(cls) -> "KernelSettings":
+        def choice(env: str, allowed: tuple[str, ...]) -> str:
+            value = settings.get(env) or allowed[0]
+            return value if value in allowed else allowed[0]
+
+        return cls(choice(PRECISION_ENV, ("bf16", "f32")), choice(ENCODER_ENV, ("bf16", "mlx")),
+                   choice(PASS_ENV, ("bf16", "mlx")), choice(CROSS_ENV, ("bf16", "mlx")),
+                   settings.get(THREADS_ENV) or None)
+
+
+def kernel_settings() -> KernelSettings:
+    """The settings, read on first use and kept (``reset`` forgets them)."""
+    global _settings
+    with _settings_lock:  # not _lock: loading the kernels under it reads the threads
+        if _settings is None:
+            _settings = KernelSettings.read()
+        return _settings
 
 
 def weights_precision() -> str:
-    """The decoder's weight precision on the kernels: $TRANSCRIBER_KERNEL_WEIGHTS (bf16, the
-    default, or f32: for the precision measurements in bench/)."""
-    value = settings.get(PRECISION_ENV) or "bf16"
-    return value if value in ("bf16", "f32") else "bf16"
-
-
-ENCODER_ENV = "TRANSCRIBER_KERNEL_ENCODER"
-ENCODER_KINDS = ("gemm", "attention_bf16", "layer_norm")
+    """The decoder's weight precision on the kernels (``KernelSettings.weights``)."""
+    return kernel_settings().weights
 
 
 def encoder_choice() -> str:
-    """The encoder on the kernels: $TRANSCRIBER_KERNEL_ENCODER, bf16 (the default: the native
-    bf16 GEMM) or mlx (MLX's float32 ops, the native attention: for measurements)."""
-    value = settings.get(ENCODER_ENV) or "bf16"
-    return value if value in ("bf16", "mlx") else "bf16"
-
-
-PASS_ENV = "TRANSCRIBER_KERNEL_PASS"
-PASS_KINDS = ("gemm", "attention_packed", "layer_norm")
+    """The encoder on the kernels (``KernelSettings.encoder``)."""
+    return kernel_settings().encoder
 
 
 def pass_choice() -> str:
-    """The decoder's multi-token passes (prompts, word timing): $TRANSCRIBER_KERNEL_PASS, bf16
-    (the default: the native pass) or mlx (MLX's float32 decoder: for measurements)."""
-    value = settings.get(PASS_ENV) or "bf16"
-    return value if value in ("bf16", "mlx") else "bf16"
-
-
-CROSS_ENV = "TRANSCRIBER_KERNEL_CROSS"
+    """The decoder's multi-token passes (``KernelSettings.passes``)."""
+    return kernel_settings().passes
 
 
 def cross_choice() -> str:
-    """The decoder's cross-attention keys and values per window: $TRANSCRIBER_KERNEL_CROSS,
-    bf16 (the default: the bf16 GEMM) or mlx (MLX's float32 sgemms: for measurements)."""
-    value = settings.get(CROSS_ENV) or "bf16"
-    return value if value in ("bf16", "mlx") else "bf16"
+    """The decoder's cross-attention keys and values (``KernelSettings.cross``)."""
+    return kernel_settings().cross
 
 
 def encoder_line() -> str:
@@ -194,13 +222,10 @@ def encoder_threads() -> int:
     return max(1, blas.threads() or threads())
 
 
-THREADS_ENV = "TRANSCRIBER_KERNEL_THREADS"
-
-
 def threads() -> int:
     """Threads for the large kernels: $TRANSCRIBER_KERNEL_THREADS, else DEFAULT_THREADS capped
     at the cores this process may use."""
-    forced = settings.get(THREADS_ENV)
+    forced = kernel_settings().threads
     if forced:
         return forced
     return max(1, min(DEFAULT_THREADS, settings.cores()))
@@ -211,8 +236,10 @@ def threads() -> int:
 # bench/kernels.md. TRANSCRIBER_KERNEL_THREADS=2 is there for a quiet machine.
 DEFAULT_THREADS = 1
 _lock = threading.Lock()
+_settings_lock = threading.Lock()
 _ops: Optional[Ops] = None
 _status: Optional[Status] = None
+_settings: Optional[KernelSettings] = None
 
 
 def status() -> Status:
@@ -277,6 +304,6 @@ def first_run_note() -> Optional[str]:
 
 def reset() -> None:
     """Forget the loaded state (tests that change TRANSCRIBER_KERNELS)."""
-    global _ops, _status
-    with _lock:
-        _ops = _status = None
+    global _ops, _status, _settings
+    with _lock, _settings_lock:
+        _ops = _status = _settings = None

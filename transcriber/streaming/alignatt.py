@@ -15,31 +15,20 @@ import mlx.core as mx
 import numpy as np
 
 from ..decoding.ending import Ending
-from ..decoding.filters import LogitFilter, SuppressBlank, SuppressTokens
 from ..decoding.loop import StepHook, decode_loop
-from ..decoding.search import BeamSearchDecoder, GreedyDecoder, MaximumLikelihoodRanker
-from ..decoding.task import best_candidate, sampled_tokens, suppress_ids
-from ..model.whisper import DecoderState, Whisper
+from ..decoding.search import Search
+from ..decoding.task import best_candidate, sampled_tokens
+from ..model.state import DecoderState
+from ..model.whisper import Whisper
 from ..nonspeech import NoSpeechRule
 from ..tokenizer import Tokenizer
+from .options import StreamingOptions
 from .policy import AttentionTracker, decide
 
-# Whisper's non-speech symbols (``DecodingOptions.suppress_tokens``' default) are never sampled
-SUPPRESS_TOKENS = "-1"
 # Marks the AlignAtt rule does not judge (``policy.decide``): sentence ends and commas, the
 # full-width ones of Chinese and Japanese that are one token. Not ``;:``, which French spaces.
 MARKS = ".,?!\u3002\u3001"
 __all__ = ["AlignAttPass", "PassResult"]
-
-
-class SuppressSpecials(LogitFilter):
-    """Nothing after the end of text: no special token, no timestamp, is ever sampled."""
-
-    def __init__(self, eot: int):
-        self.eot = eot
-
-    def apply(self, logits, tokens):
-        logits[:, self.eot + 1:] = -np.inf
 
 
 @dataclass
@@ -69,11 +58,11 @@ class AlignAttHook(StepHook):
     """The AlignAtt policy as a decode-loop hook: tracks each row's attended frames, stops
     before a token that looks within the threshold of the audio end, rewinds on a jump back."""
 
-    def __init__(self, model: Whisper, sot_index: int, n_frames: int, last_frame: Optional[int],
+    def __init__(self, model: Whisper, sot_index: int, n_positions: int, last_frame: Optional[int],
                  frame_threshold: int, rewind_threshold: int, is_last: bool, eot: int,
                  marks: frozenset[int] = frozenset()):
         self.marks = marks  # ``mark_tokens``
-        self.heads, self.sot_index, self.n_frames = model.alignment_heads, sot_index, n_frames
+        self.heads, self.sot_index, self.n_positions = model.alignment_heads, sot_index, n_positions
         self.wants_weights = model.alignment_layers  # only the alignment heads' layers
         self.last_frame = last_frame
         self.frame_threshold, self.rewind_threshold = frame_threshold, rewind_threshold
@@ -85,7 +74,7 @@ class AlignAttHook(StepHook):
 
     def start(self, weights, n_group):
         rows = alignment_rows(weights, self.heads, slice(self.sot_index, None))
-        self.tracker = AttentionTracker(np.repeat(rows, n_group, axis=0), self.n_frames)
+        self.tracker = AttentionTracker(np.repeat(rows, n_group, axis=0), self.n_positions)
         self.frames = np.zeros((n_group, 0), dtype=np.int64)
 
     def check(self, tokens, new_tokens, sources, completed):
@@ -97,7 +86,7 @@ class AlignAttHook(StepHook):
             return Ending.CONTINUE
         frame = int(step_frames[sources[0]])
         mark = int(new_tokens[0, -1]) in self.marks
-        decision = decide(frame, self.n_frames, self.last_frame, frame_threshold=self.frame_threshold,
+        decision = decide(frame, self.n_positions, self.last_frame, frame_threshold=self.frame_threshold,
                           rewind_threshold=self.rewind_threshold, is_last=self.is_last,
                           after_special=bool(new_tokens[0, -2] >= self.eot), mark=mark)
         if decision is Ending.STOP:
@@ -122,26 +111,22 @@ class AlignAttHook(StepHook):
 class AlignAttPass:
     """Runs passes for one model, tokenizer and set of options."""
 
-    def __init__(self, model: Whisper, tokenizer: Tokenizer, beam_size: int, frame_threshold: int,
-                 rewind_threshold: int, no_speech: NoSpeechRule):
-        """``no_speech``: the rule of ``StreamingOptions`` (``StreamingOptions.no_speech``): a
-        pass over its ``undecoded_above`` is not decoded, and a decoded pass may still be
-        judged silence by its text."""
+    def __init__(self, model: Whisper, tokenizer: Tokenizer, options: StreamingOptions):
+        """The options' no-speech rule (``StreamingOptions.no_speech``): a pass over its
+        ``undecoded_above`` is not decoded, and a decoded pass may still be judged silence by
+        its text."""
         self.model, self.tokenizer = model, tokenizer
-        self.beam_size = beam_size
-        self.frame_threshold, self.rewind_threshold = frame_threshold, rewind_threshold
-        self.no_speech = no_speech
-        ids = suppress_ids(tokenizer, SUPPRESS_TOKENS, model.info.suppress_ids)
-        self.suppress = [SuppressTokens(ids), SuppressSpecials(tokenizer.eot)]
-        self.ranker = MaximumLikelihoodRanker(None)
+        self.frame_threshold, self.rewind_threshold = options.frame_threshold, options.rewind_threshold
+        self.no_speech: NoSpeechRule = options.no_speech
+        self.search = Search.streaming(tokenizer, options.beam_size, model.info.suppress_ids)
         # Transcription only: a translation's marks follow its English words, not the sounds
         # of the audio, and there the rule changed the German opening's translation ("named
         # Smelchor Sternfelds" became "name-smell-like, sterrenfels"; test_multilingual)
         self.marks = mark_tokens(tokenizer) if tokenizer.task == "transcribe" else frozenset()
 
     def run(self, base: DecoderState, prompt: list[int], sot_index: int, sample_begin: int,
-            n_frames: int, last_frame: Optional[int], max_new: int, is_last: bool) -> PassResult:
-        """Decode after ``prompt`` over the audio in ``base`` (batch 1; its first ``n_frames``
+            n_positions: int, last_frame: Optional[int], max_new: int, is_last: bool) -> PassResult:
+        """Decode after ``prompt`` over the audio in ``base`` (batch 1; its first ``n_positions``
         positions are real audio, any after them padding).
 
         sot_index: where <|startoftranscript|> is in the prompt (attention rows count from it,
@@ -149,12 +134,11 @@ class AlignAttPass:
         committed tokens are prompt[sample_begin:]); last_frame: frame of the last committed
         token (for rewinds); max_new: token budget of the pass.
         """
-        tok, n = self.tokenizer, self.beam_size
-        hook = AlignAttHook(self.model, sot_index, n_frames, last_frame,
+        tok = self.tokenizer
+        hook = AlignAttHook(self.model, sot_index, n_positions, last_frame,
                             self.frame_threshold, self.rewind_threshold, is_last, tok.eot, self.marks)
-        search = GreedyDecoder(0.0, tok.eot) if n == 1 else BeamSearchDecoder(n, tok.eot)
-        loop = decode_loop(self.model, base, prompt, sot_index, tokenizer=tok, search=search,
-                           filters=[SuppressBlank(tok, sample_begin)] + self.suppress, n_group=n,
+        loop = decode_loop(self.model, base, prompt, sot_index, tokenizer=tok, search=self.search.decoder(),
+                           filters=self.search.filters(sample_begin), n_group=self.search.n_group,
                            max_new=max_new, hook=hook, no_speech_above=self.no_speech.undecoded_above)
         if loop.reason in (Ending.NO_SPEECH, Ending.REWIND, Ending.BUDGET):
             return PassResult(reason=loop.reason, no_speech_prob=loop.no_speech_prob)
@@ -162,24 +146,24 @@ class AlignAttPass:
             best = loop.candidates[0]
             tokens, frames = sampled_tokens(best.tokens, len(prompt), tok.eot), hook.frames[0]
         else:  # EOT or LENGTH: the best candidate
-            best, tokens = best_candidate(loop.candidates, len(prompt), tok.eot, self.ranker)
+            best, tokens = best_candidate(loop.candidates, len(prompt), tok.eot, self.search.ranker)
             frames = hook.frames_of(best.tokens)
         logprobs = [float(p) for p in best.token_logprobs[:len(tokens)]]
         if self._no_speech(loop.no_speech_prob, logprobs, loop.reason):
             return PassResult(reason=Ending.NO_SPEECH, no_speech_prob=loop.no_speech_prob)
         frames = [int(f) for f in frames[:len(tokens)]]
-        if loop.reason is Ending.EOT and not is_last and self._unconfirmed_mark(tokens, frames, n_frames):
+        if loop.reason is Ending.EOT and not is_last and self._unconfirmed_mark(tokens, frames, n_positions):
             # nothing came after the mark to judge: the pass stops before it, as before a word
             return PassResult(tokens[:-1], frames[:-1], logprobs[:-1], Ending.STOP, tokens[-1], frames[-1],
                               loop.no_speech_prob)
         return PassResult(tokens, frames, logprobs, loop.reason, loop.next_token, hook.stop_frame,
                           loop.no_speech_prob)
 
-    def _unconfirmed_mark(self, tokens: list[int], frames: list[int], n_frames: int) -> bool:
+    def _unconfirmed_mark(self, tokens: list[int], frames: list[int], n_positions: int) -> bool:
         """The text ends on a mark the rule would have stopped before (it attends the audio's
         end): on the French clip decoded from 2 s, "numéro." then the end of text, where the
         speaker went on "numéro un"."""
-        return bool(tokens) and tokens[-1] in self.marks and n_frames - frames[-1] <= self.frame_threshold
+        return bool(tokens) and tokens[-1] in self.marks and n_positions - frames[-1] <= self.frame_threshold
 
     def _no_speech(self, no_speech_prob: float, logprobs: list[float], reason: Ending) -> bool:
         """The rule's verdict on a decoded pass. A pass that ended its text with none is

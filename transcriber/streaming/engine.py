@@ -34,8 +34,8 @@ class StreamingEngine:
         self.model_name = model.name
         self.context = WhisperContext(model, options.task, options.language)
 
-    def batch(self, width: int) -> None:
-        """Streaming replays one file at a time (``Engine.batch``)."""
+    def side_by_side(self, width: int) -> None:
+        """Streaming replays one file at a time (``Engine.side_by_side``)."""
         return None
 
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:

@@ -3,7 +3,9 @@
 Pure numpy, no model: the session feeds it the alignment heads' cross-attention, and tests feed
 it synthetic attention.
 
-Frames here are encoder positions (20 ms each) counted from the start of the audio buffer.
+Frames here (a token's frame, ``frame_threshold``) are encoder positions (20 ms each) counted
+from the start of the audio buffer; ``n_positions`` is how many the buffer has (10 ms mel frames
+are ``n_frames`` elsewhere, one-shot's and the mel buffer's).
 
 Shapes: H alignment heads, T token rows (oldest first, the newest token's row last), S frames.
 A token's row is the attention of the decoder position that *predicted* it (the row of the
@@ -27,24 +29,24 @@ LAST_CHUNK_THRESHOLD = 4  # frames: how close to the end the last token may look
 STD_FLOOR = 0.1
 
 
-def _restrict(attention: np.ndarray, n_frames: int | None) -> np.ndarray:
-    """Softmax over the first ``n_frames`` frames only: cut and renormalise. (..., S) -> (..., n)."""
+def _restrict(attention: np.ndarray, n_positions: int | None) -> np.ndarray:
+    """Softmax over the first ``n_positions`` positions only: cut and renormalise. (..., S) -> (..., n)."""
     a = np.asarray(attention, dtype=np.float64)
-    if n_frames is not None and n_frames < a.shape[-1]:
-        a = a[..., :n_frames]
+    if n_positions is not None and n_positions < a.shape[-1]:
+        a = a[..., :n_positions]
         a = a / np.maximum(a.sum(axis=-1, keepdims=True), 1e-10)
     return a
 
 
-def token_scores(attention: np.ndarray, n_frames: int | None = None) -> np.ndarray:
-    """Per-frame alignment score of the newest token, (n_frames,).
+def token_scores(attention: np.ndarray, n_positions: int | None = None) -> np.ndarray:
+    """Per-frame alignment score of the newest token, (n_positions,).
 
     attention: (H, T, S) softmax weights of the alignment heads, newest row last.
     Each head's weights are standardised per frame across the T tokens (frames every token looks
     at, like the first frame, stop standing out; see ``STD_FLOOR``), the newest row is median filtered along frames
     (width 7), and the heads are averaged. With a single row the scores are all zero.
     """
-    a = _restrict(attention, n_frames)
+    a = _restrict(attention, n_positions)
     if a.ndim != 3:
         raise ValueError(f"attention must be (heads, tokens, frames), got shape {a.shape}")
     mean = a.mean(axis=1)
@@ -53,9 +55,9 @@ def token_scores(attention: np.ndarray, n_frames: int | None = None) -> np.ndarr
     return median_filter(newest, MEDIAN_FILTER_WIDTH).mean(axis=0)
 
 
-def most_attended_frame(attention: np.ndarray, n_frames: int | None = None) -> int:
+def most_attended_frame(attention: np.ndarray, n_positions: int | None = None) -> int:
     """The frame the newest token attends to most (see ``token_scores``)."""
-    return int(np.argmax(token_scores(attention, n_frames)))
+    return int(np.argmax(token_scores(attention, n_positions)))
 
 
 class AttentionTracker:
@@ -65,10 +67,10 @@ class AttentionTracker:
     instead of O(H * T * S). Beam search reorders the batch with ``select``.
     """
 
-    def __init__(self, rows: np.ndarray, n_frames: int | None = None):
+    def __init__(self, rows: np.ndarray, n_positions: int | None = None):
         """rows: (B, H, T, S) attention of the prompt rows, T >= 1."""
-        a = _restrict(rows, n_frames)
-        self.n_frames = n_frames
+        a = _restrict(rows, n_positions)
+        self.n_positions = n_positions
         self.count = a.shape[2]
         self.sum = a.sum(axis=2)  # (B, H, n)
         self.sum_sq = np.square(a).sum(axis=2)
@@ -76,7 +78,7 @@ class AttentionTracker:
 
     def push(self, row: np.ndarray) -> None:
         """Add one row per batch entry: row (B, H, S)."""
-        a = _restrict(row, self.n_frames)
+        a = _restrict(row, self.n_positions)
         self.count += 1
         self.sum = self.sum + a
         self.sum_sq = self.sum_sq + np.square(a)
@@ -94,13 +96,13 @@ class AttentionTracker:
         return int(np.argmax(median_filter(newest, MEDIAN_FILTER_WIDTH).mean(axis=0)))
 
 
-def decide(frame: int, n_frames: int, last_frame: int | None, *, frame_threshold: int,
+def decide(frame: int, n_positions: int, last_frame: int | None, *, frame_threshold: int,
            rewind_threshold: int, is_last: bool = False, after_special: bool = False,
            mark: bool = False) -> Ending:
     """Keep the newest token (``Ending.CONTINUE``), stop before it (``STOP``: drop it, wait for
     more audio), or rewind (``REWIND``: drop what this pass decoded).
 
-    frame: the token's most attended frame; n_frames: frames of audio available; last_frame: the
+    frame: the token's most attended frame; n_positions: encoder positions of audio available; last_frame: the
     frame of the last token kept (None: none yet). Rewind when attention jumps back by more than
     ``rewind_threshold`` frames (not on the last chunk, and not right after a special token,
     where attention has no meaningful previous position). Stop when the token looks within
@@ -120,6 +122,6 @@ def decide(frame: int, n_frames: int, last_frame: int | None, *, frame_threshold
             and last_frame - frame > rewind_threshold):
         return Ending.REWIND
     threshold = LAST_CHUNK_THRESHOLD if is_last else frame_threshold
-    if n_frames - frame <= threshold:
+    if n_positions - frame <= threshold:
         return Ending.STOP
     return Ending.CONTINUE

@@ -109,9 +109,7 @@ class StreamingSession:
     # -- setup ------------------------------------------------------------------------------------
 
     def _make_pass(self) -> AlignAttPass:
-        o = self.options
-        return AlignAttPass(self.model, self._tokenizer, o.beam_size, o.frame_threshold,
-                            o.rewind_threshold, o.no_speech)
+        return AlignAttPass(self.model, self._tokenizer, self.options)
 
     def _encode(self, text: Optional[str]) -> list[int]:
         return self._tokenizer.encode(" " + text.strip()) if text and text.strip() else []
@@ -172,10 +170,10 @@ class StreamingSession:
         if n_mel < self._min_frames(is_last) or self._quiet(is_last):
             return []
         base = self._whisper.encode(self._mel(n_mel, is_last))
-        n_frames = n_mel // 2
+        n_positions = n_mel // 2  # 20 ms encoder positions
         if s.language is None and not self._detect_language(base, n_mel, is_last):
             return []
-        result = self._run_pass(base, n_frames, is_last)
+        result = self._run_pass(base, n_positions, is_last)
         _log.debug("pass at %.2f s over %.2f s: %s, %r (+%r), no-speech %.2f", buf.end_time, n_mel / FRAMES_PER_SECOND,
                    result.reason, self._tokenizer.decode(result.tokens), result.next_token,
                    result.no_speech_prob)
@@ -188,7 +186,7 @@ class StreamingSession:
         if self._repeats(result):
             self._restart()
             return []
-        words = self._commit(result, n_frames, is_last)
+        words = self._commit(result, n_positions, is_last)
         self._slide(hard_only=False)
         return words
 
@@ -285,16 +283,16 @@ class StreamingSession:
         sample_begin = len(prompt)
         return prompt + committed, sot_index, sample_begin
 
-    def _run_pass(self, base, n_frames: int, is_last: bool) -> PassResult:
+    def _run_pass(self, base, n_positions: int, is_last: bool) -> PassResult:
         s, buf = self._s, self._s.buffer
         prompt, sot_index, sample_begin = self._prompt()
         covered = s.words[-1].end if s.words else buf.start  # stream frame
         undecoded = max(0.0, (buf.end - covered) / FRAMES_PER_SECOND)
         max_new = math.ceil(self.options.max_tokens_per_second * undecoded) + BUDGET_SLACK
         last = None if s.last_frame is None else (s.last_frame - buf.start) // 2
-        return self._pass.run(base, prompt, sot_index, sample_begin, n_frames, last, max_new, is_last)
+        return self._pass.run(base, prompt, sot_index, sample_begin, n_positions, last, max_new, is_last)
 
-    def _commit(self, result: PassResult, n_frames: int, is_last: bool) -> list[Word]:
+    def _commit(self, result: PassResult, n_positions: int, is_last: bool) -> list[Word]:
         """Turn the pass's complete words into committed words and ``Word``s."""
         s, buf, tok = self._s, self._s.buffer, self._tokenizer
         texts, groups = tok.split_to_word_tokens(result.tokens) if result.tokens else ([], [])
@@ -310,7 +308,7 @@ class StreamingSession:
             following = result.frames[index] if index < len(result.frames) else result.next_frame
             # a closing mark attends where the next sound is, maybe past a pause: not the word's end
             spoken = [f for t, f in zip(tokens, frames) if not is_attached_mark(tok.decode([t]))] or frames
-            start, end = word_frames(spoken, following, n_frames)
+            start, end = word_frames(spoken, following, n_positions)
             committed = CommittedWord(tokens, buf.start + 2 * start, buf.start + 2 * end, text)
             s.words.append(committed)
             s.last_frame = buf.start + 2 * spoken[-1]  # a mark's frame says little (policy.decide)

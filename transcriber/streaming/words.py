@@ -73,15 +73,15 @@ def commit_count(tokenizer: Tokenizer, texts: Sequence[str], groups: Sequence[li
     return n
 
 
-def word_frames(frames: Sequence[int], following: Optional[int], n_frames: int) -> tuple[int, int]:
+def word_frames(frames: Sequence[int], following: Optional[int], n_positions: int) -> tuple[int, int]:
     """(start, end) encoder positions of a word from its tokens' attended frames and the frame
-    of the token after it (None: unknown). Clamped to the buffer's ``n_frames``."""
-    start = min(max(frames[0] + SHIFT, 0), n_frames - 1)
+    of the token after it (None: unknown). Clamped to the buffer's ``n_positions``."""
+    start = min(max(frames[0] + SHIFT, 0), n_positions - 1)
     last = frames[-1] + SHIFT
     tail = last + DEFAULT_TAIL
     if following is not None and following > frames[-1]:
         tail = min(following + SHIFT, last + MAX_TAIL)
-    end = min(max(tail, start + 1), n_frames)
+    end = min(max(tail, start + 1), n_positions)
     return start, end
 
 

@@ -17,6 +17,9 @@ while it points into libmlx.so's own BLAS, and a matmul checked against numpy af
 puts the old pointer back if it differs. Any failure leaves MLX on its own BLAS with one logged
 note. The bound library also gives the decoder a host sgemv and reports its threads (matvec.py).
 
+Loading a model binds it (``bind_once``, from ``model.loader.load_model``): importing
+transcriber changes nothing in MLX.
+
 ``TRANSCRIBER_BLAS`` overrides the automatic choice:
 
 - ``none``: leave MLX's bundled BLAS alone (for comparisons);
@@ -47,7 +50,7 @@ from .matvec import THREADS_ENV, numpy_one_thread
 from .probe import cpu_model, measure
 from .slot import served_by
 
-__all__ = ["ENV", "THREADS_ENV", "NAMES", "Choice", "Library", "apply", "current", "loaded_path",
+__all__ = ["ENV", "THREADS_ENV", "NAMES", "Choice", "Library", "apply", "bind_once", "current", "loaded_path",
            "cache_file", "describe", "served_by", "threads", "set_threads", "host_matvec", "measure",
            "cpu_model", "probe_results", "numpy_one_thread"]
 
@@ -69,6 +72,7 @@ current = Choice(BUNDLED)
 loaded_path: str | None = None  # the faster library serving MLX now, or None (jobs/cli.py reads it)
 cache_file: str | None = None  # the probe result used, if any
 _library: Library | None = None  # the library behind ``current``
+_applied = False  # ``apply`` ran in this process
 
 
 def _decide(setting: str, reprobe: bool) -> tuple[Library, int | None, float | None, str | None]:
@@ -127,10 +131,10 @@ def _bind(setting: str, reprobe: bool) -> tuple[Library, int | None, float | Non
 
 def apply(setting: str | None = None, *, reprobe: bool = False) -> Choice:
     """Bind MLX's sgemm to the fastest BLAS measured on this machine (see the module docstring).
-    ``setting`` defaults to $TRANSCRIBER_BLAS. Call it after ``import mlx.core`` and before any
-    matmul (``transcriber/model/__init__.py`` does). Never raises: failures leave MLX on its
-    bundled BLAS with one logged note. Returns (and stores in ``current``) what serves MLX now."""
-    global current, loaded_path, _library
+    ``setting`` defaults to $TRANSCRIBER_BLAS. Never raises: failures leave MLX on its bundled
+    BLAS with one logged note. Returns (and stores in ``current``) what serves MLX now."""
+    global current, loaded_path, _library, _applied
+    _applied = True
     if not sys.platform.startswith("linux"):
         current, loaded_path = Choice("platform"), None
         return current
@@ -149,11 +153,18 @@ def apply(setting: str | None = None, *, reprobe: bool = False) -> Choice:
     return current
 
 
+def bind_once() -> Choice:
+    """``apply()`` the first time in this process, before a model's first matmul (model
+    loading calls it); later calls keep what serves (``apply`` chooses again on purpose)."""
+    return current if _applied else apply()
+
+
 def set_threads(n: int) -> None:
     """Use ``n`` threads in the library serving MLX's sgemm (where it can be told: OpenBLAS, MKL)."""
     global current
     if n < 1:
         raise ValueError(f"BLAS threads must be >= 1, got {n}")
+    bind_once()
     if _library is not None and _library.set_threads:
         matvec.set_library_threads(_library, n)
         current = Choice(current.name, current.path, n, current.gflops if n == current.threads else None,
@@ -162,17 +173,20 @@ def set_threads(n: int) -> None:
 
 def threads() -> int | None:
     """The thread count of the library serving MLX's sgemm, as the library reports it."""
+    bind_once()
     return matvec.library_threads(_library)
 
 
 def host_matvec() -> Callable | None:
     """``f(a, x, out)``: ``out = a @ x`` (float32 (M, K) @ (K,) -> (M,)) by the sgemv of the
     library serving MLX's sgemm, checked once; None when MLX is on its own BLAS (matvec.py)."""
+    bind_once()
     return matvec.host_matvec(_library)
 
 
 def describe() -> str:
     """One line for users: which BLAS serves MLX's CPU matmuls."""
+    bind_once()
     if current.name == "platform":
         return "BLAS: the platform's own (Accelerate on macOS)"
     if current.path is None:

@@ -1,4 +1,8 @@
-"""A command's batch: files -> jobs in the store, and the summary of what became of them."""
+"""Enqueueing: the files a command found become jobs in the store (``enqueue_files``), their
+existing outputs checked first (``OutputsSeen``), and what became of each is sorted into the
+command's ``CommandJobs`` (to run, skipped, failed, busy, refused).
+
+(Not to be confused with files decoded side by side, ``transcriber.Engine.batch``.)"""
 
 from __future__ import annotations
 
@@ -10,17 +14,18 @@ from typing import Iterable, Optional, Sequence
 
 from transcriber import bounded_each
 
-from .discover import STAT, identify, identify_found, output_states
-from .attempt import RunResult, with_path
+from .discover import STAT, identify, identify_found
+from .domain import BUSY, FAILED_BEFORE, NEW, PENDING, REDO, REFUSED, SKIP, Job, OutputRecord, Request
 from .lease import owner_is_dead
+from .outputs import output_states
+from .policy import refusal
 from .spec import JobSpec
-from .store import (BUSY, FAILED_BEFORE, NEW, PENDING, REDO, REFUSED, SKIP, Job, JobStore, OutputRecord, Request,
-                    refusal)
+from .store import JobStore
 
 
 @dataclass
-class Batch:
-    """The jobs one command asked for."""
+class CommandJobs:
+    """The jobs one command asked for, by what became of them."""
 
     to_run: list[int] = field(default_factory=list)
     skipped: list[Job] = field(default_factory=list)
@@ -140,11 +145,11 @@ def _folder(outputs: list[tuple[str, Optional[tuple]]]) -> str:
 
 
 def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]], spec: JobSpec,
-                  output_dir: Optional[Path], force: bool = False, batch: Optional[Batch] = None) -> Batch:
+                  output_dir: Optional[Path], force: bool = False, jobs: Optional[CommandJobs] = None) -> CommandJobs:
     """Queue the files; NameClash before anything is queued when two would write one output.
     An output this tool did not write (or that changed since) is reported as a skip with the
     reason, unless ``force``: then the job takes it over and replaces it."""
-    batch = batch or Batch()
+    jobs = jobs or CommandJobs()
     store.expire_dead_leases(owner_is_dead)  # a killed runner's jobs are resumed, not "busy"
     requests, files = [], list(files)
     # every file's stat and content key read by the reader (bounded_each) with a bound per file:
@@ -153,9 +158,9 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
     made = bounded_each(functools.partial(identify_found, output_dir=output_dir), files, path_of=lambda file: file[0])
     for (source, _), identity in zip(files, made):
         if isinstance(identity, OSError):
-            batch.failed.append((str(source), f"cannot read {str(source)!r}: {identity.strerror or identity}"))
+            jobs.failed.append((str(source), f"cannot read {str(source)!r}: {identity.strerror or identity}"))
         elif isinstance(identity, ValueError):
-            batch.failed.append((str(source), str(identity)))  # printed escaped (progress.printable)
+            jobs.failed.append((str(source), str(identity)))  # printed escaped (progress.printable)
         elif isinstance(identity, Exception):
             raise identity
         else:
@@ -163,12 +168,12 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
     check_clashes(requests, spec)
     given = {request.path: name for name, request in requests}
     seen = OutputsSeen(store, [r for _, r in requests], spec, store.output_records())
-    batch.failed += [(given[path], why) for path, why in seen.hung.items()]
+    jobs.failed += [(given[path], why) for path, why in seen.hung.items()]
 
     def vet(request: Request, job: Optional[Job]) -> Optional[str]:
         why = seen.refusal(request, job)
         if why:
-            batch.refused.append((given[request.path], why))
+            jobs.refused.append((given[request.path], why))
         return why
 
     wanted = [r for _, r in requests if r.path not in seen.hung]
@@ -180,24 +185,5 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
             names = seen.names(job.output_stem)
             store.record_outputs(job.id, [p for p in names if seen.exists(p)])
             store.expect_outputs(job.id, [p for p in names if seen.dangling(p)])  # a link to nothing: replaced
-        batch.add(job, action)
-    return batch
-
-
-def summary(batch: Batch, result: RunResult) -> tuple[list[str], int]:
-    """The closing lines of a run and its exit status: 1 if any file failed, 128 + the signal
-    if a signal stopped it, else 0."""
-    failed = len(batch.failed) + len(result.failed)
-    refused = batch.refused + result.refused
-    parts = [f"{len(result.done)} done", f"{len(batch.skipped) + len(refused)} skipped", f"{failed} failed"]
-    if batch.busy or result.lost:
-        parts.append(f"{len(batch.busy) + len(result.lost)} left to another runner")
-    lines = [", ".join(parts)]
-    # the runner printed its failures as they happened ("error: ..."): only those found before
-    # running (missing, unreadable, failed before) are told here, so each error shows once
-    lines += [f"skipped: {path}: {reason}" for path, reason in refused]
-    lines += [f"failed: {with_path(path, reason)}" for path, reason in batch.failed]
-    if result.stopped is not None:
-        lines.append("stopped: unfinished files stay queued; run the same command again to resume")
-    code = 1 if failed else (128 + result.stopped if result.stopped is not None else 0)
-    return lines, code
+        jobs.add(job, action)
+    return jobs

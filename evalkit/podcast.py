@@ -32,12 +32,12 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from .audio import load_audio
-from .constants import SAMPLE_RATE
-from .cues import transcript_cues
-from .engine import words_to_transcript
-from .evaluation import normalize
-from .types import Word
+from evalkit.scoring import normalize
+from transcriber.audio import load_audio
+from transcriber.constants import SAMPLE_RATE
+from transcriber.cues import transcript_cues
+from transcriber.engine import words_to_transcript
+from transcriber.types import Word
 
 MUSIC_FILE = "audio/no_speech/music_brahms_hungarian_dance5.flac"
 EDGE_TOLERANCE = 0.5  # seconds: word or cue timing this close to speech is timing, not invention

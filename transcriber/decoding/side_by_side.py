@@ -4,11 +4,11 @@ On a CPU a decode step of a small model is bound by reading its weights: the dec
 80 MB vocabulary projection of tiny.en are read once per step, for one row or for four. So the
 windows of several files, each at its own point, are stepped together:
 
-    batch = GreedyBatch(model)
-    batch.add(key, task, base)            # a window joins: its prompt goes through the decoder
-    while batch:
-        for key, result in batch.step():  # one token for every row; the rows that ended leave
-            ...                           # with their DecodingResult; others may join now
+    windows = WindowsSideBySide(model)
+    windows.add(key, task, base)            # a window joins: its prompt goes through the decoder
+    while windows:
+        for key, result in windows.step():  # one token for every row; the rows that ended leave
+            ...                             # with their DecodingResult; others may join now
 
 A window joins as soon as its prompt is ready and leaves as soon as it ends (end of text, its
 token budget, the text context), so no row waits for another and none is decoded past its end.
@@ -27,16 +27,11 @@ from typing import Hashable
 import mlx.core as mx
 import numpy as np
 
-from ..model.whisper import DecoderState, Whisper
+from ..model.state import DecoderState
+from ..model.whisper import Whisper
+from ..native.inference import inference_for
 from .loop import Decode, prompt_pass
-from .search import GreedyDecoder
 from .task import DecodingResult, DecodingTask
-
-
-def batchable(task: DecodingTask) -> bool:
-    """Greedy at temperature 0: what a GreedyBatch does (beams and samples stay one window's)."""
-    o = task.options
-    return o.temperature == 0 and not (o.beam_size and o.beam_size > 1) and o.n_group == 1
 
 
 @dataclass
@@ -47,7 +42,7 @@ class _Row:
     decode: Decode
 
 
-class GreedyBatch:
+class WindowsSideBySide:
     def __init__(self, model: Whisper):
         self.model = model
         self.rows: list[_Row] = []
@@ -62,9 +57,9 @@ class GreedyBatch:
 
     def add(self, key: Hashable, task: DecodingTask, base: DecoderState) -> None:
         """Run the window's prompt through the decoder (batch 1) and add it as a row."""
-        assert batchable(task), "GreedyBatch decodes greedily at temperature 0"
+        assert task.search.side_by_side, "windows side by side are decoded greedily at temperature 0"
         first = prompt_pass(self.model, base, task.initial_tokens, task.sot_index, task.tokenizer)
-        decode = Decode(task.initial_tokens, GreedyDecoder(0.0, task.tokenizer.eot), task.filters, 1,
+        decode = Decode(task.initial_tokens, task.search.decoder(), task.filters, 1,
                         task.sample_len, self.model.dims.n_text_ctx)
         self.rows.append(_Row(key, task, first.no_speech_prob, decode))
         self.state = first.state if self.state is None else DecoderState.stack([self.state, first.state])
@@ -87,7 +82,7 @@ class GreedyBatch:
         self._keep(kept)
         if self.rows:
             last = mx.array([[int(r.decode.tokens[0, -1])] for r in self.rows])
-            out, self.state, _ = self.model.decoder(last, self.state)
+            out, self.state, _ = inference_for(self.model).decode(last, self.state)
             self.logits = np.array(out[:, -1], dtype=np.float32)
         return [(row.key, row.task.result(result.candidates, row.no_speech)) for row, result in ended]
 
