@@ -61,7 +61,7 @@ def service(tmp_path: Path, *args: str):
 
 def pcm16(path: Path) -> bytes:
     """What Bazarr sends: its own ffmpeg's 16 kHz mono s16le PCM of the file."""
-    from transcriber.audio import ffmpeg_binary
+    from transcriber.ffmpegtool import ffmpeg_binary
 
     return subprocess.run([ffmpeg_binary(), "-nostdin", "-v", "error", "-i", str(path), "-f", "s16le", "-acodec",
                            "pcm_s16le", "-ac", "1", "-ar", "16000", "-"], capture_output=True, check=True).stdout

@@ -22,8 +22,9 @@ from fastapi.responses import FileResponse, HTMLResponse, Response
 from transcriber.types import Transcript
 from transcriber.writers import write_vtt
 
-from ..cli import shown_jobs
-from ..store import JobStore
+from ..report import shown_jobs
+from ..spec import JobSpec
+from ..store import connect
 from .service import RequestError, Service
 
 MAX_JOBS = 500  # the newest jobs on the page
@@ -37,13 +38,13 @@ def _row(job, status: str) -> dict:
 
 
 def job_rows(db: Path) -> list[dict]:
-    with JobStore(db) as store:
+    with connect(db) as store:
         jobs = sorted(store.jobs(), key=lambda j: j.id, reverse=True)[:MAX_JOBS]
         return [_row(job, status) for job, status in shown_jobs(jobs, time.time(), lambda line: None)]
 
 
 def _job(db: Path, job_id: int):
-    with JobStore(db) as store:
+    with connect(db) as store:
         job = store.get(job_id)
         if job is None:
             raise RequestError(404, f"no job {job_id}")
@@ -52,9 +53,9 @@ def _job(db: Path, job_id: int):
 
 def vtt_of(db: Path, job_id: int) -> str:
     job, segments = _job(db, job_id)
+    task = JobSpec.from_dict(job.spec).option("task") or "transcribe"
     transcript = Transcript(language=job.language or "en", duration=job.duration or 0.0, segments=tuple(segments),
-                            task=job.spec.get("options", {}).get("task", "transcribe")
-                            if isinstance(job.spec.get("options"), dict) else "transcribe")
+                            task=task)
     return write_vtt(transcript)
 
 

@@ -29,11 +29,12 @@ from typing import BinaryIO, Callable, Optional
 import transcriber
 from transcriber.detect import detect_language
 
-from ..batch import enqueue_files
+from ..domain import DONE, Job
+from ..enqueue import enqueue_files
 from ..engines import EngineCache
 from ..runner import Runner, StopFlag
 from ..spec import JobSpec
-from ..store import DONE, Job, JobStore
+from ..store import JobStore, connect
 
 SAMPLE_RATE = 16000  # encode=false: the body is 16 kHz mono s16le PCM (whisper-asr-webservice's rule)
 CHUNK = 1 << 20
@@ -173,7 +174,7 @@ class Service:
         return transcriber.make_engine(spec.mode, self.model(), spec.engine_options())
 
     def _decode_thread(self) -> None:
-        store = JobStore(self.settings.db)
+        store = connect(self.settings.db)
         runner = Runner(store, engines=EngineCache(self._engine), stop=self.stop)
         try:
             while (item := self._queue.get()) is not None:
@@ -188,11 +189,11 @@ class Service:
 
     def _run(self, store: JobStore, runner: Runner, media: Path, spec: JobSpec, output: Optional[str],
              beside: bool = False) -> Optional[str]:
-        batch = enqueue_files(store, [(media, None)], spec, None if beside else self.spool.out)
-        if batch.failed or batch.refused:
-            raise RequestError(400, (batch.failed or batch.refused)[0][1])
-        if batch.to_run:
-            runner.run(batch.to_run)
+        jobs = enqueue_files(store, [(media, None)], spec, None if beside else self.spool.out)
+        if jobs.failed or jobs.refused:
+            raise RequestError(400, (jobs.failed or jobs.refused)[0][1])
+        if jobs.to_run:
+            runner.run(jobs.to_run)
         job = store.by_path(os.path.realpath(media))
         return None if output is None else answer(job, output)
 
