@@ -403,3 +403,8 @@ def models(as_json):
 
     catalog = list_models()
     click.echo(json.dumps(catalog.to_dict(), indent=2) if as_json else models_table(catalog))
+
+
+from .serve.command import serve  # noqa: E402 - the HTTP service; FastAPI is imported only when it runs
+
+main.add_command(serve)

@@ -81,6 +81,8 @@ DAY = 86400.0
 
 SETTINGS = {s.name: s for s in (
     Setting("TRANSCRIBER_DB", doc="the job database's path"),
+    Setting("TRANSCRIBER_SERVE_TOKEN", doc="the secret of transcribe serve's requests"),
+    Setting("TRANSCRIBER_SERVER_TOKEN", doc="the media server's API key (transcribe serve's webhooks)"),
     Setting("TRANSCRIBER_DB_TIMEOUT", float, 0, DAY, doc="seconds to wait for another process's lock"),
     Setting("TRANSCRIBER_CACHE", doc="the cache folder (converted models, the BLAS probe's verdict)"),
     Setting("TRANSCRIBER_DEBUG", bool, doc="an unexpected error raises with its traceback"),

@@ -1,0 +1,90 @@
+"""``transcribe serve``: the command line of the HTTP service (the ``serve`` extra)."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from transcriber import DEFAULT_MODE, DEFAULT_MODEL, MODES
+
+from ..flags import db_option
+
+EXAMPLES = """
+\b
+Examples:
+  transcribe serve                                  # http://127.0.0.1:9000 (docs at /docs)
+  transcribe serve --host 0.0.0.0 --token s3cret    # Bazarr's endpoint: http://HOST:9000/t/s3cret
+  transcribe serve -m base --path-map /data/media=/mnt/media   # Jellyfin sees /data/media
+"""
+
+
+def _path_map(ctx, param, values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for value in values:
+        server, sep, local = value.partition("=")
+        if not sep or not server.startswith("/") or not local:
+            raise click.BadParameter(f"{value!r} is not SERVER_PATH=LOCAL_PATH (e.g. /data/media=/mnt/media)")
+        pairs.append((server, local))
+    return tuple(pairs)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@click.command(help="Serve whisper-asr-webservice's API (for Bazarr), a live status page and media-server "
+                    "webhooks over HTTP. Each request is a job in the job database.\n" + EXAMPLES)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback should have a --token.")
+@click.option("--port", type=click.IntRange(1, 65535), default=9000, show_default=True)
+@click.option("--token", envvar="TRANSCRIBER_SERVE_TOKEN", show_envvar=True,
+              help="Secret every request must carry (Authorization: Bearer, ?token= or the /t/TOKEN/ path prefix).")
+@click.option("-m", "--model", default=DEFAULT_MODEL, show_default=True, help="The model, loaded once.")
+@click.option("--mode", type=click.Choice(list(MODES)), default=DEFAULT_MODE, show_default=True)
+@click.option("--spool", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for uploads and their subtitles (default: serve/ beside the job database).")
+@click.option("--max-upload-mb", type=click.IntRange(1), default=2048, show_default=True,
+              help="Largest upload accepted (a 2 h film is ~230 MB of 16 kHz PCM).")
+@click.option("--path-map", "path_map", multiple=True, callback=_path_map, metavar="SERVER=LOCAL",
+              help="Map a media server's library path to this machine's (repeatable).")
+@click.option("--language", "languages", multiple=True, metavar="LANG",
+              help="Webhooks: the subtitle language wanted (a file with it already is left alone; default en).")
+@click.option("--server-url", metavar="URL", help="Webhooks: the Jellyfin or Plex server to look an item's file up "
+                                                  "on (e.g. http://127.0.0.1:8096).")
+@click.option("--server-token", metavar="KEY", envvar="TRANSCRIBER_SERVER_TOKEN", show_envvar=True,
+              help="Webhooks: the server's API key (Jellyfin) or X-Plex-Token (Plex).")
+@db_option
+def serve(host: str, port: int, token: Optional[str], model: str, mode: str, spool: Optional[Path],
+          max_upload_mb: int, path_map, languages, server_url: Optional[str], server_token: Optional[str],
+          db: Optional[Path], db_timeout: float) -> None:
+    try:
+        import uvicorn
+
+        from .app import create_app
+        from .service import Service, ServeSettings
+    except ImportError as e:
+        click.echo(f"error: transcribe serve needs the serve extra ({e.name} is missing): "
+                   "pip install 'transcriber[serve]'", err=True)
+        sys.exit(1)
+    from ..store import default_path
+
+    db = db or default_path()
+    if not _loopback(host) and not token:
+        click.echo(f"warning: serving on {host} without --token: anyone who reaches port {port} can use the "
+                   "service, see every job's file name and play its media", err=True)
+    settings = ServeSettings(db=db, spool=spool or db.parent / "serve", model=model, mode=mode,
+                             max_upload_bytes=max_upload_mb << 20, token=token, path_map=path_map,
+                             languages=tuple(languages), server_url=server_url, server_token=server_token)
+    service = Service(settings)
+    click.echo(f"serving on http://{host}:{port}/ (API docs at /docs), jobs in {db}", err=True)
+    try:
+        uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
+    finally:
+        service.close()

@@ -1,0 +1,83 @@
+"""The status page of ``transcribe serve``: every job of the store (the service's requests and any
+``transcribe`` run on the same database), updating live, and a job's subtitles over its media.
+
+- ``GET /``: the page (page.html: a table refreshed every 1.5 s from ``/api/jobs``; a row with
+  words opens a ``<video>`` of the job's file with its subtitles as a ``<track>``).
+- ``GET /api/jobs``: the jobs as JSON: id, file name, status as ``transcribe status`` shows it
+  (stalled, gone, following), progress, language, error.
+- ``GET /media/{id}``: a job's source file (only files that are jobs; ranges served).
+- ``GET /subtitles/{id}.vtt``: the job's words so far as WebVTT, rendered from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from importlib import resources
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse, HTMLResponse, Response
+
+from transcriber.types import Transcript
+from transcriber.writers import write_vtt
+
+from ..report import shown_jobs
+from ..spec import JobSpec
+from ..store import connect
+from .service import RequestError, Service
+
+MAX_JOBS = 500  # the newest jobs on the page
+
+
+def _row(job, status: str) -> dict:
+    fraction = min(1.0, job.progress / job.duration) if job.duration else (1.0 if status == "done" else 0.0)
+    return {"id": job.id, "name": Path(job.path).name, "status": status, "progress": round(fraction, 3),
+            "duration": job.duration, "language": job.language, "error": job.last_error,
+            "updated": job.updated_at, "has_words": job.progress > 0 or status == "done"}
+
+
+def job_rows(db: Path) -> list[dict]:
+    with connect(db) as store:
+        jobs = sorted(store.jobs(), key=lambda j: j.id, reverse=True)[:MAX_JOBS]
+        return [_row(job, status) for job, status in shown_jobs(jobs, time.time(), lambda line: None)]
+
+
+def _job(db: Path, job_id: int):
+    with connect(db) as store:
+        job = store.get(job_id)
+        if job is None:
+            raise RequestError(404, f"no job {job_id}")
+        return job, store.resume_point(job_id).segments
+
+
+def vtt_of(db: Path, job_id: int) -> str:
+    job, segments = _job(db, job_id)
+    task = JobSpec.from_dict(job.spec).option("task") or "transcribe"
+    transcript = Transcript(language=job.language or "en", duration=job.duration or 0.0, segments=tuple(segments),
+                            task=task)
+    return write_vtt(transcript)
+
+
+def routes(app: FastAPI, service: Service) -> None:
+    db = service.settings.db
+    html = resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index():
+        return HTMLResponse(html)
+
+    @app.get("/api/jobs", tags=["Status"])
+    async def jobs():
+        return await asyncio.to_thread(job_rows, db)
+
+    @app.get("/media/{job_id}", tags=["Status"])
+    async def media(job_id: int):
+        job, _ = await asyncio.to_thread(_job, db, job_id)
+        if not Path(job.path).is_file():
+            raise RequestError(404, f"job {job_id}'s file is gone: {job.path}")
+        return FileResponse(job.path)
+
+    @app.get("/subtitles/{job_id}.vtt", tags=["Status"])
+    async def subtitles(job_id: int):
+        return Response(await asyncio.to_thread(vtt_of, db, job_id), media_type="text/vtt")
