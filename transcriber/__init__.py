@@ -30,7 +30,8 @@ _LAZY = {"probe": ".audio", "CueOptions": ".cues", "doctor_report": ".doctor:rep
          "StreamingEngine": ".streaming", "StreamingSession": ".streaming", "FORMATS": ".writers",
          "OutputOptions": ".writers", "output_option_table": ".writers", "write_outputs": ".writers",
          "render_outputs": ".writers", "write_rendered": ".writers", "blas": ".native.blas:",
-         "LiveSource": ".follow", "FollowOptions": ".follow", "kernels_note": ".native:first_run_note"}
+         "LiveSource": ".follow", "FollowOptions": ".follow", "kernels_note": ".native:first_run_note",
+         "detect_language": ".detect", "LANGUAGES": ".tokenizer", "embed": ".embed:"}
 
 
 def __getattr__(name: str):
@@ -126,6 +127,6 @@ __all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",
            "StreamingEngine", "StreamingOptions", "StreamingSession", "LiveSource", "FollowOptions", "FOLLOWABLE", "FOLLOW_MODES",
            "CueOptions", "OutputOptions", "output_option_table", "FORMATS", "write_outputs", "render_outputs", "write_rendered", "blas",
-           "doctor_report", "kernels_note",
+           "doctor_report", "kernels_note", "detect_language", "LANGUAGES", "embed",
            "TranscriberError", "AudioError", "ModelError", "RunFault", "ToolError", "no_space", "settings", "OutputError", "ReadTimeout", "bounded", "bounded_each",
            "start_reader"]

@@ -31,8 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from transcriber import TranscriberError
-from transcriber.tokenizer import LANGUAGES
+from transcriber import LANGUAGES, TranscriberError
 
 from . import page
 from .hooks import hook_routes

@@ -19,8 +19,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
-from transcriber.types import Transcript
-from transcriber.writers import write_vtt
+from transcriber import FORMATS, OutputOptions, Transcript
 
 from ..report import shown_jobs
 from ..spec import JobSpec
@@ -56,7 +55,7 @@ def vtt_of(db: Path, job_id: int) -> str:
     task = JobSpec.from_dict(job.spec).option("task") or "transcribe"
     transcript = Transcript(language=job.language or "en", duration=job.duration or 0.0, segments=tuple(segments),
                             task=task)
-    return write_vtt(transcript)
+    return FORMATS["vtt"].render(transcript, OutputOptions())
 
 
 def routes(app: FastAPI, service: Service) -> None:

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Optional
 
 import transcriber
-from transcriber.detect import detect_language
 
 from ..domain import DONE, Job
 from ..enqueue import enqueue_files
@@ -148,7 +147,7 @@ class Service:
 
     def detect_language(self, media: Path) -> concurrent.futures.Future:
         """The future's result: (language code, probability) of the first 30 s of ``media``."""
-        return self._call(lambda store, runner: detect_language(media, self.model()))
+        return self._call(lambda store, runner: transcriber.detect_language(media, self.model()))
 
     def enqueue(self, media: Path, spec: JobSpec) -> concurrent.futures.Future:
         """Queue a job for a file of the media library (a webhook): its outputs go beside it."""
