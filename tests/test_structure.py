@@ -168,6 +168,19 @@ def test_no_function_over_50_lines():
     assert not found, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(found)
 
 
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_over_500_lines():
+    """A module a newcomer can read at one sitting: one concept a file. A module that grows past
+    this holds two (the job store's 1,000 lines held its types, its policy, its SQL and its
+    schema), and is split by concept, not by size (C++ sources aside: a kernel file is one ISA's
+    loops)."""
+    found = [f"{path.relative_to(ROOT)}: {n} lines" for path in modules().values()
+             if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert not found, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(found)
+
+
 LIFECYCLE = "jobs.attempt"  # the one module that writes an attempt's life
 LIFECYCLE_PARTS = ("Heartbeat", "CheckpointClock")
 
