@@ -364,6 +364,9 @@ class Attempt:
         """Write the outputs from the committed words (atomically), then mark the job done."""
         self.check_source()
         written = self._write(self.committed)
+        embed = self.spec.output("embed")
+        if embed:
+            written += self._embed(embed == "in-place")
         at_point("outputs")
         with outputs_answer(written):
             self.store.finish(self.job.id, self.owner, written)
@@ -377,11 +380,8 @@ class Attempt:
 
     def _write(self, segments: list[Segment]) -> list[str]:
         """Write the outputs, each one only if it is not the user's (see ``check_ours``, jobs/outputs.py)."""
-        # by name when used (numpy, the writers): a rerun that only skips files never imports them
-        transcript = transcriber.assemble(segments, self.language, self.duration, self.model or "", self.probability,
-                                          self.spec.task)
-        language = "en" if self.spec.task == "translate" else self.language
-        stem = Path(self.spec.named_stem(self.job.output_stem, language))
+        transcript = self._transcript(segments)
+        stem = Path(self.spec.named_stem(self.job.output_stem, transcript.text_language))
         rendered = transcriber.render_outputs(transcript, stem, self.spec.formats, self.spec.output_options())
         paths = [path for path, _ in rendered]
         check_place(self.job, paths)
@@ -389,6 +389,38 @@ class Attempt:
                    {str(path): hashlib.sha256(text.encode()).hexdigest() for path, text in rendered})
         self.store.expect_outputs(self.job.id, [str(p) for p in paths])
         return [str(p) for p in transcriber.write_rendered(stem, rendered)]
+
+    def _transcript(self, segments: list[Segment]):
+        # by name when used (numpy, the writers): a rerun that only skips files never imports them
+        return transcriber.assemble(segments, self.language, self.duration, self.model or "", self.probability,
+                                    self.spec.task)
+
+    def _embed(self, in_place: bool) -> list[str]:
+        """The subtitles muxed into the video (``--embed``, transcriber/embed.py): a copy beside
+        the outputs (``NAME.subtitled.EXT``, one of them), or the video itself, whose new content
+        is the job's own doing (adopted: the next run sees it unchanged, and a video that has a
+        track in the language already gets no second one). A file whose container carries no
+        subtitles (an audio file) is left as it is, said once."""
+        video, transcript = Path(self.job.path), self._transcript(self.committed)
+        language = transcript.text_language
+        embed = transcriber.embed
+        try:
+            embed.container(video)
+        except embed.EmbedError as e:
+            self.ledger.reporter.info(f"note: {e}")
+            return []
+        text = transcriber.FORMATS["srt"].render(transcript, self.spec.output_options())
+        if in_place:
+            if not embed.has_track(video, language):
+                embed.embed(video, text, language, in_place=True)
+                self.store.adopt_content(self.job.id, self.owner, content_key(str(video)))
+            return []
+        stem = self.spec.named_stem(self.job.output_stem, language)
+        target = Path(f"{stem}{embed.SUFFIX}{video.suffix}")
+        check_place(self.job, [target])
+        check_ours(self.store, self.job, [target], {})
+        self.store.expect_outputs(self.job.id, [str(target)])
+        return [str(embed.embed(video, text, language, target=target))]
 
     def check_source(self) -> None:
         """The file still holds what this attempt started on; SourceChanged if not.

@@ -247,7 +247,13 @@ def _list_folder(folder: str) -> Folder:
 
 
 def _may_be_media(name: str) -> bool:
-    return not temporary_name(name) and os.path.splitext(name)[1].lower() not in NON_MEDIA_EXTENSIONS
+    stem, ext = os.path.splitext(name)
+    return not temporary_name(name) and ext.lower() not in NON_MEDIA_EXTENSIONS and not stem.endswith(EMBEDDED)
+
+
+# ``--embed``'s copies (NAME.subtitled.EXT, transcriber/embed.py) are our outputs: a folder walk
+# never takes one for an input (its subtitles would be transcribed and embedded again)
+EMBEDDED = ".subtitled"
 
 
 def _other(f: str):

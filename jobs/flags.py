@@ -229,6 +229,10 @@ def output_flags() -> list:
         if option.type is bool:
             flags.append(click.option(option.flag, name, is_flag=True, help=option.help))
             continue
+        if option.choices:  # the flag alone is its first choice: --embed is --embed copy
+            flags.append(click.option(option.flag, name, type=click.Choice(option.choices), is_flag=False,
+                                      flag_value=option.choices[0], default=None, help=option.help))
+            continue
         shown = "" if "[default" in option.help or default is None else f"  [default: {default}]"
         flags.append(click.option(option.flag, name, type=option.type, default=None, help=option.help + shown))
     return flags

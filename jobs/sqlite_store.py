@@ -415,6 +415,9 @@ class SqliteJobStore:
         """The job moved to another process (a Ray worker restarted elsewhere)."""
         self._fenced(job_id, owner, "worker = ?, updated_at = ?", [worker, time.time()])
 
+    def adopt_content(self, job_id: int, owner: str, content_key: str) -> None:
+        self._fenced(job_id, owner, "content_key = ?, updated_at = ?", [content_key, time.time()])
+
     def checkpoint(self, job_id: int, owner: str, segments: Sequence[Segment], state: Optional[dict],
                    position: float, language: Optional[str], model: Optional[str], lease_seconds: float,
                    complete: bool = False, language_probability: Optional[float] = None,

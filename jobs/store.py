@@ -91,6 +91,10 @@ class JobStore(Protocol):
 
     def set_worker(self, job_id: int, owner: str, worker: str) -> None: ...
 
+    def adopt_content(self, job_id: int, owner: str, content_key: str) -> None:
+        """The job's file now holds ``content_key``'s content by the job's own doing (its
+        subtitles embedded in place): its words stay, and the next run sees it unchanged."""
+
     def checkpoint(self, job_id: int, owner: str, segments: Sequence[Segment], state: Optional[dict],
                    position: float, language: Optional[str], model: Optional[str], lease_seconds: float,
                    complete: bool = False, language_probability: Optional[float] = None,

@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import srt
 
@@ -78,12 +79,20 @@ def language_tag(language: str) -> str:
     return ISO639_2.get((language or "").lower(), "und")
 
 
-def embed(video: Path, srt_text: str, language: str, *, in_place: bool = False) -> Path:
-    """Write ``srt_text`` as a subtitle track into a copy of ``video`` (or into ``video``);
-    returns the path written. Raises EmbedError naming the file and the cause."""
+def has_track(video: Path, language: str) -> bool:
+    """Whether the video holds a subtitle stream tagged with ``language`` (ISO 639-2 or Whisper's)."""
+    tags = {language, language_tag(language)}
+    return any(s.kind == "subtitle" and s.language in tags for s in streams(video))
+
+
+def embed(video: Path, srt_text: str, language: str, *, in_place: bool = False,
+          target: Optional[Path] = None) -> Path:
+    """Write ``srt_text`` as a subtitle track into a copy of ``video`` (``target``, by default
+    ``embedded_path``) or into ``video`` itself; returns the path written. Raises EmbedError
+    naming the file and the cause."""
     video = Path(video)
     muxer, codec = container(video)
-    target = embedded_path(video, in_place)
+    target = video if in_place else Path(target or embedded_path(video))
     before = streams(video)
     cues = len(list(srt.parse(srt_text)))
     tag = language_tag(language)

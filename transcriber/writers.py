@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence, Union
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
 import srt
 
@@ -38,6 +38,10 @@ from transcriber.types import Transcript, Word
 VTT_KARAOKE = Option("vtt_karaoke", "WebVTT: an inline <hh:mm:ss.ttt> timestamp before every word.", bool)
 HIGHLIGHT_WORDS = Option("highlight_words", "SRT: the word being spoken underlined; ASS: karaoke.", bool)
 JSON_CUES = Option("json_cues", "JSON: the subtitle cues too, next to the word timeline.", bool)
+EMBED = Option("embed", "Also write the subtitles (SRT) into a copy of the video, NAME.subtitled.EXT beside the "
+               "other outputs (MKV, WebM, MP4, M4V, MOV; every stream copied, the track tagged with its "
+               "language); 'in-place': into the video itself, verified before it replaces it.",
+               str, choices=("copy", "in-place"), example="copy")
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class OutputOptions:
     # highlight_words); ASS: karaoke tags ({\k}), the player colours each word as it is spoken
     highlight_words: bool = HIGHLIGHT_WORDS.field(False)
     json_cues: bool = JSON_CUES.field(False)  # JSON: the cues too, next to the word timeline
+    embed: Optional[str] = EMBED.field(None)  # the subtitles muxed into the video (transcriber/embed.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.cues, CueOptions):

@@ -59,7 +59,7 @@ def has_subtitles(video: Path, language: str) -> bool:
             if stem[len(video.stem) + 1:].split(".")[0].lower() in tags:
                 return True
     try:
-        return any(s.kind == "subtitle" and s.language in tags for s in embed.streams(video))
+        return embed.has_track(video, language)
     except embed.EmbedError:
         return False
 
