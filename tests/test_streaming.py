@@ -218,7 +218,7 @@ def test_beam_search(model):
 def test_prompts_and_audio_window(model):
     """A static prompt stays, a short audio window slides: text still comes out whole."""
     options = StreamingOptions(audio_max_len=6.0, audio_trim_len=None, static_init_prompt="Harvard sentences.",
-                               init_prompt="A list of sentences.")
+                               initial_prompt="A list of sentences.")
     words = list(stream(audio_path(HARVARD), model, options=options))
     entry = next(e for e in scored_entries() if e["file"].endswith(HARVARD))
     assert wer(entry["text"], text(words)) <= 0.15

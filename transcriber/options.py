@@ -106,9 +106,12 @@ class Option:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
-    def field(self, default=dataclasses.MISSING, **kwargs) -> Any:
-        """A dataclass field carrying this option (``default_factory`` as for ``field``)."""
-        return dataclasses.field(default=default, metadata={"option": self}, **kwargs)
+    def field(self, default=dataclasses.MISSING, fingerprinted_as: str = "", **kwargs) -> Any:
+        """A dataclass field carrying this option (``default_factory`` as for ``field``).
+        ``fingerprinted_as``: the field's name before it was renamed, which the fingerprints of
+        jobs already stored hash (a clearer name must not redo every finished job)."""
+        metadata = {"option": self, "fingerprinted_as": fingerprinted_as} if fingerprinted_as else {"option": self}
+        return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
     def from_text(self, text: str) -> Any:
         """The value a flag's text gives (OptionError when it is not one)."""
@@ -243,7 +246,8 @@ def fingerprint_data(options) -> dict:
         option = f.metadata.get("option")
         if option is not None and option.added_later and value == f.default:
             continue
-        out[f.name] = fingerprint_data(value) if dataclasses.is_dataclass(value) else value
+        name = f.metadata.get("fingerprinted_as") or f.name
+        out[name] = fingerprint_data(value) if dataclasses.is_dataclass(value) else value
     return out
 
 

@@ -68,7 +68,8 @@ class StreamingOptions:
     # but WER 3.95 -> 4.4-4.5% (3-4 more errors of 709); dev set (short_en + long_en) 4.23 ->
     # 4.35%, mean lag 1.17 -> 1.19 s. Off: the default now keeps 25 of the 26 by itself.
     punctuated_prompt: bool = PUNCTUATED_PROMPT.field(False)
-    init_prompt: Optional[str] = INITIAL_PROMPT.field(None)  # prompt text at the start; scrolls out as text comes
+    # prompt text at the start; scrolls out as text comes (was init_prompt: fingerprinted so)
+    initial_prompt: Optional[str] = INITIAL_PROMPT.field(None, fingerprinted_as="init_prompt")
     static_init_prompt: Optional[str] = None  # prompt text always kept (names, terms)
     beam_size: int = BEAM_SIZE.field(1)  # 1: greedy
     language: Optional[str] = LANGUAGE.field(None)  # None: English for .en models, detected for multilingual

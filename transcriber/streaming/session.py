@@ -102,7 +102,7 @@ class StreamingSession:
         self._s = _State(MelBuffer(model.dims.n_mels, start_sample), self._whisper.language)
         self._tokenizer = self._whisper.tokenizer()
         self._static = self._encode(options.static_init_prompt)
-        self._s.prompt = self._encode(options.init_prompt)
+        self._s.prompt = self._encode(options.initial_prompt)
         self._pass = self._make_pass()
         self._saved_options = (options, options.to_dict())  # state() runs every chunk: asdict once
 
