@@ -304,3 +304,12 @@ def test_a_chunked_upload_over_the_limit_is_refused_as_it_streams(running):
     answer = requests.post(f"{url}/asr", data=body(), timeout=60,
                            headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
     assert answer.status_code == 413 and "limit" in answer.json()["error"]
+
+
+def test_a_database_that_cannot_be_opened_is_one_line_at_start(tmp_path):
+    (tmp_path / "jobs.db").write_text("not a database, a note\n" * 20)
+    run = subprocess.run([sys.executable, "-m", "jobs", "serve", "--port", str(free_port()), "--db",
+                          str(tmp_path / "jobs.db")], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 1 and run.stderr.startswith("error: ") and len(run.stderr.splitlines()) == 1
+    assert "Traceback" not in run.stderr

@@ -31,7 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from transcriber import LANGUAGES, TranscriberError
+from transcriber import LANGUAGES, RunFault, TranscriberError
 
 from . import page
 from .hooks import hook_routes
@@ -135,6 +135,10 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def refused(request: Request, exc: RequestError):
         return error(exc.status, str(exc))
+
+    @app.exception_handler(RunFault)
+    async def fault(request: Request, exc: RunFault):  # the machine's or the model's, not the upload's
+        return error(503, str(exc))
 
     @app.exception_handler(TranscriberError)
     async def library_error(request: Request, exc: TranscriberError):

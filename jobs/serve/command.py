@@ -50,8 +50,8 @@ def _loopback(host: str) -> bool:
 @click.option("--mode", type=click.Choice(list(MODES)), default=DEFAULT_MODE, show_default=True)
 @click.option("--spool", type=click.Path(file_okay=False, path_type=Path),
               help="Folder for uploads and their subtitles (default: serve/ beside the job database).")
-@click.option("--max-upload-mb", type=click.IntRange(1), default=2048, show_default=True,
-              help="Largest upload accepted (a 2 h film is ~230 MB of 16 kHz PCM).")
+@click.option("--max-upload-mb", type=click.IntRange(1, 4000), default=2048, show_default=True,
+              help="Largest upload accepted (a 2 h film is ~230 MB of 16 kHz PCM; a WAV holds at most 4 GB).")
 @click.option("--path-map", "path_map", multiple=True, callback=_path_map, metavar="SERVER=LOCAL",
               help="Map a media server's library path to this machine's (repeatable).")
 @click.option("--language", "languages", multiple=True, metavar="LANG",
@@ -73,9 +73,15 @@ def serve(host: str, port: int, token: Optional[str], model: str, mode: str, spo
         click.echo(f"error: transcribe serve needs the serve extra ({e.name} is missing): "
                    "pip install 'transcriber[serve]'", err=True)
         sys.exit(1)
-    from ..store import default_path
+    from ..domain import StoreError
+    from ..store import connect, default_path
 
     db = db or default_path()
+    try:  # a database that cannot be opened is one line now, not an error on every request
+        connect(db, db_timeout).close()
+    except StoreError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
     if not _loopback(host) and not token:
         click.echo(f"warning: serving on {host} without --token: anyone who reaches port {port} can use the "
                    "service, see every job's file name and play its media", err=True)

@@ -22,7 +22,7 @@ import re
 import struct
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Optional
 
@@ -59,7 +59,6 @@ class ServeSettings:
     languages: tuple[str, ...] = ()  # a webhook's wanted subtitle language (the first; default en)
     server_url: Optional[str] = None  # the media server a webhook's item is looked up on
     server_token: Optional[str] = None
-    cue_options: dict = field(default_factory=dict)
 
 
 def _wav_header(n_bytes: int) -> bytes:
@@ -139,7 +138,7 @@ class Service:
         ValueError (naming the option) for one the model or mode cannot take."""
         options = {"task": task, "language": language, "initial_prompt": initial_prompt or None}
         return JobSpec(model=self.settings.model, mode=self.settings.mode, options=options, formats=(output,),
-                       tag_language=tag_language, **self.settings.cue_options)
+                       tag_language=tag_language)
 
     def transcribe(self, media: Path, spec: JobSpec, output: str) -> concurrent.futures.Future:
         """Queue a job for ``media``; the future's result is the text of its ``output``."""
@@ -173,7 +172,10 @@ class Service:
         return transcriber.make_engine(spec.mode, self.model(), spec.engine_options())
 
     def _decode_thread(self) -> None:
-        store = connect(self.settings.db)
+        try:
+            store = connect(self.settings.db)
+        except Exception as e:  # noqa: BLE001 - every request is told, none waits forever
+            return self._refuse_all(RequestError(503, f"the job database cannot be opened: {e}"))
         runner = Runner(store, engines=EngineCache(self._engine), stop=self.stop)
         try:
             while (item := self._queue.get()) is not None:
@@ -185,6 +187,10 @@ class Service:
                         future.set_exception(e)
         finally:
             store.close()
+
+    def _refuse_all(self, error: Exception) -> None:
+        while (item := self._queue.get()) is not None:
+            item[1].set_exception(error)
 
     def _run(self, store: JobStore, runner: Runner, media: Path, spec: JobSpec, output: Optional[str],
              beside: bool = False) -> Optional[str]:
