@@ -23,6 +23,10 @@ MEDIA_EXTENSIONS = frozenset("""
 # Files a folder walk never probes: our own outputs, documents, images, databases... ffmpeg
 # reads some of them (subtitles, images) but they never hold audio, and probing each one at every
 # rerun or watch scan would cost a process start apiece.
+# ``--embed``'s copies (NAME.subtitled.EXT, transcriber/embed.py) are our outputs: a folder walk
+# and watch mode never take one for an input (its subtitles would be transcribed and embedded again)
+EMBEDDED = ".subtitled"
+
 NON_MEDIA_EXTENSIONS = frozenset("""
     .srt .vtt .json .txt .md .rst .csv .tsv .xml .html .htm .pdf .doc .docx .odt .rtf
     .jpg .jpeg .png .gif .bmp .tif .tiff .webp .svg .heic .ico
@@ -63,7 +67,7 @@ def has_audio(path: Path) -> bool:
 
 def looks_like_media(path: Path, check: Callable[[Path], bool] = has_audio) -> bool:
     """Taken by a folder walk: a media extension, or an unknown one that ffmpeg reads as audio."""
-    if is_temporary(path):
+    if is_temporary(path) or path.stem.endswith(EMBEDDED):
         return False
     suffix = path.suffix.lower()
     if suffix in MEDIA_EXTENSIONS:
@@ -250,10 +254,6 @@ def _may_be_media(name: str) -> bool:
     stem, ext = os.path.splitext(name)
     return not temporary_name(name) and ext.lower() not in NON_MEDIA_EXTENSIONS and not stem.endswith(EMBEDDED)
 
-
-# ``--embed``'s copies (NAME.subtitled.EXT, transcriber/embed.py) are our outputs: a folder walk
-# never takes one for an input (its subtitles would be transcribed and embedded again)
-EMBEDDED = ".subtitled"
 
 
 def _other(f: str):

@@ -66,3 +66,12 @@ def test_embed_in_place_adds_one_track_and_a_rerun_keeps_it(library, tmp_path):
 def test_an_embed_value_that_is_not_a_choice_is_a_usage_error(library, tmp_path):
     run = transcribe(str(library), "--embed", "sideways", db=tmp_path / "jobs.db")
     assert run.returncode == 2 and "'sideways' is not one of 'copy', 'in-place'" in run.stderr
+
+
+def test_watch_mode_never_takes_an_embedded_copy_for_an_input(tmp_path):
+    from jobs.discover import looks_like_media
+
+    copy = tmp_path / "speech.subtitled.mkv"
+    copy.write_bytes(b"x")
+    assert not looks_like_media(copy, check=lambda path: True)
+    assert looks_like_media(tmp_path / "speech.mkv", check=lambda path: True)
