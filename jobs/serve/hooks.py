@@ -136,10 +136,11 @@ def hook_routes(app: FastAPI, service: Service) -> None:
                 f", and {settings.server_url} has no file for its item" if asked else
                 ", and there is no --server-url/--server-token to look its item up"))
         path = Path(map_path(server_path, settings.path_map))
-        if not path.is_file():
+        # the library's files are looked at off the event loop: a slow mount holds this request only
+        if not await asyncio.to_thread(path.is_file):
             raise RequestError(404, f"{path} is not a file here (from {server_path}; see --path-map)")
         wanted = settings.languages[0] if settings.languages else "en"
-        if has_subtitles(path, wanted):
+        if await asyncio.to_thread(has_subtitles, path, wanted):
             return JSONResponse({"ignored": f"{path} has {wanted} subtitles already"})
         service.enqueue(path, service.spec(output="srt", tag_language=True))
         return JSONResponse({"queued": str(path)}, status_code=202)

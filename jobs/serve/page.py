@@ -73,7 +73,7 @@ def routes(app: FastAPI, service: Service) -> None:
     @app.get("/media/{job_id}", tags=["Status"])
     async def media(job_id: int):
         job, _ = await asyncio.to_thread(_job, db, job_id)
-        if not Path(job.path).is_file():
+        if not await asyncio.to_thread(Path(job.path).is_file):
             raise RequestError(404, f"job {job_id}'s file is gone: {job.path}")
         return FileResponse(job.path)
 
