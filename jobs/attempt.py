@@ -349,7 +349,7 @@ class Attempt:
         self.pending, self.state = [], None
         at_point(f"checkpoint:{seq}")
         if self.spec.live:  # recorded as the job's at once, not only when it is done
-            self._record(self._write(self.committed))
+            self._record(self._write(self._transcript(self.committed)))
 
     def complete(self) -> None:
         """The engine reached the end of the file: commit the rest, the words are complete."""
@@ -363,10 +363,11 @@ class Attempt:
     def finish(self) -> list[str]:
         """Write the outputs from the committed words (atomically), then mark the job done."""
         self.check_source()
-        written = self._write(self.committed)
+        transcript = self._transcript(self.committed)
+        written = self._write(transcript)
         embed = self.spec.output("embed")
         if embed:
-            written += self._embed(embed == "in-place")
+            written += self._embed(transcript, embed == "in-place")
         at_point("outputs")
         with outputs_answer(written):
             self.store.finish(self.job.id, self.owner, written)
@@ -378,9 +379,8 @@ class Attempt:
         with outputs_answer(written):
             self.store.record_outputs(self.job.id, written)
 
-    def _write(self, segments: list[Segment]) -> list[str]:
+    def _write(self, transcript) -> list[str]:
         """Write the outputs, each one only if it is not the user's (see ``check_ours``, jobs/outputs.py)."""
-        transcript = self._transcript(segments)
         stem = Path(self.spec.named_stem(self.job.output_stem, transcript.text_language))
         rendered = transcriber.render_outputs(transcript, stem, self.spec.formats, self.spec.output_options())
         paths = [path for path, _ in rendered]
@@ -395,13 +395,13 @@ class Attempt:
         return transcriber.assemble(segments, self.language, self.duration, self.model or "", self.probability,
                                     self.spec.task)
 
-    def _embed(self, in_place: bool) -> list[str]:
+    def _embed(self, transcript, in_place: bool) -> list[str]:
         """The subtitles muxed into the video (``--embed``, transcriber/embed.py): a copy beside
         the outputs (``NAME.subtitled.EXT``, one of them), or the video itself, whose new content
         is the job's own doing (adopted: the next run sees it unchanged, and a video that has a
         track in the language already gets no second one). A file whose container carries no
         subtitles (an audio file) is left as it is, said once."""
-        video, transcript = Path(self.job.path), self._transcript(self.committed)
+        video = Path(self.job.path)
         language = transcript.text_language
         embed = transcriber.embed
         try:

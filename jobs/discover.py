@@ -20,13 +20,14 @@ MEDIA_EXTENSIONS = frozenset("""
     .mp4 .m4v .mkv .mov .avi .webm .wmv .flv .mpg .mpeg .ts .mts .m2ts .3gp .ogv
 """.split())
 
+# ``--embed``'s copies (NAME.subtitled.EXT: transcriber.embed.SUFFIX, spelled here so a folder walk
+# does not import the writers) are our outputs: a folder walk and watch mode never take one for an
+# input (its subtitles would be transcribed and embedded again)
+EMBEDDED = ".subtitled"
+
 # Files a folder walk never probes: our own outputs, documents, images, databases... ffmpeg
 # reads some of them (subtitles, images) but they never hold audio, and probing each one at every
 # rerun or watch scan would cost a process start apiece.
-# ``--embed``'s copies (NAME.subtitled.EXT, transcriber/embed.py) are our outputs: a folder walk
-# and watch mode never take one for an input (its subtitles would be transcribed and embedded again)
-EMBEDDED = ".subtitled"
-
 NON_MEDIA_EXTENSIONS = frozenset("""
     .srt .vtt .json .txt .md .rst .csv .tsv .xml .html .htm .pdf .doc .docx .odt .rtf
     .jpg .jpeg .png .gif .bmp .tif .tiff .webp .svg .heic .ico
@@ -67,7 +68,7 @@ def has_audio(path: Path) -> bool:
 
 def looks_like_media(path: Path, check: Callable[[Path], bool] = has_audio) -> bool:
     """Taken by a folder walk: a media extension, or an unknown one that ffmpeg reads as audio."""
-    if is_temporary(path) or path.stem.endswith(EMBEDDED):
+    if is_temporary(path) or is_embedded_copy(path.name):
         return False
     suffix = path.suffix.lower()
     if suffix in MEDIA_EXTENSIONS:
@@ -251,9 +252,13 @@ def _list_folder(folder: str) -> Folder:
 
 
 def _may_be_media(name: str) -> bool:
-    stem, ext = os.path.splitext(name)
-    return not temporary_name(name) and ext.lower() not in NON_MEDIA_EXTENSIONS and not stem.endswith(EMBEDDED)
+    return (not temporary_name(name) and os.path.splitext(name)[1].lower() not in NON_MEDIA_EXTENSIONS
+            and not is_embedded_copy(name))
 
+
+def is_embedded_copy(name: str) -> bool:
+    """``--embed``'s copy of a video (``NAME.subtitled.EXT``): an output, never an input."""
+    return os.path.splitext(name)[0].endswith(EMBEDDED)
 
 
 def _other(f: str):

@@ -258,7 +258,7 @@ class FollowAttempt(Attempt):
         if self.open_words:
             words = tuple(self.open_words)
             segments = segments + [words_segment(words)]
-        self._record(self._write(segments))
+        self._record(self._write(self._transcript(segments)))
         self.store.checkpoint(self.job.id, self.owner, [], None, self.position, self.language, self.model,
                               self.ledger.lease_seconds, language_probability=self.probability)
         self.last_write, self.unwritten = time.monotonic(), False

@@ -59,10 +59,10 @@ class Stream:
     language: str  # the stream's language tag, "" when it has none
 
 
-def embedded_path(video: Path, in_place: bool = False) -> Path:
-    """Where the video with its subtitles goes: the video itself, or ``NAME.subtitled.EXT``."""
+def embedded_path(video: Path) -> Path:
+    """Where the copy of the video with its subtitles goes by default: ``NAME.subtitled.EXT``."""
     video = Path(video)
-    return video if in_place else video.with_name(f"{video.stem}{SUFFIX}{video.suffix}")
+    return video.with_name(f"{video.stem}{SUFFIX}{video.suffix}")
 
 
 def container(video: Path) -> tuple[str, str]:
