@@ -211,6 +211,25 @@ def test_closing_the_generator_early_leaves_no_ffmpeg_behind():
     assert [c for c in _children() if _is_ffmpeg(c)] == []  # (the reads' reader child may be there: transcriber/bounded.py)
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_a_stream_closed_or_dropped_unread_leaves_no_ffmpeg_behind():
+    # From the start, ffmpeg begins decoding while the file is probed: before any chunk is read.
+    stream = iter_audio(audio_path("ljspeech_LJ001-0001_0032_concat.flac"), chunk_seconds=1.0)
+    assert any(_is_ffmpeg(c) for c in _children())
+    stream.close()
+    assert [c for c in _children() if _is_ffmpeg(c)] == []
+    stream = iter_audio(audio_path("ljspeech_LJ001-0001_0032_concat.flac"), chunk_seconds=1.0)
+    del stream
+    assert [c for c in _children() if _is_ffmpeg(c)] == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_a_file_the_probe_refuses_leaves_no_ffmpeg_behind(media):
+    with pytest.raises(AudioError, match="no audio stream"):
+        iter_audio(media["noaudio.mp4"])
+    assert [c for c in _children() if _is_ffmpeg(c)] == []
+
+
 def _is_ffmpeg(cmdline: str) -> bool:
     """A command line of ffmpeg's (not one that only names a path holding the word)."""
     return os.path.basename(cmdline.split("\0")[0]).startswith("ffmpeg")

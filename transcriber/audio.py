@@ -41,6 +41,7 @@ import select
 import stat
 import subprocess
 import threading
+import weakref
 from dataclasses import dataclass, replace
 from typing import Iterator, Union
 
@@ -118,6 +119,12 @@ def probe(path) -> float:
 
 def _probe_info(path) -> _MediaInfo:
     name = os.fspath(path)
+    _check_file(name)
+    return _probe_media(name)
+
+
+def _check_file(name: str) -> None:
+    """AudioError for what ``stat`` alone tells: missing, unreadable, a directory, empty."""
     try:
         st = bounded(os.stat, name, what="its stat() got no answer")
     except ReadTimeout:
@@ -128,6 +135,9 @@ def _probe_info(path) -> _MediaInfo:
         raise AudioError(ffmpegtool.message(name, "is a directory"))
     if st.st_size == 0:
         raise AudioError(ffmpegtool.message(name, "file is empty"))
+
+
+def _probe_media(name: str) -> _MediaInfo:
     if ffmpegtool.ffprobe_binary():
         return _probe_ffprobe(name)
     return _probe_ffmpeg(name)
@@ -227,8 +237,20 @@ def iter_audio(path, chunk_seconds: float = 30.0, start: float = 0.0,
     if duration is not None and not duration >= 0:
         raise ValueError(f"duration must be >= 0, got {duration!r}")
     name = os.fspath(path)
-    info = _select(name, _probe_info(name), track)
-    return AudioStream(name, info, max(1, round(chunk_seconds * SAMPLE_RATE)), start, duration)
+    _check_file(name)
+    early = None
+    if start == 0 and track is None:
+        # From the start of the first track, ffmpeg's command needs nothing the probe finds: it
+        # starts now and decodes while the probe runs. A distribution's ffmpeg takes ~0.1 s to
+        # start (Debian 12's loads 215 shared libraries), so a short file waited two start-ups.
+        early = _start_decoder(_decode_command(name, track=0, seek=0.0, start=0.0, duration=duration))
+    try:
+        info = _select(name, _probe_media(name), track)
+    except BaseException:
+        if early is not None:
+            _stop(early)
+        raise
+    return AudioStream(name, info, max(1, round(chunk_seconds * SAMPLE_RATE)), start, duration, early)
 
 
 class AudioStream:
@@ -241,19 +263,32 @@ class AudioStream:
     """
 
     def __init__(self, name: str, info: _MediaInfo, chunk_samples: int, start: float,
-                 duration: float | None):
-        self.warnings: tuple[str, ...] = ()
-        self._chunks = _decode(name, info, chunk_samples, start, duration, self)
+                 duration: float | None, started: subprocess.Popen | None = None):
+        self._warnings: list[str] = []  # (a list, not the stream: the generator holds no cycle to it)
+        self._chunks = _decode(name, info, chunk_samples, start, duration, self._warnings, started)
+        # An ffmpeg started before the first chunk was asked for is stopped with the stream
+        # even if no chunk ever is (the generator's own cleanup runs only once it has begun).
+        self._unread = None if started is None else weakref.finalize(self, _stop, started)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return tuple(self._warnings)
 
     def __iter__(self) -> "AudioStream":
         return self
 
     def __next__(self) -> tuple[int, np.ndarray]:
+        if self._unread is not None:  # from here on the generator's cleanup stops ffmpeg
+            self._unread.detach()
+            self._unread = None
         return next(self._chunks)
 
     def close(self) -> None:
         """Stop decoding: ffmpeg is killed and reaped."""
         self._chunks.close()
+        if self._unread is not None:
+            self._unread()
+            self._unread = None
 
 
 # ffmpeg's -t ends at a frame of the decoder, not at a sample (5.1 ended a Vorbis decode 256
@@ -262,14 +297,17 @@ class AudioStream:
 _DURATION_MARGIN_S = 0.25
 
 
-def _decode_command(name: str, info: _MediaInfo, start: float, duration: float | None) -> tuple[list[str], int]:
-    """ffmpeg's command line for ``_decode``, and how many samples of its output to drop first.
+def _seek(info: _MediaInfo, start: float) -> float:
+    """Where ffmpeg seeks to read from ``start``. A seek into compressed or resampled audio does
+    not give the samples a decode from the start gives there (see _EXACT_CODECS), and a resumed
+    job must see the very samples the first run saw: such a file is decoded from its start, and
+    what precedes ``start`` dropped (``_decode``)."""
+    return start if info.seeks_exactly else 0.0
 
-    A seek into compressed or resampled audio does not give the samples a decode from the start
-    gives there (see _EXACT_CODECS), and a resumed job must see the very samples the first run
-    saw: such a file is decoded from its start, and what precedes ``start`` dropped."""
-    seek = start if info.seeks_exactly else 0.0
-    skip = round(start * SAMPLE_RATE) - round(seek * SAMPLE_RATE)
+
+def _decode_command(name: str, track: int, seek: float, start: float, duration: float | None) -> list[str]:
+    """ffmpeg's command line for ``_decode``: audio track ``track`` (ffmpeg's a:N) from ``seek``
+    seconds, for ``duration`` seconds after ``start`` if given."""
     source = ffmpeg.input(ffmpegtool.input_path(name), **({"ss": seek} if seek > 0 else {}))
     out_args = {"format": "f32le", "ac": 1, "ar": SAMPLE_RATE}
     if duration is not None:  # a little more than asked: _decode cuts at the exact sample
@@ -277,25 +315,40 @@ def _decode_command(name: str, info: _MediaInfo, start: float, duration: float |
     # Map the audio stream explicitly (the first unless another was asked for): ffmpeg's
     # default pick is the "best" one. `-v error` keeps stderr to real problems, which the
     # truncation rule relies on.
-    node = source[f"a:{info.track}"].output("pipe:", **out_args).global_args(
+    node = source[f"a:{track}"].output("pipe:", **out_args).global_args(
         "-nostdin", "-hide_banner", "-v", "error")
-    return node.compile(cmd=ffmpegtool.ffmpeg_binary()), skip
+    return node.compile(cmd=ffmpegtool.ffmpeg_binary())
 
 
-def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
-            duration: float | None, stream: AudioStream) -> Iterator[tuple[int, np.ndarray]]:
-    # A generator of its own, so that iter_audio checks its arguments and the file eagerly,
-    # and ffmpeg only starts when the first chunk is asked for. Sets ``stream.warnings``.
-    first_offset = round(start * SAMPLE_RATE)
-    command, skip = _decode_command(name, info, start, duration)
+def _start_decoder(command: list[str]) -> subprocess.Popen:
     try:
         # Its own session: a terminal's Ctrl-C goes to the job runner, which stops at its next
         # checkpoint; ffmpeg must keep feeding it until then rather than die mid-window.
         # (unbuffered: no bytes hidden in a buffer where _Output's wait cannot see them)
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, bufsize=0,
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, bufsize=0,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     except OSError as e:
         raise ToolError(f"ffmpeg ({command[0]}) cannot start: {e}") from e
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill and reap an ffmpeg started for a stream never read, and close its pipes."""
+    ffmpegtool.reap(proc)
+    proc.stdout.close()
+    proc.stderr.close()
+
+
+def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float, duration: float | None,
+            warnings: list[str], proc: subprocess.Popen | None) -> Iterator[tuple[int, np.ndarray]]:
+    # A generator of its own, so that iter_audio checks its arguments and the file eagerly; ffmpeg
+    # starts when the first chunk is asked for, unless iter_audio started it (``proc``).
+    # Appends the stream's warning to ``warnings``.
+    first_offset = round(start * SAMPLE_RATE)
+    seek = _seek(info, start)
+    skip = round(start * SAMPLE_RATE) - round(seek * SAMPLE_RATE)
+    command = _decode_command(name, info.track, seek, start, duration)
+    if proc is None:
+        proc = _start_decoder(command)
     output, seconds = _Output(proc.stdout, name), read_timeout()
     # stderr is drained by a thread: a chatty ffmpeg blocked on a full stderr pipe would
     # otherwise never write stdout again, and we would wait on it forever.
@@ -326,7 +379,7 @@ def _decode(name: str, info: _MediaInfo, chunk_samples: int, start: float,
         raise _decode_failed(name, command[0], proc.returncode, tail)
     _check_length(name, info, start, duration, decoded, tail)
     if stderr.count:
-        stream.warnings = (stderr.warning(),)
+        warnings.append(stderr.warning())
 
 
 def _chunks(output, skip: int, chunk_samples: int, limit: int | None) -> Iterator[np.ndarray]:
