@@ -22,7 +22,6 @@ STATUSES = (QUEUED, RUNNING, DONE, FAILED)
 # whose input file is gone (deleted or renamed)
 STALLED, GONE = "stalled", "gone"
 FOLLOWING = "following"  # a running job whose source is followed as it is made (jobs/follow.py)
-FOLLOW_KEY = "follow:"  # the content keys of followed jobs start with it
 
 # What ``enqueue``/``retry`` did with a path or job.
 NEW = "new"  # first time seen: queued
@@ -56,6 +55,7 @@ class Job:
     language_probability: Optional[float] = None
     worker: Optional[str] = None  # host:pid of the process that decodes (or last decoded) it
     output_root: Optional[str] = None  # the folder its outputs must be in (None: the input's)
+    following: bool = False  # its source is followed as it is made (jobs/follow.py)
     warnings: tuple[str, ...] = ()
     runs: int = 0
     errors: int = 0
@@ -129,6 +129,7 @@ class Request:
     spec: dict
     output_stem: str
     output_root: Optional[str] = None  # the output folder the command named (-o); None: the input's
+    following: bool = False  # a source followed as it is made (jobs/follow.py), not a finished file
 
 
 # Asked by an enqueue before a file is queued to write outputs: a reason not to, or None.

@@ -9,9 +9,10 @@ of ``transcribe FILE --mode stream`` on the finished file) and decoded by the st
 It is a job like any other (``status`` shows it as ``following``, with its position), with two
 differences from ``run``'s:
 
-- its content key is ``follow:`` + a hash of its first seconds of audio (``LiveSource.key``):
-  the file grows, so its size and mtime name nothing, but the same recording followed again
-  after a kill has the same key, and resumes from its last checkpoint;
+- it is marked ``following`` (a column of the store), and its content key is a hash of its
+  first seconds of audio (``LiveSource.key``): the file grows, so its size and mtime name
+  nothing, but the same recording followed again after a kill has the same key, and resumes
+  from its last checkpoint;
 - the outputs are rewritten (atomically) as words are committed, at most every
   ``update_seconds``, and ``--jsonl`` prints each committed word as it comes.
 
@@ -38,7 +39,7 @@ from transcriber import FOLLOW_MODES, AudioError, LiveSource, ReadTimeout, Step,
 
 from .attempt import Attempt, RunResult, build_engine
 from .discover import output_stem, resolved, resolved_place
-from .domain import BUSY, FAILED_BEFORE, FOLLOW_KEY, REFUSED, SKIP, Request
+from .domain import BUSY, FAILED_BEFORE, REFUSED, SKIP, Request
 from .engines import EngineCache
 from .enqueue import OutputsSeen
 from .flags import FollowSettings
@@ -108,12 +109,13 @@ def follow_source(runner: Runner, live: LiveSource, stem: Optional[Path], spec: 
                                       what=PATH)  # before ffmpeg reads it: a hung mount is one line
             failure = None
             try:
-                key = FOLLOW_KEY + live.key()  # waits for the first seconds of audio (or fails)
+                key = live.key()  # waits for the first seconds of audio (or fails)
             except ReadTimeout:
                 raise
             except AudioError as e:  # (ffmpeg failed, no audio...): a failed job, never a lost file
-                key, failure = FOLLOW_KEY + UNREAD, e
-            request = Request(identity, key, spec.fingerprint(), spec.stored(), place, os.path.dirname(place))
+                key, failure = UNREAD, e
+            request = Request(identity, key, spec.fingerprint(), spec.stored(), place, os.path.dirname(place),
+                              following=True)
             job, action = _enqueue(runner.store, request, spec, settings.force, runner.reporter)
             if action == SKIP:
                 return RunResult()

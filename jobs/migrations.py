@@ -9,7 +9,8 @@ Tables:
   fingerprint and spec, status (queued/running/done/failed), progress and duration in seconds,
   runs (times claimed), errors (runs that ended in an error), the last error, warnings (what
   the decoder reported about media it still read in full), output paths, the lease (owner +
-  expiry), the worker (``host:pid`` of the process decoding it) and times (unix seconds).
+  expiry), the worker (``host:pid`` of the process decoding it), whether its source is
+  followed as it is made, and times (unix seconds).
 - ``checkpoints``: what a job has committed so far, appended in order: the segments (with their
   words) new since the previous checkpoint, the audio position, and the engine state to resume
   from (only the latest row keeps its state; older ones are cleared to save space). Appending
@@ -18,6 +19,7 @@ Tables:
 
 from __future__ import annotations
 
+import json
 import os
 
 from sqlite_utils import Database
@@ -117,3 +119,22 @@ def m010_output_root(db: Database) -> None:
         folder = os.path.dirname(row["output_stem"])
         if folder != os.path.dirname(row["path"]):
             db.execute("UPDATE jobs SET output_root = ? WHERE id = ?", [folder, row["id"]])
+
+
+FOLLOW_KEY = "follow:"  # what the content keys of followed jobs started with before m011
+
+
+@migrations()
+def m011_following(db: Database) -> None:
+    """Whether the job's source is followed as it is made (jobs/follow.py), a column; it was a
+    ``follow:`` prefix of the content key. Jobs of before: set from the prefix, which is taken
+    off their content key (and off the kept words' of a redo, ``kept``), as a followed source's
+    key is now written."""
+    db["jobs"].add_column("following", int, not_null_default=0)
+    prefixed = f"substr(content_key, 1, {len(FOLLOW_KEY)}) = ?"
+    db.execute(f"UPDATE jobs SET following = 1, content_key = substr(content_key, {len(FOLLOW_KEY) + 1}) "
+               f"WHERE {prefixed}", [FOLLOW_KEY])
+    for row in list(db.query(f"SELECT job_id, content_key, job FROM kept WHERE {prefixed}", [FOLLOW_KEY])):
+        key = row["content_key"][len(FOLLOW_KEY):]
+        columns = {**json.loads(row["job"]), "content_key": key, "following": 1}
+        db.execute("UPDATE kept SET content_key = ?, job = ? WHERE job_id = ?", [key, json.dumps(columns), row["job_id"]])

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from .domain import (BUSY, DONE, FAILED, FAILED_BEFORE, FOLLOW_KEY, FOLLOWING, GONE, OUTPUTS, QUEUED, REDO,
+from .domain import (BUSY, DONE, FAILED, FAILED_BEFORE, FOLLOWING, GONE, OUTPUTS, QUEUED, REDO,
                      RESUME, RUNNING, SKIP, STALLED, STATUSES, Job, OutputRecord, Request)
 
 
@@ -65,11 +65,6 @@ def refusal(path: Path, record: Optional[OutputRecord], job_path: str, job_stem:
     return None
 
 
-def is_followed(job: Job) -> bool:
-    """The job's source is followed as it is made (jobs/follow.py): its content key says so."""
-    return job.content_key.startswith(FOLLOW_KEY)
-
-
 def shown_statuses() -> tuple[str, ...]:
     """The statuses ``status`` shows: the store's, then following, stalled and gone."""
     return (*STATUSES, FOLLOWING, STALLED, GONE)
@@ -82,7 +77,7 @@ def runner_status(job: Job, now: float, is_dead: Callable[[str], bool]) -> str:
     status = job.status
     if status == RUNNING and (job.stalled(now) or (job.lease_owner and is_dead(job.lease_owner))):
         status = STALLED
-    if status == RUNNING and is_followed(job):
+    if status == RUNNING and job.following:
         status = FOLLOWING
     return status
 

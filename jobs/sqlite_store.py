@@ -35,7 +35,7 @@ ENQUEUE_BATCH = 500  # files queued per transaction
 _WRITTEN = (NEW, REDO, RESUME, OUTPUTS)  # the actions that change the job's row
 
 # the columns of a done job that its words were made with, kept with them (``kept``)
-KEPT_COLUMNS = ("content_key", "fingerprint", "spec", "progress", "duration", "language", "language_probability",
+KEPT_COLUMNS = ("content_key", "fingerprint", "spec", "following", "progress", "duration", "language", "language_probability",
                 "model", "worker", "warnings", "outputs", "finished_at")
 
 
@@ -71,6 +71,7 @@ def job_from_row(row: dict) -> Job:
     d["warnings"] = _json_tuple(d["warnings"])
     d["words_complete"] = bool(d["words_complete"])
     d["retryable"] = bool(d["retryable"])
+    d["following"] = bool(d["following"])
     for name in _FLOAT_COLUMNS:  # UPDATE ... RETURNING can hand back a whole REAL as an int
         if d[name] is not None:
             d[name] = float(d[name])
@@ -230,12 +231,13 @@ class SqliteJobStore:
             if vet is not None and vet(request, None):
                 return None, REFUSED
             cursor = self.db.execute(
-                "INSERT INTO jobs (path, content_key, fingerprint, spec, output_stem, output_root, status, "
-                "created_at, queued_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO jobs (path, content_key, fingerprint, spec, output_stem, output_root, following, "
+                "status, created_at, queued_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [request.path, request.content_key, request.fingerprint, spec, request.output_stem,
-                 request.output_root, QUEUED, now, now, now])
+                 request.output_root, request.following, QUEUED, now, now, now])
             return Job(cursor.lastrowid, request.path, request.content_key, request.fingerprint, request.spec,
-                       request.output_stem, QUEUED, output_root=request.output_root), NEW
+                       request.output_stem, QUEUED, output_root=request.output_root,
+                       following=request.following), NEW
         action = decide(job, request, force, outputs_present, now)
         if action == REDO and not force and self._restore_kept(job.id, now, (request.content_key, request.fingerprint)):
             job = self.get(job.id)  # the redo of other options never finished: back to the words of these
@@ -244,7 +246,8 @@ class SqliteJobStore:
             return job, REFUSED
         if action == REDO:
             self._keep(job, request.content_key)
-            self._reset(job.id, request.content_key, request.fingerprint, spec, request.output_stem, now)
+            self._reset(job.id, request.content_key, request.fingerprint, spec, request.output_stem, now,
+                        request.following)
         elif action in (RESUME, OUTPUTS):
             self.db.execute(
                 "UPDATE jobs SET status = ?, spec = ?, errors = CASE WHEN status = ? "
@@ -281,14 +284,14 @@ class SqliteJobStore:
         self.db.execute("COMMIT")
 
     def _reset(self, job_id: int, content_key: str, fingerprint: str, spec: str, output_stem: str,
-               now: float) -> None:
+               now: float, following: bool) -> None:
         self.db.execute(
-            "UPDATE jobs SET status = ?, content_key = ?, fingerprint = ?, spec = ?, output_stem = ?, "
+            "UPDATE jobs SET status = ?, content_key = ?, fingerprint = ?, spec = ?, output_stem = ?, following = ?, "
             "progress = 0, duration = NULL, words_complete = 0, language = NULL, language_probability = NULL, "
             "model = NULL, worker = NULL, warnings = NULL, "
             "errors = 0, last_error = NULL, retryable = 1, outputs = '[]', lease_owner = NULL, "
             "lease_expires = NULL, queued_at = ?, updated_at = ?, finished_at = NULL WHERE id = ?",
-            [QUEUED, content_key, fingerprint, spec, output_stem, now, now, job_id])
+            [QUEUED, content_key, fingerprint, spec, output_stem, following, now, now, job_id])
         self.db.execute("DELETE FROM checkpoints WHERE job_id = ?", [job_id])
 
     def _keep(self, job: Job, content_key: str) -> None:
@@ -333,7 +336,7 @@ class SqliteJobStore:
                 action = retry_action(job, now)
                 if action == REDO:
                     self._reset(job.id, job.content_key, job.fingerprint, json.dumps(job.spec, sort_keys=True),
-                                job.output_stem, now)
+                                job.output_stem, now, job.following)
                 elif action == RESUME:
                     self.db.execute(
                         "UPDATE jobs SET status = ?, errors = 0, retryable = 1, lease_owner = NULL, "

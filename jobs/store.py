@@ -70,7 +70,9 @@ class JobStore(Protocol):
 
     # --- enqueueing (what was done: jobs/domain.py's actions, decided by jobs/policy.py)
     def enqueue(self, request: Request, force: bool = False,
-                outputs_present: Callable[[Iterable[str]], bool] = ...) -> tuple[Job, str]: ...
+                outputs_present: Callable[[Iterable[str]], bool] = ...) -> tuple[Job, str]:
+        """Queue a file unless it is done with the same content and options; (the job, what was
+        done). A new or redone job takes the request's ``following`` (``Job.following``)."""
 
     def enqueue_many(self, requests: Sequence[Request], force: bool = False,
                      outputs_present: Callable[[Iterable[str]], bool] = ...,

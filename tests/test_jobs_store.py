@@ -66,7 +66,8 @@ def test_databases_opened_together_migrate_once(tmp_path):
         names = [r["name"] for r in s.db.query("SELECT name FROM _sqlite_migrations")]
         assert names == ["m001_jobs", "m002_checkpoints", "m003_language_probability", "m004_worker",
                          "m005_warnings", "m006_outputs", "m007_job_is_file_and_place",
-                         "m008_kept_words", "m009_application_id", "m010_output_root"]  # each once
+                         "m008_kept_words", "m009_application_id", "m010_output_root",
+                         "m011_following"]  # each once
 
 
 def test_a_database_of_an_earlier_version_gains_the_new_column(tmp_path):

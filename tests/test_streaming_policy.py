@@ -4,8 +4,6 @@ import numpy as np
 import pytest
 
 from transcriber.decoding.ending import Ending
-from transcriber.mel import log_mel_spectrogram
-from transcriber.streaming.melbuffer import MelBuffer, normalize, raw_log_mel
 from transcriber.streaming.options import StreamingOptions
 from transcriber.streaming.policy import (
     LAST_CHUNK_THRESHOLD, AttentionTracker, decide, most_attended_frame, token_scores)
@@ -188,58 +186,6 @@ def test_a_run_on_prompt_is_cut_back_to_its_last_sentence_end():
     # marks of other scripts, whose characters take several tokens
     zh = tok.encode("他来了。我们在这里等了很久很久很久很久很久很久很久很久")
     assert tok.decode(punctuated_context(tok, zh)) == "他来了。"
-
-
-def test_mel_buffer_equals_the_whole_stream_at_once():
-    rng = np.random.default_rng(1)
-    t = np.arange(16000 * 3) / 16000
-    audio = (0.3 * np.sin(2 * np.pi * 440 * t) * (1 + np.sin(t * 3)) + 0.01 * rng.standard_normal(len(t))).astype(np.float32)
-    buf = MelBuffer(80)
-    i = 0
-    while i < len(audio):
-        n = int(rng.integers(1, 7000))
-        buf.append(audio[i:i + n])
-        i += n
-        assert buf.raw().shape == (len(audio[:i]) // 160 if i > 200 else 0, 80)
-    assert np.array_equal(buf.raw(), raw_log_mel(audio, 80))
-    # and Whisper's own log-mel (MLX, zero padding after the audio) agrees
-    whisper = np.array(log_mel_spectrogram(audio, 80, padding=16000))[: len(audio) // 160]
-    assert np.abs(normalize(buf.raw()) - whisper).max() < 1e-3
-
-
-def test_mel_buffer_drop_and_state():
-    audio = np.random.default_rng(2).standard_normal(16000 * 2).astype(np.float32) * 0.1
-    buf = MelBuffer(80, origin_sample=16000)
-    buf.append(audio[:20000])
-    assert buf.drop_until(50) == 50
-    copy = MelBuffer.from_state(buf.state())
-    buf.append(audio[20000:])
-    copy.append(audio[20000:])
-    assert np.array_equal(buf.raw(), copy.raw())
-    assert np.array_equal(buf.raw(), raw_log_mel(audio, 80)[50:])
-    assert buf.seconds(buf.start) == pytest.approx(1.5)
-    assert buf.end_time == pytest.approx(3.0)
-
-
-def test_mel_buffer_deferred_frames_equal_eager_ones():
-    """Deferred audio (silence) is computed only when raw() needs it, to the same values; frames
-    dropped before that are never computed, and a state saved meanwhile resumes exactly."""
-    rng = np.random.default_rng(3)
-    audio = (rng.standard_normal(16000 * 4) * 10 ** (-60 / 20)).astype(np.float32)
-    audio[40000:] = rng.standard_normal(24000) * 0.1
-    eager, lazy = MelBuffer(80), MelBuffer(80)
-    for i in range(0, 32000, 4000):
-        eager.append(audio[i:i + 4000])
-        lazy.append(audio[i:i + 4000], defer=True)
-    assert lazy.n_final == 0 and lazy.n_ready == eager.n_final
-    assert lazy.drop_until(150) == eager.drop_until(150) == 150
-    assert lazy.n_final == lazy.start == 150 and len(lazy.final) == 0  # dropped, never computed
-    copy = MelBuffer.from_state(lazy.state())
-    for buf in (eager, lazy, copy):
-        buf.append(audio[32000:40000], defer=buf is not eager)
-        buf.append(audio[40000:])
-    assert np.array_equal(lazy.raw(), eager.raw()) and np.array_equal(copy.raw(), eager.raw())
-    assert np.array_equal(eager.raw(), raw_log_mel(audio, 80)[150:])
 
 
 def test_options_are_checked():

@@ -1,4 +1,9 @@
-"""Whisper's log-mel spectrogram, computed in MLX.
+"""Whisper's log-mel spectrogram: the one log-mel of both modes.
+
+``log_mel_frames`` is the computation (STFT power, mel filterbank, log10; numpy float64) of a
+run of frames; ``normalize`` is Whisper's normalisation. One-shot windows
+(``log_mel_spectrogram``) and the streaming buffer (``transcriber.streaming.melbuffer``, which
+computes a few frames at a time as audio arrives) both go through them.
 
 Same numbers as openai/whisper's ``log_mel_spectrogram`` (torch.stft, center=True, reflect
 padding, periodic Hann window, last frame dropped), laid out frames-first as MLX Whisper's
@@ -61,18 +66,12 @@ def mel_filters_numpy(n_mels: int) -> np.ndarray:
 @lru_cache(maxsize=4)
 def mel_filters_f32(n_mels: int) -> np.ndarray:
     """The filterbank in float32 (n_mels, N_FREQS), computed once per size, read-only; Whisper
-    uses 80 or 128 bins. The numpy STFT of streaming and the MLX one here share these values."""
+    uses 80 or 128 bins."""
     if n_mels < 1:
         raise ValueError(f"n_mels must be positive, not {n_mels}")
     filters = mel_filters_numpy(n_mels).astype(np.float32)
     filters.flags.writeable = False
     return filters
-
-
-@lru_cache(maxsize=4)
-def mel_filters(n_mels: int) -> mx.array:
-    """``mel_filters_f32`` as an ``mx.array``."""
-    return mx.array(mel_filters_f32(n_mels))
 
 
 @lru_cache(maxsize=1)
@@ -82,12 +81,6 @@ def hann_window_f32() -> np.ndarray:
     window = (0.5 - 0.5 * np.cos(2 * np.pi * n / N_FFT)).astype(np.float32)
     window.flags.writeable = False
     return window
-
-
-@lru_cache(maxsize=1)
-def hann_window() -> mx.array:
-    """``hann_window_f32`` as an ``mx.array``."""
-    return mx.array(hann_window_f32())
 
 
 def pad_or_trim(array, length: int = N_SAMPLES, *, axis: int = -1):
@@ -104,22 +97,34 @@ def pad_or_trim(array, length: int = N_SAMPLES, *, axis: int = -1):
     return mx.pad(array, widths) if isinstance(array, mx.array) else np.pad(array, widths)
 
 
-def _stft_power(audio: mx.array) -> mx.array:
-    """Power spectrum |STFT|^2 of 1-D audio, shape (len(audio) // HOP_LENGTH, N_FREQS).
+def log_mel_frames(padded: np.ndarray, n_frames: int, n_mels: int) -> np.ndarray:
+    """Raw log10 mel power of ``n_frames`` frames whose N_FFT-sample windows start every
+    HOP_LENGTH samples of ``padded`` (1-D samples, already padded as the caller's frames need),
+    float32 (n_frames, n_mels).
 
-    torch.stft(center=True) reflect-pads N_FFT // 2 samples at both ends (mirroring without
-    repeating the edge sample) so frame t is centred on sample t * HOP_LENGTH. That gives
-    1 + len // HOP_LENGTH frames; Whisper drops the last one so that N_SAMPLES of audio make
-    exactly N_FRAMES frames, so we simply never build it.
+    numpy float64 (FFT and filterbank matmul), rounded to float32 at the end: a frame's value
+    depends on its window's samples only, not on how many frames are computed with it, so the
+    streaming buffer's frames, a few at a time, are those of the whole stream computed at once.
+    (MLX's float32 sgemm is not: the BLAS a loaded model binds to it sums a product of a few rows
+    in another order than one of many.)
     """
-    pad = N_FFT // 2
-    if audio.shape[0] <= pad:
-        raise ValueError(f"need more than {pad} samples for a spectrogram, got {audio.shape[0]}")
-    padded = mx.concatenate([audio[1 : pad + 1][::-1], audio, audio[-pad - 1 : -1][::-1]])
-    n_frames = audio.shape[0] // HOP_LENGTH
-    frames = mx.as_strided(padded, shape=(n_frames, N_FFT), strides=(HOP_LENGTH, 1))
-    spectrum = mx.fft.rfft(frames * hann_window(), axis=-1)
-    return mx.square(mx.abs(spectrum))
+    if n_frames <= 0:
+        return np.zeros((0, n_mels), dtype=np.float32)
+    padded = np.asarray(padded, dtype=np.float64)
+    windows = np.lib.stride_tricks.sliding_window_view(padded[: (n_frames - 1) * HOP_LENGTH + N_FFT], N_FFT)
+    windows = windows[::HOP_LENGTH][:n_frames] * hann_window_f32()
+    power = np.square(np.abs(np.fft.rfft(windows, axis=-1)))  # (n_frames, N_FREQS)
+    mel = power @ mel_filters_f32(n_mels).T  # (n_frames, n_mels), float64: numpy promotes
+    return np.log10(np.maximum(mel, 1e-10)).astype(np.float32)
+
+
+def normalize(raw: np.ndarray) -> np.ndarray:
+    """Whisper's normalisation of raw log10 mel frames, float32: floored 8 decades (80 dB) below
+    the loudest value of the frames given, then shifted and scaled by (x + 4) / 4."""
+    raw = np.asarray(raw, dtype=np.float32)
+    if raw.size == 0:
+        return raw
+    return (np.maximum(raw, raw.max() - np.float32(8.0)) + np.float32(4.0)) / np.float32(4.0)
 
 
 def log_mel_spectrogram(
@@ -130,16 +135,19 @@ def log_mel_spectrogram(
     audio: shape (n_samples,), float samples in [-1, 1].
     padding: zero samples appended first (Whisper appends N_SAMPLES so the last window is full).
     Returns float32 of shape ((n_samples + padding) // HOP_LENGTH, n_mels), values roughly in
-    [-1, 1.5]: log10 power, floored 8 decades (80 dB) below the loudest value of *this* input,
-    then shifted and scaled by (x + 4) / 4.
+    [-1, 1.5]: ``normalize`` of the whole input's frames.
+
+    As torch.stft(center=True): N_FFT // 2 samples reflect-padded at both ends (mirroring without
+    repeating the edge sample), so frame t is centred on sample t * HOP_LENGTH. That gives
+    1 + len // HOP_LENGTH frames; Whisper drops the last one so that N_SAMPLES of audio make
+    exactly N_FRAMES frames, so it is never built.
     """
-    audio = audio.astype(mx.float32) if isinstance(audio, mx.array) else mx.array(audio, mx.float32)
-    if audio.ndim != 1:
-        raise ValueError(f"audio must be 1-D samples, got shape {tuple(audio.shape)}")
-    if padding > 0:
-        audio = mx.pad(audio, [(0, padding)])
-    power = _stft_power(audio)  # (n_frames, N_FREQS)
-    mel = power @ mel_filters(n_mels).T  # (n_frames, n_mels)
-    log_spec = mx.log10(mx.maximum(mel, 1e-10))
-    log_spec = mx.maximum(log_spec, log_spec.max() - 8.0)
-    return (log_spec + 4.0) / 4.0
+    samples = np.asarray(audio.astype(mx.float32) if isinstance(audio, mx.array) else audio, dtype=np.float32)
+    if samples.ndim != 1:
+        raise ValueError(f"audio must be 1-D samples, got shape {tuple(samples.shape)}")
+    samples = np.concatenate([samples, np.zeros(max(0, padding), dtype=np.float32)])  # float32, as a stream's
+    pad = N_FFT // 2
+    if samples.shape[0] <= pad:
+        raise ValueError(f"need more than {pad} samples for a spectrogram, got {samples.shape[0]}")
+    padded = np.concatenate([samples[1: pad + 1][::-1], samples, samples[-pad - 1: -1][::-1]])
+    return mx.array(normalize(log_mel_frames(padded, samples.shape[0] // HOP_LENGTH, n_mels)))

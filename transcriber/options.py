@@ -3,7 +3,7 @@
 An ``Option`` is declared once (its name, type, bounds, help text; its flag is ``--`` + the name
 with dashes) and attached to a dataclass field of each options class that takes it:
 
-    beam_size: Optional[int] = BEAM_SIZE.field(None)
+    beam_size: Optional[int] = BEAM_SIZE.field(None)  # None: greedy
 
 The options classes (``DecodingOptions``/``TranscribeOptions`` for one-shot, ``StreamingOptions``)
 check their fields through ``check_fields``; ``transcriber.modes`` builds them from plain data
@@ -106,11 +106,18 @@ class Option:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
-    def field(self, default=dataclasses.MISSING, fingerprinted_as: str = "", **kwargs) -> Any:
+    def field(self, default=dataclasses.MISSING, fingerprinted_as: str = "",
+              default_fingerprinted_as=dataclasses.MISSING, **kwargs) -> Any:
         """A dataclass field carrying this option (``default_factory`` as for ``field``).
         ``fingerprinted_as``: the field's name before it was renamed, which the fingerprints of
-        jobs already stored hash (a clearer name must not redo every finished job)."""
-        metadata = {"option": self, "fingerprinted_as": fingerprinted_as} if fingerprinted_as else {"option": self}
+        jobs already stored hash (a clearer name must not redo every finished job).
+        ``default_fingerprinted_as``: the value those fingerprints hash for the field's default,
+        where the default was spelled otherwise before (streaming's greedy ``beam_size`` was 1)."""
+        metadata = {"option": self}
+        if fingerprinted_as:
+            metadata["fingerprinted_as"] = fingerprinted_as
+        if default_fingerprinted_as is not dataclasses.MISSING:
+            metadata["default_fingerprinted_as"] = default_fingerprinted_as
         return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
     def from_text(self, text: str) -> Any:
@@ -239,13 +246,16 @@ def build(cls, given: dict):
 
 def fingerprint_data(options) -> dict:
     """``dataclasses.asdict(options)`` without the ``added_later`` options at their defaults:
-    what a job's fingerprint hashes (an option added later changes it only when set)."""
+    what a job's fingerprint hashes (an option added later changes it only when set). A renamed
+    field, or a default spelled otherwise before, is hashed as it was (``Option.field``)."""
     out = {}
     for f in dataclasses.fields(options):
         value = getattr(options, f.name)
         option = f.metadata.get("option")
         if option is not None and option.added_later and value == f.default:
             continue
+        if "default_fingerprinted_as" in f.metadata and value == f.default:
+            value = f.metadata["default_fingerprinted_as"]
         name = f.metadata.get("fingerprinted_as") or f.name
         out[name] = fingerprint_data(value) if dataclasses.is_dataclass(value) else value
     return out
@@ -282,6 +292,7 @@ TASK = Option("task", "translate: English text of speech in any language (multil
                       "English-only models refuse it).", choices=TASKS, example="transcribe")
 LANGUAGE = Option("language", "Spoken language code (default: detect; 'en' for .en models).", short="-l",
                   metavar="CODE", example="en")
+# Greedy is beam_size None in both modes (as openai/whisper has it); 1, a beam of one, is greedy too.
 BEAM_SIZE = Option("beam_size", "Beam search width (default: greedy): wider costs time and memory in "
                                 "proportion, for no gain past 5-10.", int, low=1, high=MAX_BEAM_SIZE, example="2")
 INITIAL_PROMPT = Option("initial_prompt", "Text the decoder reads before the first words, as if it had been said: "

@@ -32,7 +32,7 @@ class DecodingOptions:
     temperature: float = 0.0
     sample_len: Optional[int] = None  # max tokens to sample; None: half the text context
     best_of: Optional[int] = None  # independent samples when temperature > 0
-    beam_size: Optional[int] = BEAM_SIZE.field(None)  # beams when temperature == 0; None or 1: greedy
+    beam_size: Optional[int] = BEAM_SIZE.field(None)  # beams when temperature == 0; None: greedy (1 too)
     patience: Optional[float] = None  # beam search patience (arXiv:2204.05424)
     length_penalty: Optional[float] = None  # None: length norm; else Google NMT alpha
     prompt: Optional[Union[str, tuple[int, ...]]] = None  # previous text, as context

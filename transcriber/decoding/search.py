@@ -5,7 +5,8 @@ One-method interfaces, as in openai/whisper: a ``TokenDecoder`` turns (tokens, l
 longer tokens; a ``SequenceRanker`` picks among finished candidates; ``LogitFilter``s
 (filters.py) mask what may not come next. ``Search`` puts the three together, the same way for
 one-shot windows (task.py), windows decoded side by side (side_by_side.py) and AlignAtt
-streaming passes (streaming/alignatt.py). Greedy is ``beam_size`` 1 here. Arrays are numpy on
+streaming passes (streaming/alignatt.py). Greedy is ``beam_size`` 1 here (None in the
+options of both modes). Arrays are numpy on
 the host: (B, T) tokens, (B, V) filtered logits, (B,) cumulative log probabilities.
 """
 
@@ -198,8 +199,11 @@ class Search:
                    timestamps=not options.without_timestamps, max_initial_timestamp=options.max_initial_timestamp)
 
     @classmethod
-    def streaming(cls, tokenizer: Tokenizer, beam_size: int, model_suppress_ids: tuple[int, ...] = ()) -> "Search":
-        """AlignAtt passes: text only, at temperature 0, Whisper's non-speech symbols never sampled."""
+    def streaming(cls, tokenizer: Tokenizer, beam_size: Optional[int],
+                  model_suppress_ids: tuple[int, ...] = ()) -> "Search":
+        """AlignAtt passes (``StreamingOptions.beam_size``: None is greedy): text only, at
+        temperature 0, Whisper's non-speech symbols never sampled."""
+        beam_size = beam_size or 1
         return cls(tokenizer, n_group=beam_size, beam_size=beam_size, model_suppress_ids=model_suppress_ids,
                    timestamps=False, text_only=True)
 

@@ -4,9 +4,10 @@ A stream's frame ``t`` is the STFT window centred on sample ``t * HOP_LENGTH`` o
 reflect-padded at the stream's start (as torch.stft does) and zero-padded after the audio
 received so far (as Whisper pads a file's last window). A frame whose window lies wholly inside
 the audio received is *final* and computed once; the few frames whose window reaches past the
-end (at most two) are recomputed when they are needed. The result equals the log-mel of the
-whole stream computed at once (``transcriber.mel.log_mel_spectrogram`` with zero padding), up to
-float rounding; see ``raw_log_mel``.
+end (at most two) are recomputed when they are needed. The frames are computed by the one log-mel
+computation, ``transcriber.mel.log_mel_frames``, as one-shot's are; the buffer only keeps track
+of which samples each frame needs. The result equals the log-mel of the whole stream computed at
+once (``raw_log_mel``; ``transcriber.mel.log_mel_spectrogram`` with zero padding), to the bit.
 
 Audio appended with ``defer=True`` (silence, which the session will likely never encode) is kept
 as samples only: its frames are computed when ``raw()`` needs them, or never if they are dropped
@@ -15,8 +16,8 @@ on a loaded 2-core machine where numpy's BLAS threads wait on each other). A fra
 not depend on how many frames are computed with it, so deferring changes no value.
 
 Values are kept as raw log10 power. Whisper's normalisation (floor 8 decades under the loudest
-frame, then (x + 4) / 4) depends on the loudest frame of the window, so it is applied to the
-buffer when it is encoded.
+frame, then (x + 4) / 4: ``transcriber.mel.normalize``) depends on the loudest frame of the
+window, so it is applied to the buffer when it is encoded.
 """
 
 from __future__ import annotations
@@ -24,22 +25,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..constants import HOP_LENGTH, N_FFT, SAMPLE_RATE
-from ..mel import hann_window_f32, mel_filters_f32
+from ..mel import log_mel_frames
 
 PAD = N_FFT // 2  # samples each side of a frame's centre
 SILENCE = -10.0  # raw log10 mel of digital silence (the 1e-10 floor)
-
-
-def frames_from_padded(padded: np.ndarray, n_frames: int, n_mels: int) -> np.ndarray:
-    """Raw log10 mel of ``n_frames`` frames whose windows start every HOP_LENGTH samples of
-    ``padded`` (float, already padded), float32 (n_frames, n_mels)."""
-    if n_frames <= 0:
-        return np.zeros((0, n_mels), dtype=np.float32)
-    windows = np.lib.stride_tricks.sliding_window_view(padded[: (n_frames - 1) * HOP_LENGTH + N_FFT], N_FFT)
-    windows = windows[::HOP_LENGTH][:n_frames] * hann_window_f32()
-    power = np.square(np.abs(np.fft.rfft(windows, axis=-1)))
-    mel = power @ mel_filters_f32(n_mels).T  # float64: numpy promotes
-    return np.log10(np.maximum(mel, 1e-10)).astype(np.float32)
 
 
 def raw_log_mel(audio: np.ndarray, n_mels: int) -> np.ndarray:
@@ -47,18 +36,11 @@ def raw_log_mel(audio: np.ndarray, n_mels: int) -> np.ndarray:
 
     The reference ``MelBuffer`` must match: reflect padding at the start, zeros after the end.
     """
-    audio = np.asarray(audio, dtype=np.float64)
+    audio = np.asarray(audio, dtype=np.float32)
     if len(audio) <= PAD:
         return np.zeros((0, n_mels), dtype=np.float32)
-    padded = np.concatenate([audio[1: PAD + 1][::-1], audio, np.zeros(PAD)])
-    return frames_from_padded(padded, len(audio) // HOP_LENGTH, n_mels)
-
-
-def normalize(raw: np.ndarray) -> np.ndarray:
-    """Whisper's normalisation of raw log10 mel frames (the floor depends on the loudest)."""
-    if raw.size == 0:
-        return raw.astype(np.float32)
-    return ((np.maximum(raw, raw.max() - 8.0) + 4.0) / 4.0).astype(np.float32)
+    padded = np.concatenate([audio[1: PAD + 1][::-1], audio, np.zeros(PAD, dtype=np.float32)])
+    return log_mel_frames(padded, len(audio) // HOP_LENGTH, n_mels)
 
 
 class MelBuffer:
@@ -141,7 +123,7 @@ class MelBuffer:
         if new <= 0:
             return
         offset = self.n_final * HOP_LENGTH - self.tail_start
-        frames = frames_from_padded(self.tail[offset:].astype(np.float64), new, self.n_mels)
+        frames = log_mel_frames(self.tail[offset:], new, self.n_mels)
         self.final = np.concatenate([self.final, frames])
         self._trim_tail(n_ready)
 
@@ -160,8 +142,8 @@ class MelBuffer:
         if pending <= 0:
             return self.final[: self.n_frames]
         offset = self.n_final * HOP_LENGTH - self.tail_start
-        padded = np.concatenate([self.tail[offset:].astype(np.float64), np.zeros(N_FFT)])
-        return np.concatenate([self.final, frames_from_padded(padded, pending, self.n_mels)])
+        padded = np.concatenate([self.tail[offset:], np.zeros(N_FFT, dtype=np.float32)])
+        return np.concatenate([self.final, log_mel_frames(padded, pending, self.n_mels)])
 
     def drop_until(self, frame: int) -> int:
         """Forget frames before stream frame ``frame`` (not past the ready ones; deferred frames

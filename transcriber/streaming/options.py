@@ -71,7 +71,8 @@ class StreamingOptions:
     # prompt text at the start; scrolls out as text comes (was init_prompt: fingerprinted so)
     initial_prompt: Optional[str] = INITIAL_PROMPT.field(None, fingerprinted_as="init_prompt")
     static_init_prompt: Optional[str] = None  # prompt text always kept (names, terms)
-    beam_size: int = BEAM_SIZE.field(1)  # 1: greedy
+    # None: greedy, as in one-shot (1 too); fingerprinted as 1, the default it had before
+    beam_size: Optional[int] = BEAM_SIZE.field(None, default_fingerprinted_as=1)
     language: Optional[str] = LANGUAGE.field(None)  # None: English for .en models, detected for multilingual
     task: str = TASK.field("transcribe")
     max_tokens_per_second: float = 12.0  # token budget per second of undecoded audio (loops)

@@ -31,13 +31,14 @@ import numpy as np
 from ..constants import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES
 from ..context import SHORT_WINDOW_PAD, WhisperContext
 from ..decoding.ending import Ending
+from ..mel import normalize
 from ..text import is_attached_mark
 from ..model.whisper import Whisper
 from ..nonspeech import GATE, ISOLATION
 from ..timing import start_at_onsets
 from ..types import Word
 from .alignatt import AlignAttPass, PassResult
-from .melbuffer import SILENCE, MelBuffer, normalize
+from .melbuffer import SILENCE, MelBuffer
 from .options import StreamingOptions
 from .words import CommittedWord, commit_count, context_tail, cut_frame, punctuated_context, word_frames
 
