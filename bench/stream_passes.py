@@ -43,6 +43,7 @@ def main(argv=None):
                     help="comma-separated file stems of the manifest, or 'dev' (short_en + long_en, exact)")
     ap.add_argument("--model", default="tiny.en")
     ap.add_argument("--passes", action="store_true", help="list every pass")
+    ap.add_argument("--modes", default="oneshot,stream")
     ap.add_argument("--json", help="write the passes and totals here")
     args = ap.parse_args(argv)
 
@@ -58,25 +59,30 @@ def main(argv=None):
     list(transcriber.stream(paths[-1], model))  # warm up
     transcriber.transcribe(paths[-1], model)
     _install(model)
-    report({mode: measure(model, paths, mode) for mode in ("oneshot", "stream")}, args)
+    refs = {DATA / r["file"]: r["text"] for r in rows}
+    report({mode: measure(model, paths, mode, refs) for mode in args.modes.split(",")}, args)
 
 
 _INSTALLED: dict = {}  # "meter": the Meter the wrappers record into; "pending": the current pass
 
 
-def measure(model, paths, mode: str) -> Meter:
+def measure(model, paths, mode: str, refs: dict) -> Meter:
+    """One mode over the files: the meter, with the WER (pooled) and the streamed words' mean lag."""
+    import numpy as np
+
     import transcriber
+    from evalkit.scoring import wer
 
     meter = _INSTALLED["meter"] = Meter()
     _INSTALLED["pending"].clear()
     t0, w0 = time.process_time(), time.perf_counter()
-    for p in paths:
-        if mode == "oneshot":
-            transcriber.transcribe(p, model)
-        else:
-            list(transcriber.stream(p, model))
+    words = [transcriber.transcribe(p, model).words if mode == "oneshot" else list(transcriber.stream(p, model))
+             for p in paths]
     meter.cpu["total"] = time.process_time() - t0
     meter.wall = time.perf_counter() - w0
+    meter.wer = wer([refs[p] for p in paths], ["".join(w.text for w in ws) for ws in words])
+    lags = [w.emitted_at - w.end for ws in words for w in ws if w.emitted_at is not None]
+    meter.lag = float(np.mean(lags)) if lags else None
     return meter
 
 
@@ -148,8 +154,8 @@ def report(results, args):
     print(f"\nmodel {args.model}, kernels {os.environ.get('TRANSCRIBER_KERNELS', 'auto')}, files {args.files}, "
           f"load {os.getloadavg()[0]:.1f}\n")
     print("| mode | CPU s | wall s | encoder | prompt passes | steps | rest | encoder calls / mel frames "
-          "| prompt tokens | passes committing / all |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|---:|---|")
+          "| prompt tokens | passes committing / all | WER % | mean lag (s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|")
     for mode, m in results.items():
         c = m.cpu
         rest = c["total"] - c["encoder"] - c["prompt_pass"] - c["steps"]
@@ -157,8 +163,9 @@ def report(results, args):
         passes = f"{committing} / {len(m.passes)}" if m.passes else "-"
         print(f"| {mode} | {c['total']:.2f} | {m.wall:.2f} | {c['encoder']:.2f} | {c['prompt_pass']:.2f} | "
               f"{c['steps']:.2f} | {rest:.2f} | {m.count['encoder']} / {m.count['frames']} | "
-              f"{m.count['prompt_tokens']} | {passes} |")
-    passes = results["stream"].passes
+              f"{m.count['prompt_tokens']} | {passes} | {100 * m.wer:.2f} | "
+              f"{'-' if m.lag is None else format(m.lag, '.2f')} |")
+    passes = results["stream"].passes if "stream" in results else []
     print("\npasses by ending (stream):", dict(Counter(p.get("reason", "none") for p in passes)))
     print("passes committing nothing, by ending:",
           dict(Counter(p.get("reason", "none") for p in passes if not p["words"])))
@@ -170,7 +177,8 @@ def report(results, args):
                   f"{p.get('reason', '-')}{' (last)' if p['last'] else ''} | {p['words']} |")
     if args.json:
         Path(args.json).write_text(json.dumps({m: {"cpu": dict(r.cpu), "count": dict(r.count), "wall": r.wall,
-                                                   "passes": r.passes} for m, r in results.items()}, indent=1))
+                                                   "wer": r.wer, "lag": r.lag, "passes": r.passes}
+                                               for m, r in results.items()}, indent=1))
 
 
 if __name__ == "__main__":
