@@ -210,6 +210,21 @@ def test_live_use_with_uneven_chunks(model):
         session.insert_audio(audio[:100])
 
 
+def test_the_last_shorter_chunk_is_decoded_once(model, monkeypatch):
+    """A file's last chunk, shorter than the others, gets no pass of its own: finish() decodes
+    it (one encoder pass over that audio, not two); the words are all there."""
+    passes = []
+    process = StreamingSession.process
+    monkeypatch.setattr(StreamingSession, "process", lambda self: passes.append(self.time) or process(self))
+    path = audio_path(HARVARD)  # 35.55 s: 35 chunks of 1 s and one of 0.55 s
+    steps = list(StreamingEngine(model, StreamingOptions(chunk_seconds=1.0)).steps(path))
+    assert passes == [float(t) for t in range(1, 36)]
+    assert steps[-2].position == pytest.approx(probe(path), abs=0.01) and steps[-2].words == ()
+    assert steps[-1].words  # finish() commits the last words
+    entry = next(e for e in scored_entries() if e["file"].endswith(HARVARD))
+    assert wer(entry["text"], text(w for s in steps for w in s.words)) <= 0.1
+
+
 def test_beam_search(model):
     words = list(stream(JFK, model, options=StreamingOptions(beam_size=3)))
     assert wer(JFK_TEXT, text(words)) <= 0.1

@@ -202,11 +202,11 @@ def test_options_are_checked():
     assert StreamingOptions(audio_trim_len=10.0, audio_keep_len=5.0).audio_keep_len == 5.0
     with pytest.raises(ValueError, match="audio_trim_len must be None, 'auto' or > 0"):
         StreamingOptions(audio_trim_len="short")
-    # "auto" (the default): the window measured best for English-only and multilingual models
-    assert StreamingOptions().window(multilingual=False) == (8.0, 5.0)
-    assert StreamingOptions().window(multilingual=True) == (15.0, None)
-    assert StreamingOptions(audio_keep_len=6.0).window(multilingual=True) == (15.0, 6.0)
-    assert StreamingOptions(audio_trim_len=12.0).window(multilingual=False) == (12.0, None)
+    # "auto" (the default): the window measured best for English transcribed, and for the rest
+    assert StreamingOptions().window(english=True) == (8.0, 5.0)
+    assert StreamingOptions().window(english=False) == (15.0, None)
+    assert StreamingOptions(audio_keep_len=6.0).window(english=False) == (15.0, 6.0)
+    assert StreamingOptions(audio_trim_len=12.0).window(english=True) == (12.0, None)
     assert StreamingOptions.from_dict(StreamingOptions().to_dict()).audio_trim_len == "auto"
     assert StreamingOptions.from_dict(StreamingOptions(beam_size=3).to_dict()).beam_size == 3
     with pytest.raises(ValueError, match="no_speech_certain"):

@@ -53,9 +53,12 @@ class StreamingEngine:
         start = session.audio_offset / SAMPLE_RATE
         audio = reader(source).iter_audio(source, chunk_seconds=self.options.chunk_seconds, start=start,
                                           track=self.options.audio_track)
+        full = max(1, round(self.options.chunk_seconds * SAMPLE_RATE))
         for _, samples in audio:
             session.insert_audio(samples)
-            words = session.process()
+            # A shorter chunk is the source's last (``iter_audio``): finish() decodes it in one
+            # pass, where a pass here would encode the same audio once more.
+            words = session.process() if len(samples) == full else []
             yield self._step(session, grouper, words, grouper.add(words), probability)
         words = session.finish()
         yield self._step(session, grouper, words, grouper.add(words) + grouper.flush(), probability,

@@ -22,9 +22,10 @@ MAX_WINDOW_SECONDS = float(CHUNK_LENGTH)  # the encoder's 1500 positions
 MIN_CHUNK_SECONDS = 0.1
 MIN_WINDOW_SECONDS = 1.0
 AUTO = "auto"
-# (audio_trim_len, audio_keep_len) that "auto" means, by whether the model is multilingual:
-# measured in the comments of StreamingOptions.audio_trim_len.
-AUTO_WINDOW = {False: (8.0, 5.0), True: (15.0, None)}
+# (audio_trim_len, audio_keep_len) that "auto" means, by whether the text is English transcribed
+# (True) or another language or a translation (False): measured in the comments of
+# StreamingOptions.audio_trim_len.
+AUTO_WINDOW = {True: (8.0, 5.0), False: (15.0, None)}
 
 CHUNK_SECONDS = Option("chunk_seconds", "Seconds of audio fed to the decoder per step.", float,
                        low=MIN_CHUNK_SECONDS, high=MAX_WINDOW_SECONDS, example="2")
@@ -54,11 +55,13 @@ class StreamingOptions:
     # Past audio_trim_len seconds (if under audio_max_len) the buffer drops the audio of committed
     # text, preferably whole sentences, down to at least audio_keep_len seconds (None: half the
     # trim length); the text goes into the prompt. None: keep audio to audio_max_len. "auto":
-    # AUTO_WINDOW's choice for the model. The encoder is ~55% of a pass, so a shorter window is
+    # AUTO_WINDOW's choice for the text. The encoder is ~55% of a pass, so a shorter window is
     # faster. Measured (trim / keep; tiny.en, short_en + long_en, 1 s chunks, bench/streaming.py):
     # 15 / 7.5 RTF 0.290, WER 4.23%; 10 / 5 RTF 0.223, WER 4.47%; 8 / 5 RTF 0.212, WER 4.11%.
-    # But the multilingual base model needs the longer window: on librivox_de 10 / 5 gives WER
-    # 19.4% against 16.7% at 15 / 7.5, and 8 / 5 loops when translating ("simple, simple, ...").
+    # But the multilingual base model needs the longer window in German: on librivox_de 10 / 5
+    # gives WER 19.4% against 16.7% at 15 / 7.5, and 8 / 5 loops when translating ("simple,
+    # simple, ..."). In English it does not: base on the dev set, 8 / 5 gives WER 3.39% against
+    # 4.35% at 15 / 7.5, and encodes ~40% fewer frames (issue 30 part 3).
     audio_trim_len: Union[float, str, None] = AUTO
     audio_keep_len: Optional[float] = None
     max_context_tokens: int = 96  # committed text kept as prompt (<|startofprev|> ...)
@@ -113,10 +116,11 @@ class StreamingOptions:
         check(self.language_detect_seconds >= 0,
               f"language_detect_seconds must be >= 0, not {self.language_detect_seconds}")
 
-    def window(self, multilingual: bool) -> tuple[Optional[float], Optional[float]]:
-        """(audio_trim_len, audio_keep_len) in seconds for a model: "auto" resolved."""
+    def window(self, english: bool) -> tuple[Optional[float], Optional[float]]:
+        """(audio_trim_len, audio_keep_len) in seconds: "auto" resolved for English transcribed
+        (``english``) or another language or a translation."""
         if self.audio_trim_len == AUTO:
-            trim, keep = AUTO_WINDOW[multilingual]
+            trim, keep = AUTO_WINDOW[english]
             mine = self.audio_keep_len
             return trim, mine if mine is not None and mine < trim else keep
         return self.audio_trim_len, self.audio_keep_len
