@@ -60,11 +60,10 @@ def step_mb(model, features) -> float | None:
     step = getattr(inference_for(model), "step", None)
     if step is None:
         return None
-    weights = sum(getattr(p, f).data.nbytes for p in step.packed
-                  for f in ("query", "key", "value", "out", "cross_query", "cross_out", "mlp1", "mlp2"))
+    weights = sum(w.data.nbytes for w in step.step_weights)  # the layers' linears and the projection
     layers, positions, width = len(step.packed), features.shape[1], features.shape[2]
     cross = 2 * layers * positions * width * (2 if step.cross is not None else 4)
-    return (weights + step.projection.data.nbytes + cross) / 1e6
+    return (weights + cross) / 1e6
 
 
 def main():

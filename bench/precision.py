@@ -2,8 +2,10 @@
 
 Per configuration, TRANSCRIBER_KERNELS=off (MLX's float32 ops, the reference), the kernels as
 they serve by default (bfloat16 decoder weights, the bf16 encoder), with MLX's float32 encoder
-(TRANSCRIBER_KERNEL_ENCODER=mlx), with float32 decoder weights too, and with MLX's float32
-multi-token passes (TRANSCRIBER_KERNEL_PASS=mlx: prompts, word timing) (``--configs`` picks):
+(TRANSCRIBER_KERNEL_ENCODER=mlx), with float32 decoder weights too, with MLX's float32
+multi-token passes (TRANSCRIBER_KERNEL_PASS=mlx: prompts, word timing), with the one-token
+step's linears and projection in int8 (TRANSCRIBER_KERNEL_WEIGHTS=int8, src/int8.cpp), with its
+projection only (=int8-projection), and the AVX2 path's bf16 and int8 projection (``--configs``):
 
 - tiny.en on the dev set (short_en + long_en, exact/exact-ish), one-shot and streaming, by
   bench/dev_set.py: WER, median word start error, files whose words changed, the largest start
@@ -40,7 +42,12 @@ CONFIGS = (("MLX float32 (kernels off)", {"TRANSCRIBER_KERNELS": "off"}),
            ("kernels: bf16 decoder, MLX float32 encoder", {"TRANSCRIBER_KERNEL_ENCODER": "mlx"}),
            ("kernels, f32 decoder weights, MLX float32 encoder",
             {"TRANSCRIBER_KERNEL_WEIGHTS": "f32", "TRANSCRIBER_KERNEL_ENCODER": "mlx"}),
-           ("kernels, MLX float32 prompt pass", {"TRANSCRIBER_KERNEL_PASS": "mlx"}))
+           ("kernels, MLX float32 prompt pass", {"TRANSCRIBER_KERNEL_PASS": "mlx"}),
+           ("kernels: int8 decoder step (projection and linears)", {"TRANSCRIBER_KERNEL_WEIGHTS": "int8"}),
+           ("kernels: int8 vocabulary projection (step)", {"TRANSCRIBER_KERNEL_WEIGHTS": "int8-projection"}),
+           ("avx2 kernels: bf16 decoder", {"TRANSCRIBER_KERNELS": "avx2", "TRANSCRIBER_KERNEL_WEIGHTS": "bf16"}),
+           ("avx2 kernels: int8 vocabulary projection",
+            {"TRANSCRIBER_KERNELS": "avx2", "TRANSCRIBER_KERNEL_WEIGHTS": "int8-projection"}))
 
 
 def dev_set(env: dict, out: Path) -> dict:

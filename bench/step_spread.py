@@ -9,6 +9,7 @@ read bandwidth (measured here, before and after) and the step's floor (bytes / b
 
     .venv/bin/python bench/step_spread.py                   # before = main, after = this checkout
     .venv/bin/python bench/step_spread.py --before HEAD~3 --processes 8 --steps 200
+    .venv/bin/python bench/step_spread.py --after-env TRANSCRIBER_KERNEL_WEIGHTS=int8   # a setting, after only
 
 The before is ``git archive REF`` of this repository, unpacked in a temporary directory with
 its native kernels built there (transcriber/native/build.py); both sides run with this
@@ -53,11 +54,12 @@ def unpack(ref: str, into: Path) -> Path:
     return into
 
 
-def micro(tree: Path, job: dict) -> dict:
-    """One fresh process of tree's bench/_worker_micro.py -> its JSON, plus the load then."""
+def micro(tree: Path, job: dict, env: dict | None = None) -> dict:
+    """One fresh process of tree's bench/_worker_micro.py (``env`` added to its environment)
+    -> its JSON, plus the load then."""
     load = os.getloadavg()[0]
     proc = subprocess.run([sys.executable, str(tree / "bench/_worker_micro.py")], input=json.dumps(job),
-                          capture_output=True, text=True, cwd=tree)
+                          capture_output=True, text=True, cwd=tree, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         sys.exit(f"{tree}: worker exited {proc.returncode}: {proc.stderr.strip()[-800:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -86,11 +88,12 @@ def report(sides: dict, bandwidth: list[float]) -> None:
               f"{ratio(runs, 'cpu'):8.2f}  {min(loads):.1f}-{max(loads):.1f}")
         walls = " ".join(f"{r['step_ms']['1']['wall']:.2f}" for r in runs)
         print(f"{'':8s} 1 row wall per process: {walls}")
-    mb = next((r["step_mb"] for runs in sides.values() for r in runs if r.get("step_mb")), None)
     best = max(bandwidth)
     print(f"\nread bandwidth, one core: {' / '.join(f'{b:.1f}' for b in bandwidth)} GB/s (before / after the runs)")
-    if mb:
-        print(f"a 1-row step reads {mb:.1f} MB: floor {mb / best:.2f} ms at {best:.1f} GB/s")
+    for name, runs in sides.items():  # the sides may read different bytes (int8 weights)
+        mb = next((r["step_mb"] for r in runs if r.get("step_mb")), None)
+        if mb:
+            print(f"{name}: a 1-row step reads {mb:.1f} MB: floor {mb / best:.2f} ms at {best:.1f} GB/s")
     print(f"targets: 1 row <= {TARGET_MS} ms, 4 rows <= {TARGET_RATIO}x 1 row (medians of the process medians)")
 
 
@@ -101,7 +104,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200, help="steps per process (the median is taken)")
     ap.add_argument("--model", default="tiny.en")
     ap.add_argument("--json", type=Path, help="also write every process's figures here")
+    ap.add_argument("--after-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="a variable set for the after side only (repeatable): a setting the before lacks")
     args = ap.parse_args()
+    after_env = dict(item.split("=", 1) for item in args.after_env)
     job = {"model": args.model, "steps": args.steps, "encoder": False}
     bandwidth = [read_gbs()]
     with tempfile.TemporaryDirectory(prefix="step_spread_") as tmp:
@@ -110,7 +116,7 @@ def main() -> None:
         for i in range(args.processes):
             order = list(trees) if i % 2 == 0 else list(trees)[::-1]  # A B, B A, ...
             for name in order:
-                sides[name].append(micro(trees[name], job))
+                sides[name].append(micro(trees[name], job, after_env if name == "after" else None))
                 r = sides[name][-1]
                 print(f"{i + 1}/{args.processes} {name}: {r['step_ms']['1']['wall']:.2f} / {r['step_ms']['4']['wall']:.2f}"
                       f" ms wall, load {r['load']:.1f}", file=sys.stderr)

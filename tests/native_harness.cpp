@@ -89,6 +89,21 @@ int main(int argc, char** argv) {
     }
   }
 
+  auto int8_bytes = fn<long (*)(int, int)>("int8_bytes");
+  auto pack_int8 = fn<void (*)(int, int, const float*, void*)>("pack_int8");
+  {
+    void* packed = zeros(int8_bytes(N, K));
+    pack_int8(N, K, w, packed);
+    for (int rows = 1; rows <= 8; rows++) {
+      float* x = values((long)rows * K);
+      std::vector<float> y((long)rows * N);
+      linear(rows, K, N, x, packed, 3, b, nullptr, y.data());
+      char name[64];
+      snprintf(name, sizeof name, "linear_int8_r%d", rows);
+      print(name, y.data(), (long)rows * N);
+    }
+  }
+
   auto dot_rows = fn<void (*)(int, int, int, const float*, const float*, float*, int)>("dot_rows");
   for (int rows = 1; rows <= 6; rows++) {
     float* x = values((long)rows * K);

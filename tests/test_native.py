@@ -9,6 +9,7 @@ test_native_fallback.py covers that case.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 
 import mlx.core as mx
@@ -47,7 +48,7 @@ def kernels(request, monkeypatch) -> Kernels:
     monkeypatch.setenv(loader.ENV, request.param)
     loaded = loader.load()
     assert loaded.path == request.param, loaded.reason
-    return Kernels(loaded.lib, loaded.path, "avx512_bf16" in FLAGS)
+    return Kernels(loaded.lib, loaded.path, "avx512_bf16" in FLAGS, "avx512_vnni" in FLAGS)
 
 
 def _dots(kernels) -> tuple[bool, ...]:
@@ -76,6 +77,48 @@ def test_linear_rows_and_widths_match_mlx(kernels, rows, width, out):
     want_bf16 = np.array(mx.array(x) @ mx.array(w).astype(mx.bfloat16).astype(mx.float32).T)
     np.testing.assert_allclose(kernels.linear(x, kernels.pack(w, "bf16")), want_bf16, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(kernels.linear(x, kernels.gemm_pack(w)), want_bf16, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", range(1, 9))
+@pytest.mark.parametrize("width,out", [(384, 51), (37, 16), (1536, 33), (3, 70)])
+def test_int8_linear_rows_and_widths_match_mlx(kernels, rows, width, out):
+    """int8 weights (per column, channels scaled), rows quantised to int16 per row, int32 sums
+    (checks.int8_reference): against MLX's product of the same quantised values, on every route
+    this path serves here (vpdpwssd, vpmaddwd, plain C); and within the quantisation's error
+    (1% of the output's scale) of MLX's float32 product."""
+    rng = np.random.default_rng(rows * width + out)
+    x = rng.standard_normal((rows, width), dtype=np.float32)
+    w = rng.standard_normal((out, width), dtype=np.float32)
+    b = rng.standard_normal(out, dtype=np.float32)
+    want = np.array(checks.int8_reference(x, w) + mx.array(b))
+    exact = np.array(mx.array(x) @ mx.array(w).T + mx.array(b))
+    for vnni in ((True, False) if kernels.vnni else (False,)):
+        got = kernels.linear(x, kernels.pack_int8(w, vnni), b)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+        assert np.abs(got - exact).max() < 0.01 * np.abs(exact).max()
+
+
+def test_int8_linear_is_the_same_on_every_path_and_thread_count():
+    """The int32 sums are exact on every route (no saturation), so every path, route and thread
+    count gives the same floats: a large projection-like weight at 1, 4 and 6 rows."""
+    rng = np.random.default_rng(30)
+    w = rng.standard_normal((5000, 384), dtype=np.float32)
+    w[7] *= 40  # columns of very different scales
+    x = rng.standard_normal((6, 384), dtype=np.float32)
+    x[:, 5] = 30.0  # an outlier channel
+    results = {}
+    for path in PATHS:
+        k = Kernels(ctypes.CDLL(loader.library_file(path)), path, False, "avx512_vnni" in FLAGS)
+        for vnni in ((True, False) if k.vnni else (False,)):
+            packed = k.pack_int8(w, vnni)
+            for threads in (1, 2):
+                k.set_threads(threads)
+                results[(path, vnni, threads)] = [k.linear(x[:r], packed) for r in (1, 4, 6)]
+            k.set_threads(1)
+    first = next(iter(results.values()))
+    for key, got in results.items():
+        for a, b in zip(got, first):
+            np.testing.assert_array_equal(a, b, err_msg=str(key))
 
 
 def test_softmax_masked_and_minus_inf_match_mlx(kernels):

@@ -57,7 +57,9 @@ class Ops:
         and $TRANSCRIBER_KERNEL_CROSS not mlx."""
         if not all(self.status.serves(k) for k in ("linear", "layer_norm", "gelu", "attend")):
             return None
-        cross = cross_choice() == "bf16" and precision == "bf16" and self.status.serves("gemm")
+        if precision.startswith("int8") and not self.status.serves("linear_int8"):
+            precision = "bf16"
+        cross = cross_choice() == "bf16" and precision in BF16_LAYERS and self.status.serves("gemm")
         key = (id(decoder), id(decoder.token_embedding.weight), precision, cross)
         with _lock:
             if key not in self._steps:
@@ -71,9 +73,10 @@ class Ops:
     def decoder_pass(self, decoder, precision: str = "bf16"):
         """A DecoderPass (prefill.py) for this decoder's multi-token passes at batch 1, or None:
         a kernel it needs is disabled, f32 weights (the measurement mode), or
-        $TRANSCRIBER_KERNEL_PASS=mlx (MLX's float32 pass: for comparisons)."""
+        $TRANSCRIBER_KERNEL_PASS=mlx (MLX's float32 pass: for comparisons). With int8 weights
+        the pass reads the step's bf16 layer copies, as with bf16."""
         step = self.decoder_step(decoder, precision)
-        if (step is None or precision != "bf16" or pass_choice() != "bf16"
+        if (step is None or step.precision not in BF16_LAYERS or pass_choice() != "bf16"
                 or not all(self.status.serves(k) for k in PASS_KINDS)):
             return None
         with _lock:
@@ -117,6 +120,9 @@ class Ops:
 
 KEPT_MODELS = 2  # decoders whose packed weights are kept (jobs may switch between two models)
 PRECISION_ENV = "TRANSCRIBER_KERNEL_WEIGHTS"
+PRECISIONS = ("bf16", "f32", "int8-projection", "int8")  # the first is the default (bench/kernels.md:
+# int8's precision table)
+BF16_LAYERS = ("bf16", "int8-projection", "int8")  # precisions whose step keeps the layers' bf16 copies (the pass's)
 ENCODER_ENV = "TRANSCRIBER_KERNEL_ENCODER"
 ENCODER_KINDS = ("gemm", "attention_bf16", "layer_norm")
 PASS_ENV = "TRANSCRIBER_KERNEL_PASS"
@@ -130,7 +136,9 @@ class KernelSettings:
     """The TRANSCRIBER_KERNEL_* settings, read once (``kernel_settings``). Besides the
     defaults, they exist for the measurements in bench/.
 
-    weights: the decoder's weight precision on the kernels, bf16 or f32 ($..._WEIGHTS);
+    weights: the decoder's weight precision on the kernels, bf16, f32, int8-projection (the
+    one-token step's vocabulary projection in int8) or int8 (its layers' linears too; the
+    multi-token passes bf16 either way) ($..._WEIGHTS);
     encoder: bf16 (the native bf16 GEMM) or mlx (MLX's float32 ops, the native attention) ($..._ENCODER);
     passes: the decoder's multi-token passes (prompts, word timing), bf16 (the native pass) or
     mlx (MLX's float32 decoder) ($..._PASS);
@@ -151,7 +159,7 @@ class KernelSettings:
             value = settings.get(env) or allowed[0]
             return value if value in allowed else allowed[0]
 
-        return cls(choice(PRECISION_ENV, ("bf16", "f32")), choice(ENCODER_ENV, ("bf16", "mlx")),
+        return cls(choice(PRECISION_ENV, PRECISIONS), choice(ENCODER_ENV, ("bf16", "mlx")),
                    choice(PASS_ENV, ("bf16", "mlx")), choice(CROSS_ENV, ("bf16", "mlx")),
                    settings.get(THREADS_ENV) or None)
 
@@ -204,7 +212,7 @@ def pass_line() -> str:
     st = status()
     if st.path is None:
         return "decoder passes: MLX's float32 ops"
-    if pass_choice() != "bf16" or weights_precision() != "bf16":
+    if pass_choice() != "bf16" or weights_precision() not in BF16_LAYERS:
         return f"decoder passes: MLX's float32 ops ({PASS_ENV}={pass_choice()}, weights {weights_precision()})"
     if not all(st.serves(k) for k in PASS_KINDS):
         return "decoder passes: MLX's float32 ops (a kernel they need is disabled)"
@@ -268,7 +276,7 @@ def _load():
         return None, Status(None, "", f"disabled ({results[selfcheck.CRASHED]})")
     from .kernels import Kernels
 
-    k = Kernels(loaded.lib, loaded.path, "avx512_bf16" in loaded.flags)
+    k = Kernels(loaded.lib, loaded.path, "avx512_bf16" in loaded.flags, "avx512_vnni" in loaded.flags)
     k.set_threads(threads())
     st = Status(loaded.path, loaded.isa, None, results)
     bad = [f"{kind}: {note}" for kind, note in results.items() if note]

@@ -28,7 +28,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = [os.path.join(HERE, "src", name) for name in ("kernels.cpp", "gemm.cpp")]
+SOURCES = [os.path.join(HERE, "src", name) for name in ("kernels.cpp", "gemm.cpp", "int8.cpp")]
 CPU_SOURCE = os.path.join(HERE, "src", "cpu.cpp")
 CPU_LIBRARY = "libtranscriber_cpu.so"
 INFO = "build.json"

@@ -47,6 +47,61 @@ def check_linear(k: Kernels) -> bool:
     return True
 
 
+def _quantize(a: np.ndarray, levels: float) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of a (R, K) float32 -> round-half-even(a x levels / max |a[r]|) and max |a[r]| / levels."""
+    amax = np.abs(a).max(axis=1).astype(np.float32)
+    inv = np.divide(np.float32(levels), amax, out=np.zeros_like(amax), where=amax > 0)
+    return np.rint(a * inv[:, None]), (amax / np.float32(levels)).astype(np.float32)
+
+
+def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A weight (N, K) as src/int8.cpp packs it: int8 values (N, K), column scales (N,) and
+    channel scales t (K,) = max |w[:, k]|: w ~ values x column scale x t."""
+    t = np.abs(w).max(axis=0).astype(np.float32)
+    values, scale = _quantize(np.divide(w, t, out=np.zeros_like(w), where=t > 0), 127)
+    return values.astype(np.int8), scale, t
+
+
+def quantize_rows(x: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows x (R, K) as src/int8.cpp quantises them for a weight of channel scales t: x t to
+    int16 in [-8191, 8191] per row, and the rows' scales."""
+    values, scale = _quantize(x * t, 8191)
+    return values.astype(np.int16), scale
+
+
+def int8_reference(x: np.ndarray, w: np.ndarray) -> mx.array:
+    """MLX's float32 product of the quantised rows and weight, scaled: what ``linear`` gives
+    for an int8 weight (its int32 sums are exact; MLX's float32 ones are within rounding)."""
+    wq, ws, t = quantize_int8(w)
+    xq, xs = quantize_rows(x, t)
+    sums = mx.array(xq.astype(np.float32)) @ mx.array(wq.astype(np.float32)).T
+    return sums * mx.array(xs)[:, None] * mx.array(ws)[None, :]
+
+
+def check_linear_int8(k: Kernels) -> bool:
+    """int8 weights and int16 rows against MLX's float32 product of the same quantised values;
+    the packed values are the reference's. Both the vpdpwssd route (where it serves) and the
+    other (vpmaddwd, plain C); rows 1-8, odd widths, an outlier, a zero column and channel."""
+    rng = _rng()
+    for rows, width, out in ((1, 37, 29), (3, 64, 33), (4, 384, 70), (5, 100, 17), (8, 48, 70), (2, 1536, 40)):
+        x = rng.standard_normal((rows, width), dtype=np.float32)
+        x[0, 3] = 9.0  # an outlier: the row's scale follows it
+        w = rng.standard_normal((out, width), dtype=np.float32)
+        w[1], w[:, 2] = 0.0, 0.0  # a zero column and channel: scale 0
+        w[:, 5] *= 30  # an outsize channel
+        b = rng.standard_normal(out, dtype=np.float32)
+        res = rng.standard_normal((rows, out), dtype=np.float32)
+        ref = int8_reference(x, w)
+        for vnni in ((True, False) if k.vnni else (False,)):
+            packed = k.pack_int8(w, vnni)
+            if not all(np.array_equal(a, b) for a, b in zip(packed.values(), quantize_int8(w))):
+                return False
+            if not (_close(k.linear(x, packed, b, res), ref + mx.array(b) + mx.array(res))
+                    and _close(k.linear(x, packed), ref)):
+                return False
+    return True
+
+
 def check_layer_norm(k: Kernels) -> bool:
     rng = _rng()
     for rows, width in ((1, 37), (4, 384), (7, 19)):
@@ -222,7 +277,7 @@ def check_attention_packed(k: Kernels) -> bool:
 CHECKS: dict[str, Callable[[Kernels], bool]] = {
     "attention_bf16": check_attention_bf16, "attention_packed": check_attention_packed,
     "gemm": check_gemm,
-    "linear": check_linear, "layer_norm": check_layer_norm, "gelu": check_gelu,
+    "linear": check_linear, "linear_int8": check_linear_int8, "layer_norm": check_layer_norm, "gelu": check_gelu,
     "softmax": check_softmax, "attend": check_attend, "encoder_attention": check_encoder_attention,
 }
 

@@ -3,8 +3,11 @@
 Per layer, one native call does what ``ResidualAttentionBlock.decode`` does for one new token
 per row (layer norms, the linears with their biases and residuals, self-attention over the
 cache plus the token, cross-attention over the audio, GELU), reading each weight once for all
-rows. Weights are copied once, at first use, to bfloat16 (or kept float32: ``precision``); the
-MLX model keeps its own float32 weights for prompt passes and the encoder.
+rows. Weights are copied once, at first use, to bfloat16 (or kept float32, or int8 per output
+column: ``precision``); the MLX model keeps its own float32 weights for prompt passes and the
+encoder. With int8-projection the step's vocabulary projection reads int8 (src/int8.cpp), with
+int8 its layers' linears too, while the layers' bf16 copies stay for the multi-token pass
+(prefill.py), which reads them.
 
 Shapes: B rows (<= MAX_ROWS), D width, H heads, T cached tokens, S audio positions, V vocabulary.
 """
@@ -20,13 +23,14 @@ from typing import Collection, Optional
 import mlx.core as mx
 import numpy as np
 
-from .kernels import GemmWeight, Kernels, Packed, _strides
+from .kernels import GemmWeight, Int8Weight, Kernels, Packed, _strides
 from .kvcache import GrowingCache
 
 MAX_ROWS = 8  # the small-row linear's range: greedy, beams, --batch-files, streaming passes
 AUDIO_KEPT = 1  # windows whose bf16 keys/values are remembered: the one decoded (its rewinds and
 # fallbacks share it): it keeps its float32 arrays alive too, so no older one (~14 MB, tiny.en)
-PRECISIONS = ("bf16", "f32")
+PRECISIONS = ("bf16", "f32", "int8", "int8-projection")
+INT8 = ("int8", "int8-projection")  # the step's projection in int8; "int8": its layers' linears too
 
 
 class _Layer(ctypes.Structure):  # struct Layer in src/kernels.cpp, field for field
@@ -76,13 +80,15 @@ class DecoderStep:
         self.n_head = decoder.blocks[0].attn.n_head
         self._keep = []  # every array a pointer in a _Layer refers to
         self.packed: list[LayerWeights] = []  # the same per layer, by name (the prompt pass reads them)
+        self.step_weights: list = []  # every weight the one-token step reads (int8: not self.packed's)
         self.layers = [self._layer(b) for b in decoder.blocks]
         self.embedding = _host(decoder.token_embedding.weight)
         self.positions = _host(decoder.positional_embedding)
-        self.projection = self._weight(decoder.token_embedding.weight)
+        self.projection = self._weight(decoder.token_embedding.weight, step_only=True)
+        self.step_weights.append(self.projection)
         self.ln = (self._vector(decoder.ln.weight), self._vector(decoder.ln.bias))
         self._fn = kernels.fn("decoder_layer")
-        self._wtype = 2 if precision == "bf16" else 0  # src/kernels.cpp linear(): bf16 pairs or float32
+        self._wtype = self.step_weights[0].wtype  # src/kernels.cpp linear(): the layers' weights' layout
         self.cache = GrowingCache(len(self.layers))
         # id(keys) -> (keys, values, their bf16 copies): the windows being decoded
         self._audio: OrderedDict[int, tuple] = OrderedDict()
@@ -111,10 +117,13 @@ class DecoderStep:
             out.append((mx.array(k_t), mx.array(v)))
         return out
 
-    def _weight(self, w: mx.array) -> Packed | GemmWeight:
+    def _weight(self, w: mx.array, step_only: bool = False) -> Packed | GemmWeight | Int8Weight:
         """bf16: the GEMM's layout (bf16 pairs of k), which the prompt pass reads too; f32:
-        ``Packed`` float32."""
-        if self.precision == "bf16":
+        ``Packed`` float32; int8, int8-projection: ``Int8Weight`` for what only the step reads
+        (``step_only``), bf16 otherwise."""
+        if self.precision in INT8 and step_only:
+            packed = self.k.pack_int8(np.asarray(w, np.float32))
+        elif self.precision in ("bf16", *INT8):
             packed = self.k.gemm_pack(np.asarray(w, np.float32))
         else:
             packed = self.k.pack(np.asarray(w), self.precision)
@@ -128,10 +137,14 @@ class DecoderStep:
 
     def _layer(self, block) -> _Layer:
         a, c = block.attn, block.cross_attn
-        w = [self._weight(m.weight) for m in (a.query, a.key, a.value, a.out, c.query, c.out, block.mlp1, block.mlp2)]
+        linears = (a.query, a.key, a.value, a.out, c.query, c.out, block.mlp1, block.mlp2)
+        w = [self._weight(m.weight) for m in linears]
         b = [self._vector(m.bias) for m in (a.query, a.value, a.out, c.query, c.out, block.mlp1, block.mlp2)]
         n = [self._vector(p) for ln in (block.attn_ln, block.cross_attn_ln, block.mlp_ln) for p in (ln.weight, ln.bias)]
         self.packed.append(LayerWeights(*w, *b, *[tuple(n[i:i + 2]) for i in (0, 2, 4)]))
+        if self.precision == "int8":  # the step's own int8 copies; the pass keeps the bf16 ones
+            w = [self._weight(m.weight, step_only=True) for m in linears]
+        self.step_weights += w
         return _Layer(*[x.data.ctypes.data for x in w] + [x.ctypes.data for x in b + n])
 
     def project(self, x: np.ndarray) -> np.ndarray:

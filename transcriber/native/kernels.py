@@ -37,11 +37,15 @@ _SIGNATURES = {
     "decoder_layer": [_f, _i, _i, _i, _i, _f, _f, _f, _f, _f, _i, _f, _f, _f, _f, _f, _f, _f, _i, _f, _f, _i],
     "to_bf16": [_l, _f, _f],
     "dot_rows": [_i, _i, _i, _f, _f, _f, _i],
+    "pack_int8": [_i, _i, _f, _f],
+    "int8_bytes": [_i, _i],
+    "int8_has_vnni": [],
 }
 
 
-_INT_RESULT = ("encoder_attention", "encoder_attention_threads", "gemm", "gemm_has_dot", "attention_bf16",
-               "attention_packed")
+_RESULTS = {**{name: ctypes.c_int for name in (
+    "encoder_attention", "encoder_attention_threads", "gemm", "gemm_has_dot", "attention_bf16", "attention_packed",
+    "int8_has_vnni")}, "int8_bytes": ctypes.c_long}  # the rest return nothing
 
 
 def from_bf16(h: np.ndarray) -> np.ndarray:
@@ -79,6 +83,29 @@ class GemmWeight:
         kernels.fn("gemm_pack")(self.n, self.k, _ptr(w), _ptr(self.data))
 
 
+class Int8Weight:
+    """A weight (N, K) in int8 for ``linear`` (src/int8.cpp, packed once by the native
+    ``pack_int8``): per input channel a scale t[k] = max |w[:, k]| (folded into the rows at run
+    time), per output column a scale s[n] = max |w[n] / t| / 127, the values rounded to
+    [-127, 127], 4 k per column in blocks of 16 columns; then s and t. ``vnni``: the products
+    on vpdpwssd (wtype 4) rather than vpmaddwd / plain C (3)."""
+
+    def __init__(self, kernels: "Kernels", w: np.ndarray, vnni: bool):
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        self.n, self.k = w.shape
+        self.wtype = 4 if vnni else 3
+        self.data = aligned.empty((int(kernels.fn("int8_bytes")(self.n, self.k)),), np.int8)
+        kernels.fn("pack_int8")(self.n, self.k, _ptr(w), _ptr(self.data))
+
+    def values(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The packed weight read back: (N, K) int8 values, (N,) column and (K,) channel scales."""
+        blocks, q = -(-self.n // LANES), -(-self.k // 4)
+        body = self.data[:blocks * q * LANES * 4].reshape(blocks, q, LANES, 4)
+        w = body.transpose(0, 2, 1, 3).reshape(blocks * LANES, q * 4)[:self.n, :self.k]
+        scales = self.data[blocks * q * LANES * 4:].view(np.float32)
+        return w, scales[:self.n], scales[blocks * LANES: blocks * LANES + self.k]
+
+
 class HeadsPacked:
     """Per head, an operand packed for ``attention_packed``: data (H, ceil(N/16), ceil(K/2), 16)
     bf16 pairs of k in 32-bit words (``gemm_pack``'s layout); n, k its sizes."""
@@ -113,24 +140,30 @@ class Kernels:
         """w (N, K) float32 packed for ``linear``."""
         return Packed(self, w, precision)
 
-    def __init__(self, lib: ctypes.CDLL, path: str, cpu_bf16: bool = False):
+    def __init__(self, lib: ctypes.CDLL, path: str, cpu_bf16: bool = False, cpu_vnni: bool = False):
         self.lib, self.path = lib, path
         self._fns: dict[str, object] = {}
         # vdpbf16ps: built into this path and the CPU has AVX-512 BF16
         self.dot = bool(cpu_bf16 and self.fn("gemm_has_dot")())
+        # vpdpwssd for the int8 linears: built into this path and the CPU has AVX-512 VNNI
+        self.vnni = bool(cpu_vnni and self.fn("int8_has_vnni")())
+
+    def pack_int8(self, w: np.ndarray, vnni: bool | None = None) -> Int8Weight:
+        """w (N, K) float32 in int8 for ``linear`` (``vnni``: vpdpwssd, default where it serves)."""
+        return Int8Weight(self, w, self.vnni if vnni is None else vnni)
 
     def fn(self, name: str):
         f = self._fns.get(name)
         if f is None:
             f = getattr(self.lib, f"tk_{self.path}_{name}")
-            f.argtypes, f.restype = _SIGNATURES[name], (ctypes.c_int if name in _INT_RESULT else None)
+            f.argtypes, f.restype = _SIGNATURES[name], _RESULTS.get(name)
             self._fns[name] = f
         return f
 
-    def linear(self, x: np.ndarray, w: "Packed | GemmWeight", b: np.ndarray | None = None,
+    def linear(self, x: np.ndarray, w: "Packed | GemmWeight | Int8Weight", b: np.ndarray | None = None,
                res: np.ndarray | None = None) -> np.ndarray:
-        """x (R, K) @ w.T (w: the packed (N, K), either layout) + b (N,) + res (R, N) -> (R, N),
-        x kept float32 (the GEMM rounds it to bf16)."""
+        """x (R, K) @ w.T (w: the packed (N, K), any layout) + b (N,) + res (R, N) -> (R, N),
+        x kept float32 (int8 weights: x's rows quantised to int16 per row, int32 sums)."""
         r, k = _check(x).shape
         if k != w.k:
             raise ValueError(f"linear: x has {k} columns, the weight {w.k}")

@@ -119,7 +119,7 @@ def main() -> int:
     if loaded.lib is None:
         print(json.dumps({CRASHED: loaded.reason}))
         return 0
-    k = Kernels(loaded.lib, loaded.path, "avx512_bf16" in loaded.flags)  # one thread
+    k = Kernels(loaded.lib, loaded.path, "avx512_bf16" in loaded.flags, "avx512_vnni" in loaded.flags)  # one thread
     print(json.dumps(checks.run(k)))
     return 0
 

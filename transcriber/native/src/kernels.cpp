@@ -12,6 +12,10 @@
 
 #include "vec.h"
 
+// int8.cpp: the linears with int8 weights (wtype 3, 4)
+void TK(linear_int8)(int R, int K, int N, const float* x, const void* packed, bool vnni, const float* b,
+                     const float* res, float* y, int threads);
+
 namespace {
 
 // The R rows' sums of nb column blocks from block j on, plus the bias and the residual, into y
@@ -184,9 +188,12 @@ void linear_any(int R, int K, int N, const float* x, const T* w, const float* b,
 }
 
 // w: packed (ceil(N/16), K, 16) in wtype (1 bf16, 0 float32), or (wtype 2) gemm_pack's bf16
-// pairs (ceil(N/16), ceil(K/2), 16); res may be y (in place).
+// pairs (ceil(N/16), ceil(K/2), 16), or (wtype 3, 4: VNNI where the path has it) int8.cpp's
+// int8 layout; res may be y (in place).
 void linear(int R, int K, int N, const float* x, const void* w, int wtype, const float* b, const float* res,
             float* y) {
+  if (wtype >= 3)
+    return TK(linear_int8)(R, K, N, x, w, wtype == 4, b, res, y, (long)N * K >= PARALLEL_WEIGHTS ? g_threads : 1);
   for (int r0 = 0; r0 < R; r0 += MAX_ROWS) {  // rows beyond what the registers hold: in turns
     int rows = R - r0 < MAX_ROWS ? R - r0 : MAX_ROWS;
     const float* xr = x + (long)r0 * K;
