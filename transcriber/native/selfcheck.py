@@ -45,6 +45,8 @@ def _key(library: str, path: str, flags: frozenset[str]) -> str:
     h = hashlib.sha256()
     with open(library, "rb") as f:
         h.update(f.read())
+    # The checks themselves: a verdict on a library checked by an older checks.py is stale.
+    h.update(Path(__file__).with_name("checks.py").read_bytes())
     h.update(json.dumps([FORMAT, path, sorted(flags), cpu_model(), _mlx_version()]).encode())
     return h.hexdigest()[:20]
 
