@@ -10,7 +10,12 @@ bursts, plucked-string music, rain-like ambience, applause-like clap bursts, and
 voices of the dev set's short_en readings, each played backwards (speech's spectrum and rhythm,
 no words). Every class is deterministic (seeded), 16 kHz mono, -20 dBFS RMS (sparse ones lower:
 peaks stay under 0.9). The babble
-needs the recordings (--data, else $TRANSCRIBER_TEST_DATA, else ../shared/data).
+and the reversed voice need the recordings (--data, else $TRANSCRIBER_TEST_DATA, else
+../shared/data). Newer classes: a single reversed voice, bird-like chirps, an engine, wind gusts,
+dog-like barks; and ``--recordings DIR``: every WAV file there a class (played over and over at
+the same level), e.g. the six sounds pygame's wheel ships (house_lo: a music loop; boom,
+car_door, punch, whiff, secosmic_lo: effects), LGPL like pygame (`pip download pygame`, unzip
+pygame/examples/data).
 Prints a markdown table: words written per class and mode, and what they were.
 """
 
@@ -193,13 +198,18 @@ def applause(n, rng, data):
     return x
 
 
-def babble(n, rng, data):
-    """Six readings of the dev set, each reversed and looped from its own offset, mixed."""
+def _reversed_reading(data: Path, name: str) -> np.ndarray:
+    """The dev set's short_en reading ``name``, played backwards."""
     from transcriber.audio import load_audio
 
+    return load_audio(str(data / "audio" / "short_en" / f"{name}.flac"))[::-1]
+
+
+def babble(n, rng, data):
+    """Six readings of the dev set, each reversed and looped from its own offset, mixed."""
     x = np.zeros(n)
     for name in BABBLE_SOURCES:
-        voice = load_audio(str(data / "audio" / "short_en" / f"{name}.flac"))[::-1]
+        voice = _reversed_reading(data, name)
         voice = voice / (np.sqrt(np.mean(voice * voice)) or 1.0)
         reps = np.tile(voice, n // len(voice) + 2)
         start = int(rng.integers(0, len(voice)))
@@ -207,8 +217,72 @@ def babble(n, rng, data):
     return x
 
 
+def reversed_voice(n, rng, data):
+    """One reading of the dev set played backwards, looped: a single voice's pitch, formants and
+    rhythm, no words (babble's hardest case: nothing masks it)."""
+    voice = _reversed_reading(data, BABBLE_SOURCES[int(rng.integers(0, len(BABBLE_SOURCES)))])
+    return np.tile(voice, n // len(voice) + 1)[:n]
+
+
+def _groups(n, rng, sizes, lengths, within, pause, burst: Callable) -> np.ndarray:
+    """Bursts ``burst(m, rng)`` of ``lengths`` seconds (uniform in the range), ``within`` seconds
+    apart, in groups of ``sizes`` (integers, high excluded), ``pause`` seconds between groups."""
+    x, pos = np.zeros(n), int(0.2 * SR)
+    while pos < n:
+        for _ in range(int(rng.integers(*sizes))):
+            m = int(rng.uniform(*lengths) * SR)
+            if pos + m >= n:
+                break
+            x[pos:pos + m] = burst(m, rng)
+            pos += m + int(rng.uniform(*within) * SR)
+        pos += int(rng.uniform(*pause) * SR)
+    return x
+
+
+def _chirp(m, rng):
+    f = np.linspace(rng.uniform(4000, 5500), rng.uniform(1800, 2600), m)
+    return np.sin(2 * np.pi * np.cumsum(f) / SR) * np.hanning(m)
+
+
+def birds(n, rng, data):
+    """Chirps: fast falling glides (5-2 kHz, 30-80 ms) in trills of 3-8, pauses between."""
+    return _groups(n, rng, (3, 9), (0.03, 0.08), (0.02, 0.06), (0.3, 1.5), _chirp)
+
+
+def engine(n, rng, data):
+    """A motor: harmonics of a 25-40 Hz firing rate that wanders, over brown noise."""
+    t = _t(n)
+    rate = 32 + 6 * np.sin(2 * np.pi * 0.1 * t + rng.uniform(0, 6.3))
+    phase = 2 * np.pi * np.cumsum(rate) / SR
+    body = sum(np.sin(k * phase) / k for k in range(1, 12))
+    return body + 0.5 * _coloured(n, rng, 2) / (np.std(_coloured(n, rng, 2)) or 1.0)
+
+
+def wind(n, rng, data):
+    """Gusts: pink noise whose loudness swells and falls over seconds, with a whistle."""
+    t = _t(n)
+    gust = 0.3 + np.abs(np.sin(2 * np.pi * 0.15 * t + rng.uniform(0, 6.3))) ** 2
+    whistle = 0.05 * np.sin(2 * np.pi * np.cumsum(700 + 200 * gust) / SR)
+    noise = _coloured(n, rng, 1)
+    return gust * (noise / (np.std(noise) or 1.0) + whistle)
+
+
+def _bark(m, rng):
+    f0 = np.linspace(rng.uniform(500, 600), rng.uniform(350, 420), m)
+    pulses = (np.diff(np.floor(np.cumsum(f0) / SR), prepend=0) > 0).astype(float)
+    env = np.exp(-np.arange(m) / (m / 3)) * np.minimum(1, np.arange(m) / 80)
+    return (pulses + 0.3 * rng.standard_normal(m)) * env
+
+
+def dog(n, rng, data):
+    """Barks: 0.1-0.25 s bursts of a falling 400-600 Hz pulse train with noise through a wide
+    formant, in groups of 1-3, pauses between."""
+    return _formants(_groups(n, rng, (1, 4), (0.1, 0.25), (0.1, 0.3), (0.8, 2.5), _bark), ((900, 300), (1800, 400)))
+
+
 CLASSES: dict[str, Callable] = {f.__name__: f for f in (white, pink, brown, tone, sweep, clicks, hum, beeps, animal,
-                                                        laughter, music, rain, applause, babble)}
+                                                        laughter, music, rain, applause, babble, reversed_voice,
+                                                        birds, engine, wind, dog)}
 
 
 def synthesize(name: str, seconds: float = 15.0, data: Optional[Path] = None, seed: int = 0) -> np.ndarray:
@@ -219,6 +293,20 @@ def synthesize(name: str, seconds: float = 15.0, data: Optional[Path] = None, se
     fade = min(n // 2, SR // 20)
     x[:fade] *= np.linspace(0, 1, fade)
     x[n - fade:] *= np.linspace(1, 0, fade)
+    return _level(x)
+
+
+def recorded(path: Path, seconds: float = 15.0, seed: int = 0) -> np.ndarray:
+    """``seconds`` of a recording (any format ffmpeg reads): played over and over, a short one
+    (under 3 s: a door, a punch) with 0.5-2 s of quiet between, at ``LEVEL_DB`` (peaks at most 0.9)."""
+    from transcriber.audio import load_audio
+
+    sound, n, rng = load_audio(str(path)).astype(np.float64), int(seconds * SR), np.random.default_rng(seed)
+    x, pos = np.zeros(n), 0
+    while pos < n:
+        m = min(len(sound), n - pos)
+        x[pos:pos + m] += sound[:m]
+        pos += m + (int(rng.uniform(0.5, 2.0) * SR) if len(sound) < 3 * SR else 0)
     return _level(x)
 
 
@@ -258,6 +346,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default="tiny.en")
     ap.add_argument("--data")
+    ap.add_argument("--recordings", help="a folder of non-speech recordings: each file a class too "
+                    "(pygame's wheel ships six: pygame/examples/data/*.wav, LGPL)")
     args = ap.parse_args()
     model = transcriber.load_model(args.model)
     modes = args.modes.split(",")
@@ -266,8 +356,12 @@ def main():
     print(f"| class ({args.seconds:g} s, seed {args.seed}) | " + " | ".join(f"{m} words" for m in modes) + " | what was written |")
     print("|---|" + "---:|" * len(modes) + "---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.classes.split(","):
-            path = write_wav(Path(tmp) / f"{name}.wav", synthesize(name, args.seconds, data, args.seed))
+        sources = {name: lambda name=name: synthesize(name, args.seconds, data, args.seed)
+                   for name in args.classes.split(",") if name}
+        for file in sorted(Path(args.recordings).glob("*.wav")) if args.recordings else []:
+            sources[file.stem] = lambda file=file: recorded(file, args.seconds, args.seed)
+        for name, make in sources.items():
+            path = write_wav(Path(tmp) / f"{name}.wav", make())
             counts, said = [], []
             for m in modes:
                 t0 = time.perf_counter()

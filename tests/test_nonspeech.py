@@ -92,3 +92,35 @@ def test_the_no_speech_rule_is_one_object_both_modes_build_from_their_options():
     alone = NoSpeechRule(threshold=0.6, logprob_threshold=None)
     assert alone.is_silence(0.7, -0.1) and alone.undecoded_above == 0.6
     assert not NoSpeechRule(threshold=None).is_silence(1.0, -9.0)
+
+
+def test_unlikely_text_after_a_pause_is_a_guess():
+    from transcriber.nonspeech import is_unlikely_start
+
+    # one-shot's " Thank you." over plucked music; streaming's first pass over reversed babble
+    assert is_unlikely_start(0.735, -0.987) and is_unlikely_start(0.59, -1.13)
+    assert is_unlikely_start(0.48, -1.76)  # streaming over 30 s of clicks
+    # speech: the Apollo radio's noisiest windows, and a sure text over a high no-speech
+    assert not is_unlikely_start(0.5, -0.62) and not is_unlikely_start(0.47, -0.86)
+    assert not is_unlikely_start(0.23, -0.93)
+    assert not is_unlikely_start(0.87, -0.27)
+    assert not is_unlikely_start(None, -2.0) and not is_unlikely_start(0.9, None)
+
+
+def test_a_loop_heard_in_a_sound_is_far_past_what_repeated_speech_compresses_to():
+    from transcriber.nonspeech import HEARD_LOOP_RATIO, is_heard_loop
+
+    # tiny.en over applause-like bursts and an engine: one sentence 13 and 6 times; base over a Chinese
+    # phrase said 7 times with pauses (3.9): speech, kept
+    assert is_heard_loop(10.74) and is_heard_loop(5.63) and not is_heard_loop(3.89)
+    assert HEARD_LOOP_RATIO > 2.4  # one-shot's compression threshold only starts the fallback
+
+
+def test_a_second_reading_that_begins_with_the_first_is_heard_words():
+    from transcriber.nonspeech import reads_again
+
+    # base translating German: the stream's first pass, then its buffer as a one-shot window
+    assert reads_again(" Hans Jak", " Hans Jakob Christi")
+    assert reads_again("扎自己", "扎自己的脚。")
+    assert not reads_again(" I'm not going to stop there.", " I don't know.")
+    assert not reads_again("", " anything") and not reads_again(" ...", " The...")

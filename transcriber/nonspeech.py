@@ -55,6 +55,32 @@ MIN_WORD_PROBABILITY = 0.08  # streaming: probability of a word (speech: > 0.1)
 ISOLATED_MAX_WORDS = 3
 ISOLATED_MIN_PROBABILITY = 0.15
 ISOLATION = 2.0
+# One-shot text that starts after a pause (or at the start of the audio) is a guess when the model thought
+# the audio was likely no speech and is not sure of the text: openai/whisper's no-speech rule
+# (0.6 and -1.0) made stricter where no speech leads into it. Measured with tiny.en on the
+# synthesized non-speech set (bench/nonspeech_set.py) and the dev set's speech (short_en,
+# long_en, extra, the podcast): text over babble of reversed voices had no-speech 0.53-0.79 and
+# mean token log probability -0.72 to -1.13, over clicks 0.58 and -1.81, over the plucked music
+# " Thank you." 0.74 and -0.99, a 30 s clicks clip's " I'm going to go to the next one." 0.48 and
+# -1.76; the first text after a pause in speech: no-speech at most 0.25 (streaming) and 0.50
+# (one-shot, the Apollo 11 radio's " Yeah.", -0.62; its noisiest window 0.47, -0.86), and none
+# of it under -0.93. So two corners, (no-speech over, log probability under): a guess beyond either.
+# A streaming pass sees a few seconds, and its scores do not tell speech from non-speech: the
+# first passes after a pause in the Apollo 11 radio (speech through noise) scored (0.45, -1.36),
+# (0.56, -1.29), (0.57, -2.1), and the rule alone cut its 106 streamed words to 22, while passes
+# over clicks scored (0.48, -1.76), (0.58, -1.81) and over babble (0.53, -0.75), (0.59, -1.13).
+# There a pass the rule doubts is judged again as one-shot would judge its buffer
+# (``StreamingSession._one_shot_refuses``).
+GUESS_CORNERS = ((0.5, -0.5), (0.4, -1.0))
+# A one-shot window whose no-speech probability is over the threshold ends the temperature
+# fallback at once, looping or not. Over sounds tiny.en loops a stock sentence (bench/nonspeech_set.py,
+# 30 s): " I'm going to go to the next one." 13 times over applause-like bursts (no-speech
+# 0.60-0.87, mean log probability -0.27, compression ratio 10.7: 104 words), 6 times over an
+# engine (0.89, -0.49, ratio 5.6: 48 words). Speech that repeats stays under it: base over a
+# Chinese phrase said 7 times with pauses (the audio repeats; no-speech 0.65, -0.16) compresses
+# 3.9. So past this ratio, twice one-shot's 2.4 (which only starts the fallback), such a window
+# is a loop the model heard in a sound, not speech.
+HEARD_LOOP_RATIO = 4.8
 
 _NOT_LETTERS = re.compile(r"[^\w ]+")
 # Sounds Whisper spells out over calls, hums and song: "Oh oh", "WOO. WOO.", "Mmm" (64 s of whale
@@ -80,6 +106,31 @@ def is_isolated_guess(words: Sequence[Word]) -> bool:
     return 0 < len(words) <= ISOLATED_MAX_WORDS and min(w.probability for w in words) < ISOLATED_MIN_PROBABILITY
 
 
+def is_unlikely_start(no_speech_prob: Optional[float], avg_logprob: Optional[float]) -> bool:
+    """Text after a pause that is a guess: its no-speech probability and mean token log
+    probability beyond one of ``GUESS_CORNERS`` (False when either is not known)."""
+    return (no_speech_prob is not None and avg_logprob is not None
+            and any(no_speech_prob > ns and avg_logprob < lp for ns, lp in GUESS_CORNERS))
+
+
+def is_heard_loop(compression_ratio: float) -> bool:
+    """A window's text, decoded where the model thought there was likely no speech, repeats
+    far past what speech does (``HEARD_LOOP_RATIO``)."""
+    return compression_ratio > HEARD_LOOP_RATIO
+
+
+def reads_again(said: str, reread: str) -> bool:
+    """A second decoding of the same audio (``reread``) begins with what the first wrote
+    (``said``), letters and digits only, case aside: the model heard words, not a sound it
+    guesses at anew each time."""
+    first, second = _letters(said), _letters(reread)
+    return bool(first) and second.startswith(first)
+
+
+def _letters(text: str) -> str:
+    return re.sub(r"[\W_]+", "", text).lower()
+
+
 def is_speech_segment(segment: Segment) -> bool:
     """Keep a one-shot segment: it has words, is not a sound tag or vocables, and is not a guess."""
     if not segment.words or is_sound_tag(segment.text) or is_vocables(segment.text):
@@ -97,7 +148,8 @@ def speech_words(words: Sequence[Word], after_speech: bool = False) -> list[Word
     of them when the pass as a whole is a guess (mean probability of its words, punctuation
     aside, under ``MIN_SEGMENT_PROBABILITY``), or only vocables (``is_vocables``) or an isolated
     guess (``is_isolated_guess``) unless it goes on from speech (``after_speech``: "Oh," then
-    "I see" in the next pass)."""
+    "I see" in the next pass). (A pass ``is_unlikely_start`` doubts is judged by the session:
+    see ``GUESS_CORNERS``.)"""
     kept = [w for w in words if is_speech_word(w)]
     if not after_speech and (is_vocables("".join(w.text for w in kept)) or is_isolated_guess(kept)):
         return []
@@ -172,6 +224,9 @@ class NonSpeechGate:
 
     is_speech_segment = staticmethod(is_speech_segment)
     is_isolated_guess = staticmethod(is_isolated_guess)
+    is_unlikely_start = staticmethod(is_unlikely_start)
+    is_heard_loop = staticmethod(is_heard_loop)
+    reads_again = staticmethod(reads_again)
     speech_words = staticmethod(speech_words)
 
 

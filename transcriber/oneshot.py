@@ -131,6 +131,13 @@ class OneShotEngine:
         return (len(opts.temperatures) > 1 and result.temperature == opts.temperatures[-1]
                 and opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold)
 
+    def _repetitive(self, result: DecodingResult) -> bool:
+        """The text loops: it compresses past the threshold, or repeats a word or phrase past
+        what speech does (``GATE.repeats``)."""
+        threshold = self.options.compression_ratio_threshold
+        return ((threshold is not None and result.compression_ratio > threshold)
+                or GATE.repeats(result.text, len(result.text.split())))
+
     def decode_with_fallback(self, base: DecoderState, prompt: list[int], tokenizer: Tokenizer, n_frames: int,
                              first: Optional[DecodingResult] = None) -> DecodingResult:
         """Decode a window of ``n_frames`` mel frames at the first temperature (``first``: its
@@ -143,9 +150,7 @@ class OneShotEngine:
                 result = first
             else:
                 result = self._task(t, prompt, tokenizer, n_frames).run(base, tokenizer.language)
-            too_repetitive = (opts.compression_ratio_threshold is not None
-                              and result.compression_ratio > opts.compression_ratio_threshold)
-            too_repetitive = too_repetitive or GATE.repeats(result.text, len(result.text.split()))
+            too_repetitive = self._repetitive(result)
             too_unlikely = opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
             silent = self._no_speech.threshold is not None and result.no_speech_prob > self._no_speech.threshold
             looping = self._looping(result, n_frames)
@@ -154,6 +159,16 @@ class OneShotEngine:
             if looping and n_frames < FALLBACK_MIN_SECONDS * FRAMES_PER_SECOND:
                 break
         return result
+
+    def refuses(self, result: DecodingResult, n_frames: int) -> bool:
+        """Nothing of a window of ``n_frames`` mel frames decoded (with the fallback) as
+        ``result`` is written: no speech, a text still looping or unreadable at the last
+        temperature, or a loop the no-speech probability ended the fallback on
+        (``GATE.is_heard_loop``)."""
+        silent = self._no_speech.threshold is not None and result.no_speech_prob > self._no_speech.threshold
+        return (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob)
+                or self._looping(result, n_frames) or self._unreadable(result)  # (at every temperature)
+                or (silent and GATE.is_heard_loop(result.compression_ratio)))
 
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
         """Decode ``source`` window by window from ``state``: one ``Step`` per window."""
@@ -227,8 +242,7 @@ class OneShotEngine:
         task = self._task(opts.temperatures[0], state.prompt_tokens, tokenizer, n_frames)
         first = yield _Decode(task, base)
         result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer, n_frames, first)
-        if (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob)
-                or self._looping(result, n_frames) or self._unreadable(result)):  # (at every temperature)
+        if self.refuses(result, n_frames):
             return [], replace(state, seek=state.seek + n_frames)
         pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
         if opts.word_timestamps and pieces:
@@ -344,10 +358,13 @@ class OneShotEngine:
 
 def _speech_segments(segments: list[Segment], last_speech: float) -> list[Segment]:
     """The segments that are speech (``GATE``): sound tags, guesses and vocables dropped, and
-    short guesses after ``ISOLATION`` seconds without speech."""
+    after ``ISOLATION`` seconds without speech (or before any: ``last_speech`` 0), short guesses
+    and unlikely text over likely no speech (``is_unlikely_start``, from the window's decode)."""
     kept = []
     for seg in segments:
-        isolated = seg.start - last_speech >= ISOLATION and GATE.is_isolated_guess(seg.words)
+        after_pause = seg.start - last_speech >= ISOLATION or last_speech <= 0
+        isolated = after_pause and (GATE.is_isolated_guess(seg.words)
+                                    or GATE.is_unlikely_start(seg.no_speech_prob, seg.avg_logprob))
         if GATE.is_speech_segment(seg) and not isolated:
             kept.append(seg)
             last_speech = seg.end

@@ -31,10 +31,12 @@ import numpy as np
 from ..constants import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES
 from ..context import SHORT_WINDOW_PAD, WhisperContext
 from ..decoding.ending import Ending
+from ..decoding.options import DecodingOptions, TranscribeOptions
 from ..mel import normalize
 from ..text import is_attached_mark
 from ..model.whisper import Whisper
-from ..nonspeech import GATE, ISOLATION
+from ..nonspeech import GATE, ISOLATION, is_sound_tag, is_vocables
+from ..oneshot import OneShotEngine
 from ..timing import start_at_onsets
 from ..types import Word
 from .alignatt import AlignAttPass, PassResult
@@ -107,6 +109,7 @@ class StreamingSession:
         self._static = self._encode(options.static_init_prompt)
         self._s.prompt = self._encode(options.initial_prompt)
         self._pass = self._make_pass()
+        self._one_shot: Optional[OneShotEngine] = None  # re-judges doubtful passes (_one_shot_refuses)
         self._saved_options = (options, options.to_dict())  # state() runs every chunk: asdict once
 
     # -- setup ------------------------------------------------------------------------------------
@@ -331,6 +334,8 @@ class StreamingSession:
         # to its last seconds, and the next passes looped ("charming, charming, ...").
         after_speech = bool(out) and s.last_end > 0 and out[0].start - s.last_end < SPEECH_GAP
         kept = GATE.speech_words(out, after_speech=after_speech)
+        if kept and not after_speech and self._one_shot_refuses(result, n_positions, "".join(w.text for w in kept)):
+            kept = []
         if out and not kept and not after_speech:
             self._forget(before)
         out = kept
@@ -344,6 +349,37 @@ class StreamingSession:
             out = [replace(w, start=a, end=b) for w, (a, b) in zip(out, times)]
             s.last_end = out[-1].end
         return out
+
+    def _one_shot_refuses(self, result: PassResult, n_positions: int, said: str) -> bool:
+        """A pass after a pause (or at the stream's start) that is a guess by its own scores
+        (``GATE.is_unlikely_start``: its no-speech probability, its tokens' mean log
+        probability) is judged again as one-shot would judge its buffer: the buffer padded to a
+        30 s window, decoded with one-shot's fallback and refused by one-shot's rules (no speech,
+        looping, unreadable, a loop heard in a sound; empty, vocables or a sound tag as a whole),
+        or as a guess by the same scores when it does not begin with what the pass said
+        (``GATE.reads_again``): base translating German, the stream's first pass " Hans Jak"
+        (0.65) read again as " Hans Jakob Christi" (0.55, -0.73) is speech. A pass's
+        own scores do not tell speech from non-speech (tiny.en): a pass after a pause in the
+        Apollo 11 radio (speech through noise) scored (0.45, -1.37), over clicks (0.58, -1.81),
+        over babble of reversed voices (0.53, -0.75), over beeps (0.71, -0.82); their one-shot
+        windows (0.38, -0.95: kept), (0.58, -3.75 at temperature 1: unreadable), (0.53, -0.83:
+        a guess), (0.77, -1.23: no speech). Only doubtful passes pay for the decode: the radio's
+        other passes after pauses scored no-speech 0.09-0.36, the dev set's at most 0.25."""
+        mean_logprob = float(np.mean(result.logprobs)) if len(result.logprobs) else None
+        if not GATE.is_unlikely_start(float(result.no_speech_prob), mean_logprob):
+            return False
+        if self._one_shot is None:
+            self._one_shot = OneShotEngine(self.model, TranscribeOptions(
+                decoding=DecodingOptions(task=self.options.task, language=self._s.language)))
+        n_mel = 2 * n_positions
+        window = self._one_shot.decode_with_fallback(self._whisper.encode(self._mel(n_mel, True)), [],
+                                                     self._tokenizer, n_mel)
+        _log.debug("re-judged as one-shot: %r, no-speech %.2f, log probability %.2f at temperature %g",
+                   window.text, window.no_speech_prob, window.avg_logprob, window.temperature)
+        return (self._one_shot.refuses(window, n_mel) or not window.text.strip()
+                or is_sound_tag(window.text) or is_vocables(window.text)
+                or (GATE.is_unlikely_start(window.no_speech_prob, window.avg_logprob)
+                    and not GATE.reads_again(said, window.text)))
 
     # -- buffer -----------------------------------------------------------------------------------
 
