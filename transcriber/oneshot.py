@@ -263,8 +263,8 @@ class OneShotEngine:
         prompt = state.prompt_tokens
         if not opts.condition_on_previous_text or result.temperature > 0.5:
             prompt = []
-        for s in segments:
-            prompt = prompt + tokenizer.encode(s.text)
+        for s in segments:  # with their timestamps, as openai-whisper's and faster-whisper's prompts
+            prompt = prompt + list(s.tokens)
         last_speech = segments[-1].end if segments else state.last_speech
         max_prompt = self.model.dims.n_text_ctx // 2 - 1
         return segments, replace(state, seek=max(next_seek, state.seek + 1), prompt_tokens=prompt[-max_prompt:],
@@ -319,7 +319,8 @@ class OneShotEngine:
         into ``Segment``s; a window ending mid-segment resumes after its last word."""
         all_tokens = [t for s in segments for t in s["tokens"]]
         all_probs = [p for s in segments for p in s["probs"]]
-        alignment = find_alignment(self.model, tokenizer, base, all_tokens, all_probs, n_frames)
+        alignment = find_alignment(self.model, tokenizer, base, all_tokens, all_probs,
+                                   _text_frames(result, tokenizer, n_frames))
         median, max_duration = clamp_long_words(alignment)
         merge_punctuations(alignment)
         out, index, last_speech, walked_to = [], 0, state.last_speech, None
@@ -354,6 +355,19 @@ class OneShotEngine:
             # times changed base's text (LJ001 6.8 -> 10.3% WER)
             next_seek = round(walked_to * FRAMES_PER_SECOND)
         return out, next_seek
+
+
+def _text_frames(result: DecodingResult, tokenizer: Tokenizer, n_frames: int) -> int:
+    """The mel frames a window's text is aligned over: all of them, unless the text ends with a
+    timestamp (the model's end of its last segment). Then up to that time and a second: DTW's
+    path must reach its last frame, and dragged the last words to the window's end (podcast,
+    "look at a<|16.40|><|16.40|>": " at" over 13 s of music, " a" at its end, and the walk went
+    on from there, past "a transition between Gothic and Roman")."""
+    tokens = result.tokens
+    if tokens and tokens[-1] >= tokenizer.timestamp_begin:
+        spoken = round((tokens[-1] - tokenizer.timestamp_begin) * TIME_PRECISION * FRAMES_PER_SECOND)
+        return min(n_frames, spoken + FRAMES_PER_SECOND)
+    return n_frames
 
 
 def _speech_segments(segments: list[Segment], last_speech: float) -> list[Segment]:
