@@ -119,7 +119,7 @@ def main() -> None:
     for need in (PEER_PY, WCPP_PY, args.ggml):
         if not need.exists():
             sys.exit(f"{need} is missing: run bench/setup_peers.sh first")
-    from transcriber.audio import ffmpeg_binary
+    from transcriber.ffmpegtool import ffmpeg_binary
     from transcriber.native.blas.probe import cpu_model
 
     entries = load_manifest(args.data, args.subsets.split(","))
