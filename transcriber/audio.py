@@ -10,7 +10,7 @@ decoded from its start up to the offset).
 Failure rules (all raise ``AudioError`` with one line naming the file and ffmpeg's own cause):
 
 - missing, empty, unreadable or non-media file, or no audio stream: found by ``probe`` before
-  any decoding starts;
+  any chunk is given (an ffmpeg started beside the probe is stopped);
 - ffmpeg exits non-zero while decoding;
 - a *truncated* file. ffmpeg keeps going on a cut-off file (exit status 0), and does not always
   say so (an MP3 cut at a frame boundary prints nothing), so the rule compares the length it
