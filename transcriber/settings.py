@@ -23,6 +23,8 @@ Value = Union[str, int, float, bool]
 # the kernels' precision and op choices (transcriber/native/__init__.py): bf16, or mlx for measurements
 _KERNEL_CHOICES = ("bf16", "mlx")
 KERNEL_PATHS = ("avx512", "avx2", "neon", "portable")  # transcriber/native/loader.py's PATHS
+# the decoder's weight precisions on the kernels, the default first (transcriber/native/decoder.py)
+KERNEL_WEIGHTS = ("bf16", "f32", "int8-projection", "int8")
 
 
 class SettingError(ValueError):
@@ -91,7 +93,7 @@ SETTINGS = {s.name: s for s in (
     Setting("TRANSCRIBER_BLAS_THREADS", int, 1, None, doc="threads of the BLAS serving MLX (at most the cores)"),
     Setting("TRANSCRIBER_KERNELS", str, choices=("off", "none", "0", *KERNEL_PATHS), doc="the kernels' path"),
     Setting("TRANSCRIBER_KERNEL_THREADS", int, 1, None, doc="threads of the large kernels (at most the cores)"),
-    Setting("TRANSCRIBER_KERNEL_WEIGHTS", str, choices=("bf16", "f32", "int8-projection", "int8"),
+    Setting("TRANSCRIBER_KERNEL_WEIGHTS", str, choices=KERNEL_WEIGHTS,
             doc="the decoder's weight precision"),
     Setting("TRANSCRIBER_KERNEL_ENCODER", str, choices=_KERNEL_CHOICES, doc="the encoder's ops"),
     Setting("TRANSCRIBER_KERNEL_PASS", str, choices=_KERNEL_CHOICES, doc="the decoder's multi-token passes"),

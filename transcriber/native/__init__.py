@@ -120,8 +120,6 @@ class Ops:
 
 KEPT_MODELS = 2  # decoders whose packed weights are kept (jobs may switch between two models)
 PRECISION_ENV = "TRANSCRIBER_KERNEL_WEIGHTS"
-PRECISIONS = ("bf16", "f32", "int8-projection", "int8")  # the first is the default (bench/kernels.md:
-# int8's precision table)
 BF16_LAYERS = ("bf16", "int8-projection", "int8")  # precisions whose step keeps the layers' bf16 copies (the pass's)
 ENCODER_ENV = "TRANSCRIBER_KERNEL_ENCODER"
 ENCODER_KINDS = ("gemm", "attention_bf16", "layer_norm")
@@ -159,7 +157,7 @@ class KernelSettings:
             value = settings.get(env) or allowed[0]
             return value if value in allowed else allowed[0]
 
-        return cls(choice(PRECISION_ENV, PRECISIONS), choice(ENCODER_ENV, ("bf16", "mlx")),
+        return cls(choice(PRECISION_ENV, settings.KERNEL_WEIGHTS), choice(ENCODER_ENV, ("bf16", "mlx")),
                    choice(PASS_ENV, ("bf16", "mlx")), choice(CROSS_ENV, ("bf16", "mlx")),
                    settings.get(THREADS_ENV) or None)
 

@@ -23,13 +23,13 @@ from typing import Collection, Optional
 import mlx.core as mx
 import numpy as np
 
+from ..settings import KERNEL_WEIGHTS as PRECISIONS
 from .kernels import GemmWeight, Int8Weight, Kernels, Packed, _strides
 from .kvcache import GrowingCache
 
 MAX_ROWS = 8  # the small-row linear's range: greedy, beams, --batch-files, streaming passes
 AUDIO_KEPT = 1  # windows whose bf16 keys/values are remembered: the one decoded (its rewinds and
 # fallbacks share it): it keeps its float32 arrays alive too, so no older one (~14 MB, tiny.en)
-PRECISIONS = ("bf16", "f32", "int8", "int8-projection")
 INT8 = ("int8", "int8-projection")  # the step's projection in int8; "int8": its layers' linears too
 
 
