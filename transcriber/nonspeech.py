@@ -251,11 +251,15 @@ class NoSpeechRule:
         (``decode_loop`` then ends at once with ``Ending.NO_SPEECH``); None: always decode."""
         return self.threshold if self.logprob_threshold is None else self.certain
 
+    def is_likely(self, no_speech_prob: float) -> bool:
+        """The no-speech probability alone is over ``threshold`` (one-shot's fallback ends there)."""
+        return self.threshold is not None and no_speech_prob > self.threshold
+
     def is_silence(self, no_speech_prob: float, avg_logprob: Optional[float]) -> bool:
         """The verdict on decoded audio. ``avg_logprob`` None: no text to judge (a streaming
         pass that stopped before its first token waits for more audio), so not silence unless
         the probability alone decides."""
-        if self.threshold is None or no_speech_prob <= self.threshold:
+        if not self.is_likely(no_speech_prob):
             return False
         if self.certain is not None and no_speech_prob > self.certain:
             return True

@@ -152,9 +152,8 @@ class OneShotEngine:
                 result = self._task(t, prompt, tokenizer, n_frames).run(base, tokenizer.language)
             too_repetitive = self._repetitive(result)
             too_unlikely = opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
-            silent = self._no_speech.threshold is not None and result.no_speech_prob > self._no_speech.threshold
             looping = self._looping(result, n_frames)
-            if silent or not (too_repetitive or too_unlikely or looping):
+            if self._no_speech.is_likely(result.no_speech_prob) or not (too_repetitive or too_unlikely or looping):
                 break
             if looping and n_frames < FALLBACK_MIN_SECONDS * FRAMES_PER_SECOND:
                 break
@@ -165,10 +164,9 @@ class OneShotEngine:
         ``result`` is written: no speech, a text still looping or unreadable at the last
         temperature, or a loop the no-speech probability ended the fallback on
         (``GATE.is_heard_loop``)."""
-        silent = self._no_speech.threshold is not None and result.no_speech_prob > self._no_speech.threshold
         return (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob)
                 or self._looping(result, n_frames) or self._unreadable(result)  # (at every temperature)
-                or (silent and GATE.is_heard_loop(result.compression_ratio)))
+                or (self._no_speech.is_likely(result.no_speech_prob) and GATE.is_heard_loop(result.compression_ratio)))
 
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
         """Decode ``source`` window by window from ``state``: one ``Step`` per window."""
