@@ -309,6 +309,31 @@ def test_two_threads_give_the_same_results(kernels):
     np.testing.assert_array_equal(one[1][1], two[1][1])
 
 
+def test_the_encoder_runs_on_every_core_unless_told(monkeypatch):
+    """The encoder's products take every core this process may use (their tiles are shared out
+    dynamically, so a busy core costs a tile, not a step); $TRANSCRIBER_BLAS_THREADS (--threads,
+    Ray's --worker-threads) and $TRANSCRIBER_KERNEL_THREADS hold it to fewer. Not the BLAS
+    probe's count: a loaded moment once made that 1 for good."""
+    from transcriber import native, settings
+
+    def threads(**env):
+        with monkeypatch.context() as m:
+            m.setattr(settings, "cores", lambda: 3)
+            for name in ("TRANSCRIBER_BLAS_THREADS", "TRANSCRIBER_KERNEL_THREADS"):
+                m.delenv(name, raising=False)
+            for name, value in env.items():
+                m.setenv(name, value)
+            native.reset()
+            try:
+                return native.encoder_threads()
+            finally:
+                native.reset()
+
+    assert threads() == 3
+    assert threads(TRANSCRIBER_BLAS_THREADS="1") == 1
+    assert threads(TRANSCRIBER_KERNEL_THREADS="2", TRANSCRIBER_BLAS_THREADS="1") == 2
+
+
 @pytest.mark.parametrize("positions", [1, 63, 301])
 def test_encoder_attention_matches_mlx(kernels, positions):
     rng = np.random.default_rng(positions)

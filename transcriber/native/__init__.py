@@ -219,13 +219,18 @@ def pass_line() -> str:
 
 
 def encoder_threads() -> int:
-    """Threads for the encoder's GEMMs and attention: as many as the BLAS serving MLX uses
-    (probed, or set by ``blas.set_threads``: the encoder's products ran there before), else
-    ``threads()``. Large calls: a descheduled thread costs one barrier per product, not one per
-    token as in the decoder step."""
-    from . import blas
+    """Threads for the encoder's GEMMs and attention, the cross-attention keys and values and
+    the prompt passes: $TRANSCRIBER_KERNEL_THREADS when set, else $TRANSCRIBER_BLAS_THREADS when
+    set (processes sharing the cores, such as Ray workers, set it), else every core this process
+    may use. Not the BLAS probe's count: its OpenBLAS on small products is no guide to these
+    kernels, whose tiles are shared out dynamically, so that a descheduled thread costs at most
+    the tile in its hands once per product (not once per token as in the decoder step).
+    Measured (bench/kernels.md, "The second core for the encoder"): the tiny.en window on AVX2
+    0.36 s on one thread, 0.19 s on two; with one and two other processes spinning, 0.33 and
+    0.49 s on two threads against 0.36 and 0.73 s on one."""
+    from .blas import matvec
 
-    return max(1, blas.threads() or threads())
+    return max(1, kernel_settings().threads or matvec.threads_override() or settings.cores())
 
 
 def threads() -> int:
