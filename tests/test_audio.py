@@ -81,6 +81,23 @@ def test_probe_duration(media):
     assert probe(str(media["jfk.mp4"])) == pytest.approx(11.0, abs=0.2)
 
 
+def test_a_file_is_probed_once_while_it_stays_the_same(tmp_path, monkeypatch):
+    """transcribe() asks for the duration after its decode probed the file: one probe process,
+    not two (a distribution's ffprobe takes ~50 ms to start). A file rewritten is probed again."""
+    runs = []
+    real = ffmpegtool.run_probe
+    monkeypatch.setattr(ffmpegtool, "run_probe", lambda cmd, name: runs.append(name) or real(cmd, name))
+    path = tmp_path / "clip.flac"
+    _ffmpeg("-i", str(JFK), "-t", "3", str(path))
+    stream = iter_audio(path)
+    assert sum(len(c) for _, c in stream) == 3 * SAMPLE_RATE
+    assert probe(path) == pytest.approx(3.0, abs=0.05)
+    assert len(runs) == 1
+    _ffmpeg("-i", str(JFK), "-t", "5", str(path))  # the same name, other content
+    assert probe(path) == pytest.approx(5.0, abs=0.05)
+    assert len(runs) == 2
+
+
 def test_chunks_are_contiguous_and_concatenate_to_load_audio(jfk):
     chunks = list(iter_audio(JFK, chunk_seconds=3.0))
     assert [off for off, _ in chunks] == [0, 48000, 96000, 144000]

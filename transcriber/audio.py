@@ -32,6 +32,7 @@ Failure rules (all raise ``AudioError`` with one line naming the file and ffmpeg
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -119,12 +120,29 @@ def probe(path) -> float:
 
 def _probe_info(path) -> _MediaInfo:
     name = os.fspath(path)
-    _check_file(name)
+    return _probe_checked(name, _check_file(name))
+
+
+def _probe_checked(name: str, st: os.stat_result) -> _MediaInfo:
+    """The probe of a file ``_check_file`` passed: a regular file's is kept for the process while
+    its size and modification time stay (``transcribe()`` asks for the duration after the
+    decode's own probe; a distribution's ffprobe takes ~50 ms to start, as long as a short
+    file's whole decode). A growing file is probed again: its size moved."""
+    if not stat.S_ISREG(st.st_mode):
+        return _probe_media(name)
+    return _probe_kept(name, (ffmpegtool.ffprobe_binary(), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=64)
+def _probe_kept(name: str, identity: tuple) -> _MediaInfo:
+    """``_probe_media`` per file name and identity (the prober, the file's device, inode, size
+    and modification time); its failures are not kept: they raise."""
     return _probe_media(name)
 
 
-def _check_file(name: str) -> None:
-    """AudioError for what ``stat`` alone tells: missing, unreadable, a directory, empty."""
+def _check_file(name: str) -> os.stat_result:
+    """AudioError for what ``stat`` alone tells: missing, unreadable, a directory, empty; else
+    the file's stat."""
     try:
         st = bounded(os.stat, name, what="its stat() got no answer")
     except ReadTimeout:
@@ -135,6 +153,7 @@ def _check_file(name: str) -> None:
         raise AudioError(ffmpegtool.message(name, "is a directory"))
     if st.st_size == 0:
         raise AudioError(ffmpegtool.message(name, "file is empty"))
+    return st
 
 
 def _probe_media(name: str) -> _MediaInfo:
@@ -237,7 +256,7 @@ def iter_audio(path, chunk_seconds: float = 30.0, start: float = 0.0,
     if duration is not None and not duration >= 0:
         raise ValueError(f"duration must be >= 0, got {duration!r}")
     name = os.fspath(path)
-    _check_file(name)
+    st = _check_file(name)
     early = None
     if start == 0 and track is None:
         # From the start of the first track, ffmpeg's command needs nothing the probe finds: it
@@ -245,7 +264,7 @@ def iter_audio(path, chunk_seconds: float = 30.0, start: float = 0.0,
         # start (Debian 12's loads 215 shared libraries), so a short file waited two start-ups.
         early = _start_decoder(_decode_command(name, track=0, seek=0.0, start=0.0, duration=duration))
     try:
-        info = _select(name, _probe_media(name), track)
+        info = _select(name, _probe_checked(name, st), track)
     except BaseException:
         if early is not None:
             _stop(early)
