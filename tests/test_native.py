@@ -309,6 +309,23 @@ def test_two_threads_give_the_same_results(kernels):
     np.testing.assert_array_equal(one[1][1], two[1][1])
 
 
+@pytest.mark.parametrize("rows", [1, 7, 50, 96, 97, 300])
+@pytest.mark.parametrize("threads", [2, 3])
+def test_gemm_threads_give_the_same_floats(kernels, rows, threads):
+    """Threads share a GEMM's row blocks, and split the columns too where there are fewer blocks
+    than threads (a prompt pass's rows): the same sums in the same order, so the same floats,
+    with the epilogue (bias, GELU, residual) on every column once, on both routes."""
+    rng = np.random.default_rng(rows)
+    w = kernels.gemm_pack(rng.standard_normal((1100, 384), dtype=np.float32))  # 69 column blocks, a tail
+    a = rng.standard_normal((rows, 384), dtype=np.float32)
+    bias = rng.standard_normal(1100, dtype=np.float32)
+    res = rng.standard_normal((rows, 1100), dtype=np.float32)
+    for dot in {False, kernels.dot}:
+        one = kernels.gemm(a, w, bias, gelu=True, res=res.copy(), threads=1, dot=dot)
+        many = kernels.gemm(a, w, bias, gelu=True, res=res.copy(), threads=threads, dot=dot)
+        np.testing.assert_array_equal(one, many)
+
+
 def test_the_encoder_runs_on_every_core_unless_told(monkeypatch):
     """The encoder's products take every core this process may use (their tiles are shared out
     dynamically, so a busy core costs a tile, not a step); $TRANSCRIBER_BLAS_THREADS (--threads,

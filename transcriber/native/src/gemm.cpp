@@ -197,16 +197,18 @@ void tile_rows(int mr, int count, const T* a, const T* w, long bstride, int m0, 
 // Row blocks of this many rows keep their A rows in L2 while every column block passes.
 constexpr int ROW_BLOCK = 96;
 
-// One block of rows [m0, m1) against every column: column panels outer (a panel of weights
-// stays in L1/L2 for all the block's tiles), tiles of rows inner. T: uint32_t (bf16 pairs,
-// vdpbf16ps) or float (widened, FMAs); count: elements of T along k (P or 2P); a: row m0's.
+// One block of rows [m0, m1) against the column blocks [j0, j1), whose panels start at w:
+// column panels outer (a panel of weights stays in L1/L2 for all the block's tiles), tiles of
+// rows inner. T: uint32_t (bf16 pairs, vdpbf16ps) or float (widened, FMAs); count: elements of
+// T along k (P or 2P); a: row m0's. A column's sums do not depend on the columns beside it in
+// a tile: any split of the column blocks gives the same floats.
 template <typename T>
-void row_block(int m0, int m1, int count, int nb, const T* a, const T* w, const Epilogue& e) {
+void row_block(int m0, int m1, int count, int j0, int j1, const T* a, const T* w, const Epilogue& e) {
   constexpr int MR = TILE_MR, NB = TILE_NB;
   const long bstride = (long)count * LANES;
-  for (int j = 0; j < nb; j += NB) {
-    const int blocks = nb - j < NB ? nb - j : NB;
-    const T* wj = w + j * bstride;
+  for (int j = j0; j < j1; j += NB) {
+    const int blocks = j1 - j < NB ? j1 - j : NB;
+    const T* wj = w + (j - j0) * bstride;
     for (int m = m0; m < m1; m += MR) {
       const int mr = m1 - m < MR ? m1 - m : MR;
       const T* am = a + (long)(m - m0) * count;
@@ -237,28 +239,40 @@ T* scratch(int slot, long n) {
   return b.data();
 }
 
-// W's packed pairs as route T reads them: as they are, or widened into the caller's slot 1.
+// W's packed pairs as route T reads them: as they are, or widened into the calling thread's
+// slot 1 (column blocks [j0, j1)).
 template <typename T>
-const T* route_weights(long blocks, int P, const uint32_t* w, int threads) {
-  if (per_pair<T>() == 1) return (const T*)w;
-  float* out = scratch<float>(1, blocks * P * 2 * LANES);
-  widen_panels(blocks, P, w, out, threads);
+const T* route_weights(int j0, int j1, int P, const uint32_t* w, int threads) {
+  if (per_pair<T>() == 1) return (const T*)(w + (long)j0 * P * LANES);
+  float* out = scratch<float>(1, (long)(j1 - j0) * P * 2 * LANES);
+  widen_panels(j1 - j0, P, w + (long)j0 * P * LANES, out, threads);
   return (const T*)out;
 }
 
-// C = A x W^T + epilogue on route T: W as the route reads it, then row blocks over the
-// threads, each block's rows rounded (pack_rows) into its thread's scratch, hot in L2 for its tiles.
+// C = A x W^T + epilogue on route T: row blocks over the threads, each block's rows rounded
+// (pack_rows) into its thread's scratch, hot in L2 for its tiles, W as the route reads it
+// (widened once for all blocks). Fewer than two row blocks a thread (a prompt pass's 10-200
+// tokens: one or two) split the columns too, in parts of whole tiles, so that every thread has
+// work: each part widens its own columns (in its thread, no barrier more). Not under 16 rows,
+// where a second thread cost more than it saved (8 rows x 384 x 1536: 149 -> 175 us).
 template <typename T>
 void gemm_route(int M, int K, int nb, const float* a, long lda, const uint32_t* w, const Epilogue& e, int threads) {
   const int P = (K + 1) / 2, count = P * per_pair<T>();
-  const T* wt = route_weights<T>(nb, P, w, threads);
-  const int blocks = (M + ROW_BLOCK - 1) / ROW_BLOCK;
-#pragma omp parallel for num_threads(threads) schedule(dynamic) if (threads > 1)
-  for (int b = 0; b < blocks; b++) {
+  const int blocks = (M + ROW_BLOCK - 1) / ROW_BLOCK, tiles = (nb + TILE_NB - 1) / TILE_NB;
+  int parts = blocks < 2 * threads && M >= 16 ? (2 * threads + blocks - 1) / blocks : 1;
+  if (parts > tiles) parts = tiles;
+  const int items = blocks * parts;
+  const T* whole = parts == 1 ? route_weights<T>(0, nb, P, w, items > 1 ? threads : 1) : nullptr;
+#pragma omp parallel for num_threads(threads) schedule(dynamic) if (threads > 1 && items > 1)
+  for (int item = 0; item < items; item++) {
+    const int b = item / parts, part = item % parts;
     const int m0 = b * ROW_BLOCK, m1 = m0 + ROW_BLOCK < M ? m0 + ROW_BLOCK : M;
+    const int j0 = (int)((long)tiles * part / parts) * TILE_NB, j1e = (int)((long)tiles * (part + 1) / parts) * TILE_NB;
+    const int j1 = j1e < nb ? j1e : nb;
+    const T* wt = whole ? whole + (long)j0 * count * LANES : route_weights<T>(j0, j1, P, w, 1);
     T* rows = scratch<T>(0, (long)ROW_BLOCK * count);
     pack_rows(m1 - m0, K, a + m0 * lda, lda, rows, 1);
-    row_block(m0, m1, count, nb, rows, wt, e);
+    row_block(m0, m1, count, j0, j1, rows, wt, e);
   }
 }
 
@@ -394,7 +408,7 @@ void attention_route(int T_, int H, int Dh, const float* q, long ldq, const uint
         const int m0 = b * ATTENTION_ROWS, rows = T_ - m0 < ATTENTION_ROWS ? T_ - m0 : ATTENTION_ROWS;
         pack_rows(rows, Dh, q + m0 * ldq + h * Dh, ldq, qp, 1, scale);
         const Epilogue scores{nullptr, nullptr, 0, 0, s, N, N};
-        row_block(0, rows, cq, nbn, qp, kt, scores);
+        row_block(0, rows, cq, 0, nbn, qp, kt, scores);
         for (int r = 0; r < rows; r++) {
           float* sr = s + (long)r * N;
           for (int n = causal < 0 ? N : causal + m0 + r + 1; n < N; n++) sr[n] = -__builtin_inff();
@@ -403,7 +417,7 @@ void attention_route(int T_, int H, int Dh, const float* q, long ldq, const uint
         }
         pack_rows(rows, N, s, N, p, 1);
         const Epilogue o{nullptr, nullptr, 0, 0, out + m0 * ldo + h * Dh, ldo, Dh};
-        row_block(0, rows, cn, nbd, p, vt, o);
+        row_block(0, rows, cn, 0, nbd, p, vt, o);
       }
   }
 }
