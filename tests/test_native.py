@@ -328,10 +328,11 @@ def test_gemm_threads_give_the_same_floats(kernels, rows, threads):
 
 def test_the_encoder_runs_on_every_core_unless_told(monkeypatch):
     """The encoder's products take every core this process may use (their tiles are shared out
-    dynamically, so a busy core costs a tile, not a step); $TRANSCRIBER_BLAS_THREADS (--threads,
-    Ray's --worker-threads) and $TRANSCRIBER_KERNEL_THREADS hold it to fewer. Not the BLAS
-    probe's count: a loaded moment once made that 1 for good."""
-    from transcriber import native, settings
+    dynamically, so a busy core costs a tile, not a step); the BLAS threads this process was
+    told (``blas.set_threads``: --threads, Ray's --worker-threads; $TRANSCRIBER_BLAS_THREADS)
+    and $TRANSCRIBER_KERNEL_THREADS hold it to fewer. Not the BLAS probe's count: a loaded
+    moment once made that 1 for good."""
+    from transcriber import blas, native, settings
 
     def threads(**env):
         with monkeypatch.context() as m:
@@ -349,6 +350,9 @@ def test_the_encoder_runs_on_every_core_unless_told(monkeypatch):
     assert threads() == 3
     assert threads(TRANSCRIBER_BLAS_THREADS="1") == 1
     assert threads(TRANSCRIBER_KERNEL_THREADS="2", TRANSCRIBER_BLAS_THREADS="1") == 2
+    monkeypatch.setattr(blas, "_asked", None)
+    blas.set_threads(1)  # as jobs/running.py does for --threads 1, a Ray worker for --worker-threads 1
+    assert threads() == 1
 
 
 @pytest.mark.parametrize("positions", [1, 63, 301])

@@ -51,7 +51,7 @@ from .probe import cpu_model, measure
 from .slot import served_by
 
 __all__ = ["ENV", "THREADS_ENV", "NAMES", "Choice", "Library", "apply", "bind_once", "current", "loaded_path",
-           "cache_file", "describe", "served_by", "threads", "set_threads", "host_matvec", "measure",
+           "cache_file", "describe", "served_by", "threads", "set_threads", "asked_threads", "host_matvec", "measure",
            "cpu_model", "probe_results", "numpy_one_thread"]
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,7 @@ loaded_path: str | None = None  # the faster library serving MLX now, or None (j
 cache_file: str | None = None  # the probe result used, if any
 _library: Library | None = None  # the library behind ``current``
 _applied = False  # ``apply`` ran in this process
+_asked: int | None = None  # the thread count ``set_threads`` was given
 
 
 def _decide(setting: str, reprobe: bool) -> tuple[Library, int | None, float | None, str | None]:
@@ -160,15 +161,23 @@ def bind_once() -> Choice:
 
 
 def set_threads(n: int) -> None:
-    """Use ``n`` threads in the library serving MLX's sgemm (where it can be told: OpenBLAS, MKL)."""
-    global current
+    """Use ``n`` threads in the library serving MLX's sgemm (where it can be told: OpenBLAS, MKL);
+    the native kernels' encoder takes as many (``asked_threads``)."""
+    global current, _asked
     if n < 1:
         raise ValueError(f"BLAS threads must be >= 1, got {n}")
+    _asked = n
     bind_once()
     if _library is not None and _library.set_threads:
         matvec.set_library_threads(_library, n)
         current = Choice(current.name, current.path, n, current.gflops if n == current.threads else None,
                          current.note)
+
+
+def asked_threads() -> int | None:
+    """The thread count this process was told to use (``set_threads``: --threads, a Ray worker's
+    --worker-threads; else $TRANSCRIBER_BLAS_THREADS), None when nobody said."""
+    return _asked or matvec.threads_override()
 
 
 def threads() -> int | None:
