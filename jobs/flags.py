@@ -115,8 +115,9 @@ def runner_options(f):
                           "decoder step (the same words; on 2 CPU cores four long recordings took 0.85x "
                           "the time of one after another). Streaming and --ray take one file at a time."),
         click.option("--threads", type=click.IntRange(min=1), default=None,
-                     help="BLAS threads MLX's matrix products run with in this process (as "
-                          "$TRANSCRIBER_BLAS_THREADS). [default: the count measured fastest here]"),
+                     help="Threads of MLX's matrix products (its BLAS) and of the native encoder and "
+                          "prompt passes in this process (as $TRANSCRIBER_BLAS_THREADS). [default: the BLAS "
+                          "count measured fastest here; the encoder on every core]"),
         db_option, quiet_option]):
         command = decorator(command)
     return command
