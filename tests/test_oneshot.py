@@ -241,3 +241,14 @@ def test_the_base_model_keeps_timestamps_over_a_long_reading(base_model):
     t = transcriber.transcribe(path, model=base_model, language="en")
     assert max(s.end - s.start for s in t.segments) < 15, [(s.start, s.end) for s in t.segments]
     assert "18th century" not in t.text and wer([reference], [t.text]) < 0.05
+
+
+def test_a_word_cut_by_the_window_end_is_heard_whole_in_the_next_window(model):
+    """tiny.en ended its second window of the LJSpeech reading with " opera," at 29.98 s, the
+    word " operations" cut by the window's end, and began the next with " orations". A full
+    window's last word that ends at the window's end now goes to the next window, which starts
+    where the word starts."""
+    path = audio_path("ljspeech_LJ001-0001_0032_concat.flac")
+    words = [w.text.strip() for w in transcriber.transcribe(path, model=model, language="en").words]
+    assert "operations" in words and "orations" not in words, words
+    assert all(a != b for a, b in zip(words, words[1:]) if len(a) > 3), words  # no word said twice across a window

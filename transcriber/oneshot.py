@@ -321,7 +321,7 @@ class OneShotEngine:
                                    _text_frames(result, tokenizer, n_frames))
         median, max_duration = clamp_long_words(alignment)
         merge_punctuations(alignment)
-        out, index, last_speech, walked_to = [], 0, state.last_speech, None
+        out, index, last_speech, walked_to, cut = [], 0, state.last_speech, None, None
         for seg in segments:
             words: list[WordTiming] = []
             saved = 0
@@ -332,6 +332,9 @@ class OneShotEngine:
                                             time_offset + timing.end, timing.probability))
                 saved += len(timing.tokens)
                 index += 1
+            if words and seg is segments[-1]:
+                cut = _cut_at_window_end(seg, words, tokenizer, time_offset, n_frames)
+                next_seek = next_seek if cut is None else round(cut * FRAMES_PER_SECOND)
             if words:
                 edges = fix_segment_edges(words, seg["start"], seg["end"], median, max_duration, last_speech)
                 start, end = clamp_edge_words(words, *edges, max_duration)
@@ -348,11 +351,41 @@ class OneShotEngine:
             out.append(_segment(seg, words))
         tokens = np.array(result.tokens)
         single_ending = len(tokens) >= 2 and tokens[-2] < tokenizer.timestamp_begin <= tokens[-1]
-        if not single_ending and walked_to is not None and walked_to > time_offset:
+        if cut is None and not single_ending and walked_to is not None and walked_to > time_offset:
             # the walk's own end, not the snapped one: moving the next window's start with the
             # times changed base's text (LJ001 6.8 -> 10.3% WER)
             next_seek = round(walked_to * FRAMES_PER_SECOND)
         return out, next_seek
+
+
+# A full window's last word ending this close to the window's end was heard cut by it: the
+# model ended " operations" at 30 s as " opera," (its text's last timestamp 29.98 s) and the next
+# window began " orations" (LJ001, tiny.en). So that word goes to the next window, which starts
+# where it starts and hears it whole, as long as that leaves half a window behind.
+CUT_WORD_EDGE_S = 0.1
+
+
+def _cut_at_window_end(seg: dict, words: list[WordTiming], tokenizer: Tokenizer, time_offset: float,
+                       n_frames: int) -> Optional[float]:
+    """Drop the last word of a full window's last segment (``seg`` and ``words``, in place) when
+    it ends within CUT_WORD_EDGE_S of the window's end and starts in its second half; returns its
+    start (where the next window goes on), else None. The segment's tokens, text and decoded
+    tokens lose the word (and a timestamp after it): the next window's prompt ends before it."""
+    last = words[-1]
+    window_end = time_offset + n_frames / FRAMES_PER_SECOND
+    if (n_frames < N_FRAMES or last.end < window_end - CUT_WORD_EDGE_S or len(words) < 2
+            or last.start < time_offset + n_frames / FRAMES_PER_SECOND / 2
+            or seg["tokens"][-len(last.tokens):] != list(last.tokens)):
+        return None
+    words.pop()
+    kept = len(seg["tokens"]) - len(last.tokens)
+    seg["tokens"], seg["probs"] = seg["tokens"][:kept], seg["probs"][:kept]
+    seg["text"] = tokenizer.decode(seg["tokens"])
+    decoded = list(seg["decoded"])
+    while decoded and decoded[-1] >= tokenizer.timestamp_begin:
+        decoded.pop()
+    seg["decoded"] = decoded[:len(decoded) - len(last.tokens)]
+    return last.start
 
 
 def _text_frames(result: DecodingResult, tokenizer: Tokenizer, n_frames: int) -> int:
