@@ -27,7 +27,7 @@ from .model.state import DecoderState
 from .model.whisper import Whisper
 from .nonspeech import GATE, ISOLATION
 from .timing import (WordTiming, clamp_edge_words, clamp_long_words, find_alignment, fix_segment_edges,
-                     SOUND_FRAME, merge_punctuations, snap_to_sound, start_at_onsets)
+                     SOUND_FRAME, merge_punctuations, snap_to_sound, start_at_onsets, text_frames)
 from .tokenizer import Tokenizer
 from .types import Segment, Word
 
@@ -318,7 +318,7 @@ class OneShotEngine:
         all_tokens = [t for s in segments for t in s["tokens"]]
         all_probs = [p for s in segments for p in s["probs"]]
         alignment = find_alignment(self.model, tokenizer, base, all_tokens, all_probs,
-                                   _text_frames(result, tokenizer, n_frames))
+                                   text_frames(result.tokens, tokenizer, n_frames))
         median, max_duration = clamp_long_words(alignment)
         merge_punctuations(alignment)
         out, index, last_speech, walked_to, cut = [], 0, state.last_speech, None, None
@@ -332,9 +332,9 @@ class OneShotEngine:
                                             time_offset + timing.end, timing.probability))
                 saved += len(timing.tokens)
                 index += 1
-            if words and seg is segments[-1]:
-                cut = _cut_at_window_end(seg, words, tokenizer, time_offset, n_frames)
-                next_seek = next_seek if cut is None else round(cut * FRAMES_PER_SECOND)
+            if words and seg is segments[-1] and (cut := _cut_at_window_end(seg, words, tokenizer, time_offset,
+                                                                             n_frames)) is not None:
+                next_seek = round(cut * FRAMES_PER_SECOND)
             if words:
                 edges = fix_segment_edges(words, seg["start"], seg["end"], median, max_duration, last_speech)
                 start, end = clamp_edge_words(words, *edges, max_duration)
@@ -358,19 +358,16 @@ class OneShotEngine:
         return out, next_seek
 
 
-# A full window's last word ending this close to the window's end was heard cut by it: the
-# model ended " operations" at 30 s as " opera," (its text's last timestamp 29.98 s) and the next
-# window began " orations" (LJ001, tiny.en). So that word goes to the next window, which starts
-# where it starts and hears it whole, as long as that leaves half a window behind.
-CUT_WORD_EDGE_S = 0.1
+CUT_WORD_EDGE_S = 0.1  # a full window's last word ending this close to its end was cut by it
 
 
 def _cut_at_window_end(seg: dict, words: list[WordTiming], tokenizer: Tokenizer, time_offset: float,
                        n_frames: int) -> Optional[float]:
     """Drop the last word of a full window's last segment (``seg`` and ``words``, in place) when
     it ends within CUT_WORD_EDGE_S of the window's end and starts in its second half; returns its
-    start (where the next window goes on), else None. The segment's tokens, text and decoded
-    tokens lose the word (and a timestamp after it): the next window's prompt ends before it."""
+    start, where the next window starts and hears it whole (tiny.en ended " operations" at 30 s
+    as " opera," and began the next window " orations"), else None. The segment's tokens, text
+    and decoded tokens lose the word (and a timestamp after it), as the next window's prompt."""
     last = words[-1]
     window_end = time_offset + n_frames / FRAMES_PER_SECOND
     if (n_frames < N_FRAMES or last.end < window_end - CUT_WORD_EDGE_S or len(words) < 2
@@ -386,19 +383,6 @@ def _cut_at_window_end(seg: dict, words: list[WordTiming], tokenizer: Tokenizer,
         decoded.pop()
     seg["decoded"] = decoded[:len(decoded) - len(last.tokens)]
     return last.start
-
-
-def _text_frames(result: DecodingResult, tokenizer: Tokenizer, n_frames: int) -> int:
-    """The mel frames a window's text is aligned over: all of them, unless the text ends with a
-    timestamp (the model's end of its last segment). Then up to that time and a second: DTW's
-    path must reach its last frame, and dragged the last words to the window's end (podcast,
-    "look at a<|16.40|><|16.40|>": " at" over 13 s of music, " a" at its end, and the walk went
-    on from there, past "a transition between Gothic and Roman")."""
-    tokens = result.tokens
-    if tokens and tokens[-1] >= tokenizer.timestamp_begin:
-        spoken = round((tokens[-1] - tokenizer.timestamp_begin) * TIME_PRECISION * FRAMES_PER_SECOND)
-        return min(n_frames, spoken + FRAMES_PER_SECOND)
-    return n_frames
 
 
 def _speech_segments(segments: list[Segment], last_speech: float) -> list[Segment]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from .constants import MEDIAN_FILTER_WIDTH, TOKENS_PER_SECOND
+from .constants import FRAMES_PER_SECOND, MEDIAN_FILTER_WIDTH, TIME_PRECISION, TOKENS_PER_SECOND
 from .model.state import DecoderState
 from .model.whisper import Whisper
 from .native.inference import inference_for
@@ -308,3 +308,15 @@ def clamp_edge_words(words: list[WordTiming], start: float, end: float,
         elif i == 0 or ends_sentence(words[i - 1].word):
             w.start = w.end - max_duration
     return max(start, words[0].start), min(end, words[-1].end)
+
+
+def text_frames(tokens: list[int], tokenizer: Tokenizer, n_frames: int) -> int:
+    """The mel frames a window's text is aligned over: all of them, unless the text ends with a
+    timestamp (the model's end of its last segment). Then up to that time and a second: DTW's
+    path must reach its last frame, and dragged the last words to the window's end (podcast,
+    "look at a<|16.40|><|16.40|>": " at" over 13 s of music, " a" at its end, and the walk went
+    on from there, past "a transition between Gothic and Roman")."""
+    if tokens and tokens[-1] >= tokenizer.timestamp_begin:
+        spoken = round((tokens[-1] - tokenizer.timestamp_begin) * TIME_PRECISION * FRAMES_PER_SECOND)
+        return min(n_frames, spoken + FRAMES_PER_SECOND)
+    return n_frames
