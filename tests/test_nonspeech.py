@@ -116,6 +116,15 @@ def test_a_loop_heard_in_a_sound_is_far_past_what_repeated_speech_compresses_to(
     assert HEARD_LOOP_RATIO > 2.4  # one-shot's compression threshold only starts the fallback
 
 
+def test_a_reading_has_words_when_it_holds_letters_or_digits():
+    from transcriber.nonspeech import has_words
+
+    for text in (" 1, 2, 3.", " Oh.", "扎自己", " it's"):
+        assert has_words(text), text
+    for text in (" ...", "", " - ", " ===", " ♪"):
+        assert not has_words(text), text
+
+
 def test_a_second_reading_that_begins_with_the_first_is_heard_words():
     from transcriber.nonspeech import reads_again
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from bench.nonspeech_set import CLASSES, LEVEL_DB, synthesize, words_written, write_wav
 from tests.conftest import ROOT
+from transcriber.decoding.task import DecodingResult
 from transcriber.modes import make_engine
 
 CASES = [(15.0, 0), (30.0, 1)]  # (seconds, seed)
@@ -81,6 +83,29 @@ def test_no_words_over_non_speech(engines, data_dir, tmp_path, request, name, mo
 def test_no_words_streamed_over_the_30s_seed0_clips(engines, data_dir, tmp_path, name):
     """The other clips streaming wrote words over (``STREAM_BEFORE``), at 30 s, seed 0."""
     assert_nothing_written(engines["stream"], tmp_path / f"{name}.wav", synthesize(name, 30.0, data_dir, 0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["oneshot", "stream"])
+def test_no_subtitle_credits_over_white_noise(engines, data_dir, tmp_path, mode):
+    """20 s of white noise (seed 3): one-shot's first reading is " ..." (log probability
+    -1.57), and the fallback used to go on to " Subs by www.zeoranger.co.uk" at temperature
+    0.4; a reading without a word now ends the fallback (``OneShotEngine.decode_with_fallback``)."""
+    assert_nothing_written(engines[mode], tmp_path / "white.wav", synthesize("white", 20.0, data_dir, 3))
+
+
+def test_a_loop_left_at_the_last_temperature_is_not_written(engines):
+    """pygame's whoosh (whiff, not in the test data), 30 s seed 1, one-shot: the fallback ended
+    at temperature 1.0 on " lines, points, points, ..." (compression ratio 6.2, log probability
+    -0.70: not unlikely), and its 31 words were written. A text that still loops at the last
+    temperature is refused; speech that reaches it (the Apollo 11 radio) compresses 1.28 at most."""
+    engine = engines["oneshot"]
+    loop = DecodingResult(tokens=(), text=" lines," + " points," * 28 + " imparting", language="en",
+                          avg_logprob=-0.70, no_speech_prob=0.30, temperature=1.0, compression_ratio=6.2)
+    assert engine.refuses(loop, 3000)
+    assert not engine.refuses(replace(loop, temperature=0.4), 3000)  # the fallback goes on from there
+    said = replace(loop, text=" It was a quick camera, I tried. Alright, okay, fine.", compression_ratio=1.28)
+    assert not engine.refuses(said, 3000)
 
 
 @pytest.mark.slow

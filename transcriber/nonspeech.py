@@ -83,6 +83,7 @@ GUESS_CORNERS = ((0.5, -0.5), (0.4, -1.0))
 HEARD_LOOP_RATIO = 4.8
 
 _NOT_LETTERS = re.compile(r"[^\w ]+")
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 # Sounds Whisper spells out over calls, hums and song: "Oh oh", "WOO. WOO.", "Mmm" (64 s of whale
 # song: 30 "Mmm" in streaming, probabilities 0.5-0.94; a generated glide with harmonics: one-shot
 # " Wooh! WOH, WOO OOH!"). Text made only of them is a sound, not speech. The cost: a line that
@@ -99,6 +100,11 @@ def is_vocables(text: str) -> bool:
     """" Oh oh!", " WOO. WOO.", " Mmm": only sounds spelled out (``_VOCABLE``), no word."""
     words = _NOT_LETTERS.sub(" ", text).lower().split()
     return bool(words) and all(_VOCABLE.fullmatch(w) for w in words)
+
+
+def has_words(text: str) -> bool:
+    """``text`` holds a word (letters or digits), not only marks (" ...", " -") or nothing."""
+    return bool(_WORD.search(text))
 
 
 def is_isolated_guess(words: Sequence[Word]) -> bool:
@@ -158,7 +164,6 @@ def speech_words(words: Sequence[Word], after_speech: bool = False) -> list[Word
 
 
 FRAME = 320  # samples: 20 ms at 16 kHz
-_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 
 
 @dataclass(frozen=True)
@@ -222,6 +227,7 @@ class NonSpeechGate:
         data = text.strip().encode("utf-8")
         return len(data) >= self.min_compressed_chars and len(data) / len(zlib.compress(data)) > self.compression_ratio
 
+    has_words = staticmethod(has_words)
     is_speech_segment = staticmethod(is_speech_segment)
     is_isolated_guess = staticmethod(is_isolated_guess)
     is_unlikely_start = staticmethod(is_unlikely_start)

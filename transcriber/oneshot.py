@@ -122,14 +122,19 @@ class OneShotEngine:
         return len(result.tokens) >= self._sample_len(n_frames)
 
     def _unreadable(self, result: DecodingResult) -> bool:
-        """The whole temperature fallback ran and its last text is still unlikely: the model
-        could not read the window. Over non-speech this is where its guesses come from (a
-        generated whale-like call: " Oh! Oh! Yeah!" at temperature 1.0, mean log probability
-        -2.0; over the Brahms " APPLAUSE"); no window of the dev set's speech (short_en, long_en)
-        ends below the log-probability threshold, at any temperature."""
+        """The whole temperature fallback ran and its last text is still unlikely or still loops
+        (``_repetitive``): the model could not read the window. Over non-speech this is where its
+        guesses come from (a generated whale-like call: " Oh! Oh! Yeah!" at temperature 1.0, mean
+        log probability -2.0; over the Brahms " APPLAUSE"; over pygame's whoosh, 30 s, " lines,
+        points, points, ..." at 1.0, compression ratio 6.2); no window of the dev set's speech
+        (short_en, long_en) ends below the log-probability threshold, at any temperature, and of
+        the speech measured (dev set, extra, the podcast) the windows that reach the last
+        temperature compress 1.28 at most (the Apollo 11 radio; refused as unlikely anyway)."""
         opts = self.options
-        return (len(opts.temperatures) > 1 and result.temperature == opts.temperatures[-1]
-                and opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold)
+        if not (len(opts.temperatures) > 1 and result.temperature == opts.temperatures[-1]):
+            return False
+        unlikely = opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
+        return unlikely or self._repetitive(result)
 
     def _repetitive(self, result: DecodingResult) -> bool:
         """The text loops: it compresses past the threshold, or repeats a word or phrase past
@@ -142,7 +147,11 @@ class OneShotEngine:
                              first: Optional[DecodingResult] = None) -> DecodingResult:
         """Decode a window of ``n_frames`` mel frames at the first temperature (``first``: its
         result, already decoded elsewhere), then at the next ones while the text is too
-        repetitive or too unlikely."""
+        repetitive or too unlikely. A reading without a word (``GATE.has_words``: " ...") ends
+        the fallback: the model heard nothing to write, and a hotter sample of it is a guess
+        (white noise, 20 s: " ..." at temperature 0, log probability -1.57, then
+        " Subs by www.zeoranger.co.uk" at 0.4). No window of the speech measured (dev set,
+        extra, the podcast: 50 windows) reads without a word at any temperature."""
         opts = self.options
         result = None
         for i, t in enumerate(opts.temperatures):
@@ -153,7 +162,8 @@ class OneShotEngine:
             too_repetitive = self._repetitive(result)
             too_unlikely = opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
             looping = self._looping(result, n_frames)
-            if self._no_speech.is_likely(result.no_speech_prob) or not (too_repetitive or too_unlikely or looping):
+            if (self._no_speech.is_likely(result.no_speech_prob) or not GATE.has_words(result.text)
+                    or not (too_repetitive or too_unlikely or looping)):
                 break
             if looping and n_frames < FALLBACK_MIN_SECONDS * FRAMES_PER_SECOND:
                 break
@@ -161,10 +171,10 @@ class OneShotEngine:
 
     def refuses(self, result: DecodingResult, n_frames: int) -> bool:
         """Nothing of a window of ``n_frames`` mel frames decoded (with the fallback) as
-        ``result`` is written: no speech, a text still looping or unreadable at the last
-        temperature, or a loop the no-speech probability ended the fallback on
+        ``result`` is written: no speech, no word, a text still looping or unreadable at the
+        last temperature, or a loop the no-speech probability ended the fallback on
         (``GATE.is_heard_loop``)."""
-        return (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob)
+        return (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob) or not GATE.has_words(result.text)
                 or self._looping(result, n_frames) or self._unreadable(result)  # (at every temperature)
                 or (self._no_speech.is_likely(result.no_speech_prob) and GATE.is_heard_loop(result.compression_ratio)))
 

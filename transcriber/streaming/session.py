@@ -355,7 +355,7 @@ class StreamingSession:
         (``GATE.is_unlikely_start``: its no-speech probability, its tokens' mean log
         probability) is judged again as one-shot would judge its buffer: the buffer padded to a
         30 s window, decoded with one-shot's fallback and refused by one-shot's rules (no speech,
-        looping, unreadable, a loop heard in a sound; empty, vocables or a sound tag as a whole),
+        no word, looping, unreadable, a loop heard in a sound; vocables or a sound tag as a whole),
         or as a guess by the same scores when it does not begin with what the pass said
         (``GATE.reads_again``): base translating German, the stream's first pass " Hans Jak"
         (0.65) read again as " Hans Jakob Christi" (0.55, -0.73) is speech. A pass's
@@ -376,7 +376,7 @@ class StreamingSession:
                                                      self._tokenizer, n_mel)
         _log.debug("re-judged as one-shot: %r, no-speech %.2f, log probability %.2f at temperature %g",
                    window.text, window.no_speech_prob, window.avg_logprob, window.temperature)
-        return (self._one_shot.refuses(window, n_mel) or not window.text.strip()
+        return (self._one_shot.refuses(window, n_mel)
                 or is_sound_tag(window.text) or is_vocables(window.text)
                 or (GATE.is_unlikely_start(window.no_speech_prob, window.avg_logprob)
                     and not GATE.reads_again(said, window.text)))
