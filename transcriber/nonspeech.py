@@ -144,6 +144,22 @@ def is_speech_segment(segment: Segment) -> bool:
     return sum(w.probability for w in segment.words) / len(segment.words) >= MIN_SEGMENT_PROBABILITY
 
 
+def speech_segments(segments: Sequence[Segment], last_speech: float) -> list[Segment]:
+    """The segments of one one-shot window that are speech (``is_speech_segment``): sound tags,
+    guesses and vocables dropped, and after ``ISOLATION`` seconds without speech (or before any:
+    ``last_speech`` 0), short guesses and unlikely text over likely no speech
+    (``is_unlikely_start``, from the window's decode)."""
+    kept = []
+    for seg in segments:
+        after_pause = seg.start - last_speech >= ISOLATION or last_speech <= 0
+        isolated = after_pause and (is_isolated_guess(seg.words)
+                                    or is_unlikely_start(seg.no_speech_prob, seg.avg_logprob))
+        if is_speech_segment(seg) and not isolated:
+            kept.append(seg)
+            last_speech = seg.end
+    return kept
+
+
 def is_speech_word(word: Word) -> bool:
     """Keep a streamed word: not a sound tag, and not a guess."""
     return not is_sound_tag(word.text) and word.probability >= MIN_WORD_PROBABILITY
@@ -234,6 +250,7 @@ class NonSpeechGate:
     is_heard_loop = staticmethod(is_heard_loop)
     reads_again = staticmethod(reads_again)
     speech_words = staticmethod(speech_words)
+    speech_segments = staticmethod(speech_segments)
 
 
 GATE = NonSpeechGate()

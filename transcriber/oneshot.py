@@ -25,7 +25,7 @@ from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
 from .model.state import DecoderState
 from .model.whisper import Whisper
-from .nonspeech import GATE, ISOLATION
+from .nonspeech import GATE
 from .timing import (WordTiming, clamp_edge_words, clamp_long_words, find_alignment, fix_segment_edges,
                      SOUND_FRAME, merge_punctuations, snap_to_sound, start_at_onsets, text_frames)
 from .tokenizer import Tokenizer
@@ -260,7 +260,7 @@ class OneShotEngine:
             segments = [_segment(p, []) for p in pieces]
         segments = [s for s in segments if s.text.strip()]
         if opts.word_timestamps:  # sound captions and guesses over music (nonspeech.py)
-            decoded, segments = segments, _speech_segments(segments, state.last_speech)
+            decoded, segments = segments, GATE.speech_segments(segments, state.last_speech)
             # A window holding the end of the audio (under N_FRAMES) whose every segment the
             # gate refused ends the walk: the model heard all that is left and wrote nothing
             # believable. Seeking to the refused segment's end decoded the last seconds again
@@ -393,21 +393,6 @@ def _cut_at_window_end(seg: dict, words: list[WordTiming], tokenizer: Tokenizer,
         decoded.pop()
     seg["decoded"] = decoded[:len(decoded) - len(last.tokens)]
     return last.start
-
-
-def _speech_segments(segments: list[Segment], last_speech: float) -> list[Segment]:
-    """The segments that are speech (``GATE``): sound tags, guesses and vocables dropped, and
-    after ``ISOLATION`` seconds without speech (or before any: ``last_speech`` 0), short guesses
-    and unlikely text over likely no speech (``is_unlikely_start``, from the window's decode)."""
-    kept = []
-    for seg in segments:
-        after_pause = seg.start - last_speech >= ISOLATION or last_speech <= 0
-        isolated = after_pause and (GATE.is_isolated_guess(seg.words)
-                                    or GATE.is_unlikely_start(seg.no_speech_prob, seg.avg_logprob))
-        if GATE.is_speech_segment(seg) and not isolated:
-            kept.append(seg)
-            last_speech = seg.end
-    return kept
 
 
 @dataclass(frozen=True)
