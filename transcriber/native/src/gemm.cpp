@@ -259,7 +259,7 @@ template <typename T>
 void gemm_route(int M, int K, int nb, const float* a, long lda, const uint32_t* w, const Epilogue& e, int threads) {
   const int P = (K + 1) / 2, count = P * per_pair<T>();
   const int blocks = (M + ROW_BLOCK - 1) / ROW_BLOCK, tiles = (nb + TILE_NB - 1) / TILE_NB;
-  int parts = blocks < 2 * threads && M >= 16 ? (2 * threads + blocks - 1) / blocks : 1;
+  int parts = threads > 1 && blocks < 2 * threads && M >= 16 ? (2 * threads + blocks - 1) / blocks : 1;
   if (parts > tiles) parts = tiles;
   const int items = blocks * parts;
   const T* whole = parts == 1 ? route_weights<T>(0, nb, P, w, items > 1 ? threads : 1) : nullptr;
