@@ -222,12 +222,13 @@ def encoder_threads() -> int:
     """Threads for the encoder's GEMMs and attention, the cross-attention keys and values and
     the prompt passes: $TRANSCRIBER_KERNEL_THREADS when set, else the BLAS threads this process
     was told to use (``blas.asked_threads``: --threads, a Ray worker's --worker-threads,
-    $TRANSCRIBER_BLAS_THREADS: processes sharing the cores), else every core it may use. Not the BLAS probe's count: its OpenBLAS on small products is no guide to these
-    kernels, whose tiles are shared out dynamically, so that a descheduled thread costs at most
-    the tile in its hands once per product (not once per token as in the decoder step).
-    Measured (bench/kernels.md, "The second core for the encoder"): the tiny.en window on AVX2
-    0.36 s on one thread, 0.19 s on two; with one and two other processes spinning, 0.33 and
-    0.49 s on two threads against 0.36 and 0.73 s on one."""
+    $TRANSCRIBER_BLAS_THREADS: processes sharing the cores), else every core it may use. Not
+    the BLAS probe's count: its OpenBLAS on small products is no guide to these kernels, whose
+    tiles are shared out dynamically, so that a descheduled thread costs at most the tile in its
+    hands once per product (not once per token as in the decoder step). Measured
+    (bench/kernels.md, "The second core, one probe a file"): the tiny.en window on AVX2 0.36 s
+    on one thread, 0.19 s on two; with one and two other processes spinning, 0.33 and 0.49 s on
+    two threads against 0.36 and 0.73 s on one."""
     from . import blas
 
     return max(1, kernel_settings().threads or blas.asked_threads() or settings.cores())
