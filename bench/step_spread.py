@@ -4,8 +4,9 @@ The same code's step differs by up to ~40% from one process to the next here, so
 process's median decides nothing. This runs bench/_worker_micro.py in --processes fresh
 interpreters per side, the sides alternated (A B B A ...) so load drifts hit both, and prints
 per side the per-process medians (wall and CPU ms, 1 and 4 rows), their median and spread,
-and the 4-row / 1-row ratio. Beside them: the bytes a step reads, this machine's single-core
-read bandwidth (measured here, before and after) and the step's floor (bytes / bandwidth).
+and the 4-row / 1-row ratio. Beside them: the bytes a step reads, this machine's
+read bandwidth on one core and on two (measured here, before and after) and the step's floor
+(bytes / bandwidth) on each: the step runs on two threads where two cores are free.
 
     .venv/bin/python bench/step_spread.py                   # before = main, after = this checkout
     .venv/bin/python bench/step_spread.py --before HEAD~3 --processes 8 --steps 200
@@ -29,18 +30,23 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET_MS, TARGET_RATIO = 4.0, 1.5  # issue 21: a tiny.en step <= 4 ms, 4 rows <= 1.5x 1 row
 
 
-def read_gbs(gib: float = 1.0, repeat: int = 3) -> float:
-    """One core's read bandwidth, GB/s: the best of ``repeat`` maxima over a ``gib`` GiB array.
-    (A float32 sum is no measure here: numpy's pairwise sum runs at ~8 GB/s, compute-bound; a
+def read_gbs(gib: float = 1.0, repeat: int = 3, threads: int = 1) -> float:
+    """Read bandwidth of ``threads`` cores, GB/s: the best of ``repeat`` maxima over a ``gib``
+    GiB array, each thread its own slice at once (numpy lets the GIL go in a reduction). (A
+    float32 sum is no measure here: numpy's pairwise sum runs at ~8 GB/s, compute-bound; a
     uint64 max reads at ~90% of a hand-written AVX-512 read loop.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
     import numpy as np
 
     a = np.ones(int(gib * (1 << 30)) // 8, np.uint64)
+    slices = np.array_split(a, threads)
     best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        a.max()
-        best = min(best, time.perf_counter() - t)
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(repeat):
+            t = time.perf_counter()
+            list(pool.map(np.max, slices))
+            best = min(best, time.perf_counter() - t)
     return a.nbytes / best / 1e9
 
 
@@ -78,7 +84,7 @@ def ratio(runs: list[dict], clock: str) -> float:
     return statistics.median(r["step_ms"]["4"][clock] / r["step_ms"]["1"][clock] for r in runs)
 
 
-def report(sides: dict, bandwidth: list[float]) -> None:
+def report(sides: dict, bandwidth: dict[int, list[float]]) -> None:
     print(f"\n{'side':8s} {'1 row wall ms':>26s} {'1 row CPU ms':>26s} {'4 rows wall ms':>26s} {'4 rows CPU ms':>26s}"
           f"  4/1 wall  4/1 CPU  load")
     for name, runs in sides.items():
@@ -88,12 +94,13 @@ def report(sides: dict, bandwidth: list[float]) -> None:
               f"{ratio(runs, 'cpu'):8.2f}  {min(loads):.1f}-{max(loads):.1f}")
         walls = " ".join(f"{r['step_ms']['1']['wall']:.2f}" for r in runs)
         print(f"{'':8s} 1 row wall per process: {walls}")
-    best = max(bandwidth)
-    print(f"\nread bandwidth, one core: {' / '.join(f'{b:.1f}' for b in bandwidth)} GB/s (before / after the runs)")
-    for name, runs in sides.items():  # the sides may read different bytes (int8 weights)
-        mb = next((r["step_mb"] for r in runs if r.get("step_mb")), None)
-        if mb:
-            print(f"{name}: a 1-row step reads {mb:.1f} MB: floor {mb / best:.2f} ms at {best:.1f} GB/s")
+    for cores, measured in sorted(bandwidth.items()):
+        best = max(measured)
+        print(f"\nread bandwidth, {cores} core(s): {' / '.join(f'{b:.1f}' for b in measured)} GB/s (before / after the runs)")
+        for name, runs in sides.items():  # the sides may read different bytes (int8 weights)
+            mb = next((r["step_mb"] for r in runs if r.get("step_mb")), None)
+            if mb:
+                print(f"{name}: a 1-row step reads {mb:.1f} MB: floor {mb / best:.2f} ms at {best:.1f} GB/s on {cores}")
     print(f"targets: 1 row <= {TARGET_MS} ms, 4 rows <= {TARGET_RATIO}x 1 row (medians of the process medians)")
 
 
@@ -109,7 +116,7 @@ def main() -> None:
     args = ap.parse_args()
     after_env = dict(item.split("=", 1) for item in args.after_env)
     job = {"model": args.model, "steps": args.steps, "encoder": False}
-    bandwidth = [read_gbs()]
+    bandwidth = {n: [read_gbs(threads=n)] for n in (1, 2)}  # the step runs on up to two threads
     with tempfile.TemporaryDirectory(prefix="step_spread_") as tmp:
         trees = {f"before ({args.before})": unpack(args.before, Path(tmp)), "after": ROOT}
         sides: dict[str, list[dict]] = {name: [] for name in trees}
@@ -120,7 +127,8 @@ def main() -> None:
                 r = sides[name][-1]
                 print(f"{i + 1}/{args.processes} {name}: {r['step_ms']['1']['wall']:.2f} / {r['step_ms']['4']['wall']:.2f}"
                       f" ms wall, load {r['load']:.1f}", file=sys.stderr)
-    bandwidth.append(read_gbs())
+    for n, measured in bandwidth.items():
+        measured.append(read_gbs(threads=n))
     report(sides, bandwidth)
     if args.json:
         args.json.write_text(json.dumps({"sides": sides, "bandwidth_gbs": bandwidth}, indent=1))

@@ -10,6 +10,7 @@ test_native_fallback.py covers that case.
 from __future__ import annotations
 
 import ctypes
+import subprocess
 import sys
 
 import mlx.core as mx
@@ -240,6 +241,26 @@ def test_decoder_step_matches_the_mlx_decoder(model, monkeypatch, rows):
     np.testing.assert_allclose(np.array(w_got[2]), np.array(w_want[2]), atol=1e-2)
 
 
+@pytest.mark.parametrize("rows", [1, 4])
+def test_the_decoder_step_on_two_threads_gives_the_same_floats(model, monkeypatch, rows):
+    """The step's linears (in-place residuals included), attention heads and projection
+    shared by two threads: the same logits and cross-attention weights to the bit as one."""
+    from transcriber.model.state import DecoderState
+
+    mel = mx.array(np.random.default_rng(2).standard_normal((1, 3000, 80), dtype=np.float32))
+    got = {}
+    for threads in ("1", "2"):
+        _kernel_setting(monkeypatch, "TRANSCRIBER_KERNEL_THREADS", threads)
+        inference = inference_for(model)
+        base = inference.start(inference.encode(mel))
+        share = lambda a: mx.broadcast_to(a, (rows, *a.shape[1:]))  # noqa: E731
+        state = DecoderState([(share(k), share(v)) for k, v in base.cross_kv], [None] * len(base.self_kv))
+        logits, weights = _decode(inference, state, 30, (1, 2))
+        got[threads] = logits, np.array(weights[1]), np.array(weights[2])
+    for a, b in zip(got["1"], got["2"]):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_the_inference_is_chosen_once_per_model_and_again_after_a_reset(model):
     """inference_for: the native inference where the kernels serve, the same object on every
     call for the model, a new one once the kernels (and their settings) are loaded again."""
@@ -307,6 +328,51 @@ def test_two_threads_give_the_same_results(kernels):
     np.testing.assert_array_equal(one[0], two[0])
     np.testing.assert_array_equal(one[1][0], two[1][0])
     np.testing.assert_array_equal(one[1][1], two[1][1])
+
+
+def test_threads_take_every_part_once_call_after_call(kernels):
+    """The step's threads (src/pool.cpp) claim a linear's column blocks and attention's heads
+    part by part, call after call: every part run once (a part run twice or left out would
+    change the outputs), whatever thread took it, on widths of a few parts and of many."""
+    rng = np.random.default_rng(8)
+    weights = [kernels.pack(rng.standard_normal((n, k), dtype=np.float32)) for n, k in ((384, 384), (1536, 384), (5000, 384))]
+    x = rng.standard_normal((4, 384), dtype=np.float32)
+    q = rng.standard_normal((1, 6, 64), dtype=np.float32)
+    kv = rng.standard_normal((1, 6, 1500, 64), dtype=np.float32)
+    one = [kernels.linear(x[:r], w) for w in weights for r in (1, 4)] + [kernels.attend(q, kv, kv)[0]]
+    kernels.set_threads(2)
+    try:
+        for _ in range(30):
+            two = [kernels.linear(x[:r], w) for w in weights for r in (1, 4)] + [kernels.attend(q, kv, kv)[0]]
+            for a, b in zip(one, two):
+                np.testing.assert_array_equal(a, b)
+    finally:
+        kernels.set_threads(1)
+
+
+def test_a_forked_child_runs_the_threaded_kernels(kernels, tmp_path):
+    """A process that forks after the step's helper threads started (multiprocessing, a Ray
+    worker) has no helpers in its child: the child's threaded linear still finishes, alone,
+    with the same floats."""
+    script = tmp_path / "fork.py"
+    script.write_text(f"""
+import ctypes, os, sys
+import numpy as np
+from transcriber.native.kernels import Kernels
+k = Kernels(ctypes.CDLL({str(loader.library_file(kernels.path))!r}), {kernels.path!r})
+w = k.pack(np.random.default_rng(1).standard_normal((5000, 384), dtype=np.float32))
+x = np.ones((1, 384), np.float32)
+want = k.linear(x, w)
+k.set_threads(2)
+assert (k.linear(x, w) == want).all()  # the helper has started
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if (k.linear(x, w) == want).all() and (k.linear(x, w) == want).all() else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+""")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 @pytest.mark.parametrize("rows", [1, 7, 50, 96, 97, 300])

@@ -92,7 +92,7 @@ SETTINGS = {s.name: s for s in (
     Setting("TRANSCRIBER_BLAS", doc="none, candidate names, or a library's path: loaded and run"),
     Setting("TRANSCRIBER_BLAS_THREADS", int, 1, None, doc="threads of the BLAS serving MLX (at most the cores)"),
     Setting("TRANSCRIBER_KERNELS", str, choices=("off", "none", "0", *KERNEL_PATHS), doc="the kernels' path"),
-    Setting("TRANSCRIBER_KERNEL_THREADS", int, 1, None, doc="threads of the large kernels (at most the cores)"),
+    Setting("TRANSCRIBER_KERNEL_THREADS", int, 1, None, doc="threads of the native kernels: the encoder's and the decoder step's"),
     Setting("TRANSCRIBER_KERNEL_WEIGHTS", str, choices=KERNEL_WEIGHTS,
             doc="the decoder's weight precision"),
     Setting("TRANSCRIBER_KERNEL_ENCODER", str, choices=_KERNEL_CHOICES, doc="the encoder's ops"),

@@ -142,7 +142,7 @@ class KernelSettings:
     mlx (MLX's float32 decoder) ($..._PASS);
     cross: the cross-attention keys and values per window, bf16 (the bf16 GEMM) or mlx (MLX's
     float32 sgemms) ($..._CROSS);
-    threads: threads of the large kernels, None: DEFAULT_THREADS capped at the cores ($..._THREADS).
+    threads: threads of the large kernels, None: the decoder step's default (``threads()``) ($..._THREADS).
     """
 
     weights: str = "bf16"
@@ -235,18 +235,20 @@ def encoder_threads() -> int:
 
 
 def threads() -> int:
-    """Threads for the large kernels: $TRANSCRIBER_KERNEL_THREADS, else DEFAULT_THREADS capped
-    at the cores this process may use."""
+    """Threads for the decoder step's large kernels (src/pool.cpp): $TRANSCRIBER_KERNEL_THREADS,
+    else the encoder's (``encoder_threads``), at most STEP_THREADS."""
     forced = kernel_settings().threads
     if forced:
         return forced
-    return max(1, min(DEFAULT_THREADS, settings.cores()))
+    return max(1, min(STEP_THREADS, encoder_threads()))
 
 
-# One: on this project's 2-core machines, shared (load 4-6), a second OpenMP thread made a step
-# 2-20x slower (a descheduled thread stalls every barrier); measured 2026-12-01, see
-# bench/kernels.md. TRANSCRIBER_KERNEL_THREADS=2 is there for a quiet machine.
-DEFAULT_THREADS = 1
+# Two: a tiny.en step reads 66 MB, 2.0 ms on one core of this project's Zen 5 and 1.2 ms on
+# two (bench/kernels.md, "The decoder step on the second core"); more cores were not measured
+# here, and each helper spins a few tens of microseconds after its last part. The pool gives
+# a busy machine's core back: its caller never waits for a helper that has not started, and
+# runs alone while helpers do not help.
+STEP_THREADS = 2
 _lock = threading.Lock()
 _settings_lock = threading.Lock()
 _ops: Optional[Ops] = None

@@ -28,7 +28,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = [os.path.join(HERE, "src", name) for name in ("kernels.cpp", "gemm.cpp", "int8.cpp")]
+SOURCES = [os.path.join(HERE, "src", name) for name in ("kernels.cpp", "gemm.cpp", "int8.cpp", "pool.cpp")]
 CPU_SOURCE = os.path.join(HERE, "src", "cpu.cpp")
 CPU_LIBRARY = "libtranscriber_cpu.so"
 INFO = "build.json"
@@ -41,9 +41,9 @@ def library(path: str) -> str:
 
 
 _COMMON = ["-O3", "-std=c++17", "-fPIC", "-fno-math-errno", "-ffp-contract=fast", "-fvisibility=hidden",
-           "-fvisibility-inlines-hidden", "-fno-exceptions", "-Wall"]
+           "-fvisibility-inlines-hidden", "-fno-exceptions", "-Wall", "-pthread"]
 # each library binds its own calls to its own code (a std:: template it instantiates included)
-_LINK = ["-shared", "-Wl,-Bsymbolic"]
+_LINK = ["-shared", "-Wl,-Bsymbolic", "-pthread"]
 # path -> ISA flags. avx512 needs F+BW+VL+DQ (Skylake-SP and later, Zen 4); avx2 needs FMA.
 _X86 = {"avx512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma", "-mf16c",
                    "-mprefer-vector-width=512"],

@@ -240,7 +240,7 @@ void int8_rows(int R, const Int8Weight& w, int j0, int j1, const Rows& x, bool v
 }  // namespace
 
 // kernels.cpp's linear() for wtype 3 (int8, vpmaddwd or plain C) and 4 (vpdpwssd where this
-// path has it): R rows (any number), threads over contiguous ranges of column blocks.
+// path has it): R rows (any number), threads over parts of column blocks (pool.cpp).
 void TK(linear_int8)(int R, int K, int N, const float* x, const void* packed, bool vnni, const float* b,
                      const float* res, float* y, int threads) {
 #if !defined(__AVX512F__)
@@ -251,17 +251,16 @@ void TK(linear_int8)(int R, int K, int N, const float* x, const void* packed, bo
   std::vector<int16_t> q((long)R * Kp);
   std::vector<float> scale(R);
   quantize_rows(R, K, Kp, x, w.channel, q.data(), scale.data());
-  const int per = ((blocks + threads - 1) / threads + 3) / 4 * 4;  // a multiple of the widest group
+  const int per = threads > 1 ? part_blocks(blocks, threads) : blocks;
   for (int r0 = 0; r0 < R; r0 += ROWS_A_CALL) {
     const int rows = R - r0 < ROWS_A_CALL ? R - r0 : ROWS_A_CALL;
     const Rows xr{q.data() + (long)r0 * Kp, scale.data() + r0, Kp};
     const float* rr = res ? res + (long)r0 * N : nullptr;
     float* yr = y + (long)r0 * N;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int t = 0; t < threads; t++) {
-      const int j0 = t * per, j1 = j0 + per < blocks ? j0 + per : blocks;
-      if (j0 < j1) int8_rows(rows, w, j0, j1, xr, vnni, b, rr, yr, N);
-    }
+    run_parts((blocks + per - 1) / per, threads, [&](int part) {
+      const int j0 = part * per, j1 = j0 + per < blocks ? j0 + per : blocks;
+      int8_rows(rows, w, j0, j1, xr, vnni, b, rr, yr, N);
+    });
   }
 }
 

@@ -168,23 +168,23 @@ void linear_range(int R, int K, int N, int j0, int blocks, const float* x, const
 }
 
 // Threads for the large linears (the vocabulary projection: 40 MB of bf16 a step, more than
-// one core's memory bandwidth) and the attention heads; set by tk_<path>_set_threads.
+// one core's memory bandwidth) and the attention heads; set by tk_<path>_set_threads. They run
+// through pool.cpp's run_parts: a thread that is not running leaves its parts to the others.
 int g_threads = 1;
-// Below this many weights a linear stays on one thread: the fork costs more than it saves.
-constexpr long PARALLEL_WEIGHTS = 1L << 20;
+// Below this many weights a linear stays on one thread: handing out parts costs more than it
+// saves.
+constexpr long PARALLEL_WEIGHTS = 1L << 17;
 
 template <typename T>
 void linear_any(int R, int K, int N, const float* x, const T* w, const float* b, const float* res, float* y) {
   const int blocks = (N + LANES - 1) / LANES;
   const int threads = (long)N * K >= PARALLEL_WEIGHTS ? g_threads : 1;
   if (threads <= 1) return linear_range(R, K, N, 0, blocks, x, w, b, res, y);
-  // contiguous ranges of blocks, a multiple of 4 each (the widest block group)
-  const int per = ((blocks + threads - 1) / threads + 3) / 4 * 4;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int t = 0; t < threads; t++) {
-    const int j0 = t * per, j1 = j0 + per < blocks ? j0 + per : blocks;
-    if (j0 < j1) linear_range(R, K, N, j0, j1, x, w, b, res, y);
-  }
+  const int per = part_blocks(blocks, threads);
+  run_parts((blocks + per - 1) / per, threads, [&](int part) {
+    const int j0 = part * per, j1 = j0 + per < blocks ? j0 + per : blocks;
+    linear_range(R, K, N, j0, j1, x, w, b, res, y);
+  });
 }
 
 // w: packed (ceil(N/16), K, 16) in wtype (1 bf16, 0 float32), or (wtype 2) gemm_pack's bf16
@@ -382,8 +382,7 @@ void attend_transposed(int R, int H, int Dh, float scale, const float* q, const 
   const bool shared = ks.row == 0 && vs.row == 0;
   const int group = shared ? SHARED_ROWS : 1;
   const int threads = (long)T * Dh * H >= (1L << 16) ? g_threads : 1;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int h = 0; h < H; h++) {
+  run_parts(H, threads, [&](int h) {
     std::vector<float> scratch((long)group * T);
     for (int r0 = 0; r0 < R; r0 += group) {
       const int rr = R - r0 < group ? R - r0 : group;
@@ -408,7 +407,7 @@ void attend_transposed(int R, int H, int Dh, float scale, const float* q, const 
         default: attend_shared<1>(T, Dh, scale, qs, kh, ks.dim, vh, vs.pos, first, last, ss, os, ws); break;
       }
     }
-  }
+  });
 }
 
 // One query per row and head over T positions (and one more, `extra`, when given: the new
@@ -428,8 +427,7 @@ void attend(int R, int H, int Dh, float scale, const float* q, const KV* k, Stri
   const int threads = (long)T * Dh * H >= (1L << 16) ? g_threads : 1;  // the audio, not a short cache
   // heads outer, rows inner: rows that share their keys (beams over one window: row stride 0)
   // find a head's keys and values still in cache
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int h = 0; h < H; h++) {
+  run_parts(H, threads, [&](int h) {
     std::vector<float> p(total + W);
     for (int r = 0; r < R; r++) {
       const int first = lo ? lo[r] : 0, last = hi ? (hi[r] < total ? hi[r] : total) : total;
@@ -486,7 +484,7 @@ void attend(int R, int H, int Dh, float scale, const float* q, const KV* k, Stri
         for (int d = 0; d < Dh; d++) o[d] += s[T] * vt[d];
       }
     }
-  }
+  });
 }
 
 // Encoder self-attention for RR query rows of one head, in one pass over L1-sized tiles:

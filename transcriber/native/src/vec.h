@@ -149,3 +149,24 @@ void softmax_row(int N, float* s) {
 }
 
 }  // namespace
+
+// pool.cpp: fn(arg, 0 .. parts - 1) on the caller and up to threads - 1 helpers that claim
+// parts as they come (none waited for that has not started).
+void TK(run_parts)(int parts, int threads, void (*fn)(void*, int), void* arg);
+
+namespace {
+
+// Column blocks a part of a threaded linear holds: a multiple of 4 (the widest block group),
+// about 16 parts a thread so a late thread's share is taken by the others, at least 8 blocks.
+inline int part_blocks(int blocks, int threads) {
+  const int per = (blocks / (threads * 16) + 3) / 4 * 4;
+  return per < 8 ? 8 : per;
+}
+
+// run_parts with a lambda: f(part) for every part.
+template <typename F>
+inline void run_parts(int parts, int threads, const F& f) {
+  TK(run_parts)(parts, threads, [](void* c, int i) { (*static_cast<const F*>(c))(i); }, (void*)&f);
+}
+
+}  // namespace
