@@ -394,10 +394,11 @@ def test_gemm_threads_give_the_same_floats(kernels, rows, threads):
 
 def test_the_encoder_runs_on_every_core_unless_told(monkeypatch):
     """The encoder's products take every core this process may use (their tiles are shared out
-    dynamically, so a busy core costs a tile, not a step); the BLAS threads this process was
-    told (``blas.set_threads``: --threads, Ray's --worker-threads; $TRANSCRIBER_BLAS_THREADS)
-    and $TRANSCRIBER_KERNEL_THREADS hold it to fewer. Not the BLAS probe's count: a loaded
-    moment once made that 1 for good."""
+    dynamically, so a busy core costs a tile, not a step), the decoder step two of them; the
+    BLAS threads this process was told (``blas.set_threads``: --threads, Ray's
+    --worker-threads; $TRANSCRIBER_BLAS_THREADS) hold both to fewer, and
+    $TRANSCRIBER_KERNEL_THREADS sets both. Not the BLAS probe's count: a loaded moment once
+    made that 1 for good."""
     from transcriber import blas, native, settings
 
     def threads(**env):
@@ -409,16 +410,16 @@ def test_the_encoder_runs_on_every_core_unless_told(monkeypatch):
                 m.setenv(name, value)
             native.reset()
             try:
-                return native.encoder_threads()
+                return native.encoder_threads(), native.threads()  # the encoder's, the step's
             finally:
                 native.reset()
 
-    assert threads() == 3
-    assert threads(TRANSCRIBER_BLAS_THREADS="1") == 1
-    assert threads(TRANSCRIBER_KERNEL_THREADS="2", TRANSCRIBER_BLAS_THREADS="1") == 2
+    assert threads() == (3, 2)  # the step: two threads at most
+    assert threads(TRANSCRIBER_BLAS_THREADS="1") == (1, 1)
+    assert threads(TRANSCRIBER_KERNEL_THREADS="3", TRANSCRIBER_BLAS_THREADS="1") == (3, 3)
     monkeypatch.setattr(blas, "_asked", None)
     blas.set_threads(1)  # as jobs/running.py does for --threads 1, a Ray worker for --worker-threads 1
-    assert threads() == 1
+    assert threads() == (1, 1)
 
 
 @pytest.mark.parametrize("positions", [1, 63, 301])
