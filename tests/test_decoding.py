@@ -139,6 +139,32 @@ def test_dtw_follows_a_monotonic_path():
     assert firsts[1] <= 4 and firsts[2] <= 7 and firsts[3] <= 10
 
 
+def _dtw_cell_by_cell(cost):
+    """The textbook recurrence, one cell at a time (argmin's order on ties: diagonal, above,
+    left), and its way back."""
+    n, m = cost.shape
+    acc = np.full((n + 1, m + 1), np.inf)
+    acc[0, 0] = 0.0
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            acc[i, j] = cost[i - 1, j - 1] + min(acc[i - 1, j - 1], acc[i - 1, j], acc[i, j - 1])
+    i, j, path = n, m, []
+    while i > 0 and j > 0:
+        path.append((i - 1, j - 1))
+        step = int(np.argmin([acc[i - 1, j - 1], acc[i - 1, j], acc[i, j - 1]]))
+        i, j = (i - 1, j - 1) if step == 0 else (i - 1, j) if step == 1 else (i, j - 1)
+    return np.array(path[::-1])
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 6), (6, 1), (3, 7), (17, 90), (40, 300)])
+def test_dtw_is_the_cell_by_cell_recurrence(shape):
+    """The diagonal sweep takes the path of the cell-by-cell recurrence, ties included."""
+    rng = np.random.default_rng(shape[0] * 1000 + shape[1])
+    for cost in (rng.standard_normal(shape), np.round(rng.standard_normal(shape)), np.zeros(shape)):
+        rows, cols = dtw(cost)
+        np.testing.assert_array_equal(np.stack([rows, cols], axis=1), _dtw_cell_by_cell(cost))
+
+
 def test_median_filter_matches_numpy_median():
     x = np.random.default_rng(0).normal(size=(3, 5, 40))
     padded = np.pad(x, [(0, 0), (0, 0), (3, 3)], mode="reflect")

@@ -52,35 +52,37 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Cheapest monotonic path through ``cost`` (N tokens, M frames), from (0, 0) to the end.
 
     The recurrence is swept one anti-diagonal at a time, so each step is one vectorised numpy
-    operation (N + M steps instead of N * M Python iterations). Returns (token, frame) indices.
+    operation (N + M steps instead of N * M Python iterations). The sums are kept by diagonal
+    (row d = i + j, column i, cells 1-based): a cell's three predecessors are then slices of
+    the two diagonals before it, not gathers (a 120 x 1500 path 27 -> 12 ms). The way back
+    takes the cheapest predecessor, the diagonal first, then the one above, on ties (as an
+    argmin over them would). Returns (token, frame) indices.
     """
     n, m = cost.shape
-    acc = np.full((n + 1, m + 1), np.inf)
+    acc = np.full((n + m + 1, n + 1), np.inf)
     acc[0, 0] = 0.0
-    trace = np.zeros((n + 1, m + 1), dtype=np.int8)  # 0 diagonal, 1 from above, 2 from left
+    rows = np.arange(n + 1)[None, :]
+    cols = np.arange(n + m + 1)[:, None] - rows
+    inside = (rows >= 1) & (cols >= 1) & (cols <= m)
+    by_diagonal = np.full(acc.shape, np.inf)
+    by_diagonal[inside] = cost[np.broadcast_to(rows, inside.shape)[inside] - 1, cols[inside] - 1]
     for d in range(2, n + m + 1):
-        i = np.arange(max(1, d - m), min(n, d - 1) + 1)
-        j = d - i
-        options = np.stack([acc[i - 1, j - 1], acc[i - 1, j], acc[i, j - 1]])
-        choice = options.argmin(axis=0)
-        acc[i, j] = cost[i - 1, j - 1] + options[choice, np.arange(len(i))]
-        trace[i, j] = choice
-    trace[0, :] = 2
-    trace[:, 0] = 1
+        lo, hi = max(1, d - m), min(n, d - 1)
+        best = np.minimum(np.minimum(acc[d - 2, lo - 1:hi], acc[d - 1, lo - 1:hi]), acc[d - 1, lo:hi + 1])
+        np.add(by_diagonal[d, lo:hi + 1], best, out=acc[d, lo:hi + 1])
     i, j = n, m
     path = []
-    while i > 0 or j > 0:
+    while i > 0 and j > 0:
         path.append((i - 1, j - 1))
-        step = trace[i, j]
-        if step == 0:
+        diagonal, above, left = acc[i + j - 2, i - 1], acc[i + j - 1, i - 1], acc[i + j - 1, i]
+        if diagonal <= above and diagonal <= left:
             i, j = i - 1, j - 1
-        elif step == 1:
+        elif above <= left:
             i -= 1
         else:
             j -= 1
-    path = np.array(path[::-1])
-    keep = (path[:, 0] >= 0) & (path[:, 1] >= 0)
-    return path[keep, 0], path[keep, 1]
+    path = np.array(path[::-1]).reshape(-1, 2)
+    return path[:, 0], path[:, 1]
 
 
 def attention_matrix(weights: list[mx.array], heads: np.ndarray, n_frames: int) -> np.ndarray:
