@@ -11,6 +11,7 @@ import numpy as np
 from .constants import HOP_LENGTH, INPUT_STRIDE, N_FRAMES, N_SAMPLES, SAMPLE_RATE
 from .decoding.filters import log_softmax
 from .mel import log_mel_spectrogram
+from .model.inference import MLXInference
 from .model.state import DecoderState
 from .model.whisper import Whisper
 from .native.inference import inference_for
@@ -81,9 +82,10 @@ class WhisperContext:
 
     def detect_language(self, base: DecoderState) -> tuple[str, float, float]:
         """The most likely language of an encoded window: (code, its probability, no-speech
-        probability), from the logits after <|startoftranscript|>."""
+        probability), from the logits after <|startoftranscript|>, on MLX's float32 decoder
+        (the language probabilities are compared with thresholds and shown to users)."""
         tok = self.tokenizer("en")
-        logits, _, _ = inference_for(self.model).decode(mx.array([[tok.sot]]), base)
+        logits, _, _ = MLXInference(self.model).decode(mx.array([[tok.sot]]), base)
         logprobs = _log_probs(logits[0, -1])
         ids = np.array(tok.all_language_tokens)
         language_probs = np.exp(log_softmax(logprobs[ids][None])[0])

@@ -153,8 +153,8 @@ class DecoderStep:
 
     def supports(self, tokens: mx.array, state, want_logits) -> bool:
         """One new token per row after a prompt, all logits, few enough rows. A first token
-        (no cache: language detection reads its logits) stays on MLX's float32 path, as
-        prompt passes do: the no-speech and language probabilities are read from those."""
+        (no cache) is a prompt pass (prefill.py: its logits float32, the no-speech probability
+        is read there)."""
         return (tokens.ndim == 2 and tokens.shape[1] == 1 and 1 <= tokens.shape[0] <= MAX_ROWS
                 and want_logits is True and state.self_kv[0] is not None)
 

@@ -5,8 +5,8 @@ The choice is made once per model (and again after ``native.reset``): off the CP
 the kernels are not built, refused or turned off, ``MLXInference`` (model/inference.py);
 else a ``NativeInference`` holding the decoder's one-token step (decoder.py) and multi-token
 pass (prefill.py) for this model, with the settings read once (``native.kernel_settings``).
-Per call it still hands a shape the kernels refuse (batch padding in a prompt, a first token
-whose logits are read for the language) to MLX.
+Per call it still hands a shape the kernels refuse (batch padding in a prompt) to MLX;
+language detection calls MLX's decoder itself (context.py).
 """
 
 from __future__ import annotations

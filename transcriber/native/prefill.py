@@ -52,8 +52,9 @@ class DecoderPass:
         self._lock = threading.Lock()
 
     def supports(self, tokens: mx.array, state) -> bool:
-        """Several tokens of one row, no batch padding, and the check not failed."""
-        return (self.checked is not False and tokens.ndim == 2 and tokens.shape[0] == 1 and tokens.shape[1] > 1
+        """Tokens of one row (one: a first window's <|startoftranscript|> alone, no cache yet), no
+        batch padding, and the check not failed."""
+        return (self.checked is not False and tokens.ndim == 2 and tokens.shape[0] == 1 and tokens.shape[1] >= 1
                 and state.pad is None and state.audio_len is None and state.cross_kv[0][1].shape[0] == 1)
 
     def __call__(self, tokens: mx.array, state, layers: Collection[int],
