@@ -243,7 +243,7 @@ class StreamingSession:
         without committed words keeps only its end, as over music. Over too little audio to tell
         (``MIN_JUDGED_FRAMES``) such a pass waits for more when its audio leans backwards
         (``GATE.leans_backwards``), but for the last one: the reversed voice's first 2 s (" You're",
-        -0.029), a TIMIT sentence's (-0.000; the dev set's first passes +0.18 and more)."""
+        -0.029; a TIMIT sentence's -0.000, the dev set's first passes +0.18 and more)."""
         if not len(result.logprobs) or not GATE.is_doubtful(float(result.no_speech_prob),
                                                              float(np.mean(result.logprobs))):
             return False
