@@ -112,10 +112,11 @@ def test_speech_through_noise_is_still_streamed(engines, data_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["babble", "clicks"])
+@pytest.mark.parametrize("name", ["babble", "clicks", "reversed_voice"])
 def test_nothing_written_over_non_speech_followed(data_dir, tmp_path, name):
     """``transcribe follow -`` (a recording read as it is made, through the streaming session):
-    15 s of reversed-voice babble or clicks on standard input, no words (main streamed 24 and 6)."""
+    15 s of reversed-voice babble, clicks or a single reversed voice on standard input, no words
+    (main streamed 24, 6 and 16)."""
     clip = write_wav(tmp_path / f"{name}.wav", synthesize(name, 15.0, data_dir, 0))
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "jobs", "follow", "-", "-o", str(out), "--name", "rec", "-f", "json", "-q",
