@@ -17,6 +17,11 @@ model is far less sure of it than of any speech measured; and a streaming pass's
 judged together as a one-shot segment is (their mean, punctuation aside, under 0.3). Room noise
 never gets this far: the no-speech probability skips it first.
 
+A reading the model is unsure of is also judged by which way its audio runs: speech played
+backwards (one voice: its pitch, formants and rhythm, no words) reads as speech to the model by
+every score it gives, but it swells slowly and stops short, where speech starts sharply and
+fades (``runs_backwards``, ``BACKWARDS_BELOW``).
+
 ``GATE`` (a ``NonSpeechGate``) is the one object both modes ask, before and after decoding:
 
 - silence: audio none of whose 20 ms frames reaches ``silence_db`` (RMS, dBFS) is not decoded at
@@ -81,6 +86,26 @@ GUESS_CORNERS = ((0.5, -0.5), (0.4, -1.0))
 # 3.9. So past this ratio, twice one-shot's 2.4 (which only starts the fallback), such a window
 # is a loop the model heard in a sound, not speech.
 HEARD_LOOP_RATIO = 4.8
+# Speech runs forwards: a syllable starts sharply (a plosive, a vowel's attack) and fades slowly
+# (and a room's echo fades after it), so the steepest rises of a mel band's level are steeper than
+# its steepest falls; played backwards it swells slowly and stops short. ``time_asymmetry``
+# measures it, -1 to 1 (bench/time_asymmetry.py). Over the readings the gate judges (the model
+# unsure: ``is_doubtful``; 2.5 s of audio or more), tiny.en, both modes: forward speech (the dev
+# set's English, extra's AMI, TIMIT and Apollo 11 radio, the podcast, the reversed voice played
+# forwards), 108 readings, +0.034 at the least (a TIMIT sentence; the radio +0.035); a dev-set
+# reading played backwards (bench/nonspeech_set.py's reversed_voice, 5 seeds and lengths) and
+# pygame's whoosh and secosmic_lo, 72 readings, -0.053 at the most. 10 s windows of every
+# recording: English forwards +0.019 at the least, backwards -0.023 at the most (the radio
+# +0.027 / -0.015). Over less audio the two overlap (3 s windows: the radio forwards -0.044,
+# English backwards +0.064), so shorter audio is not refused (``MIN_JUDGED_FRAMES``), and only a
+# reading the model is unsure of is judged: what it is sure of stays, whatever its audio does.
+BACKWARDS_BELOW = -0.02
+DOUBTFUL_LOGPROB = -0.4  # the reversed voice's readings: -0.47 to -1.39, its first ones
+DOUBTFUL_NO_SPEECH = 0.6  # openai/whisper's no-speech threshold (the whoosh: 0.72, log probability -0.39)
+MIN_JUDGED_FRAMES = 250  # 10 ms mel frames: 2.5 s
+_CHANGE_FRAMES = 2  # a level's change is measured over 20 ms (an onset takes 10-30 ms)
+_JUDGED_RANGE = 1.0  # normalised log-mel units (4 decades: 40 dB): cells this far below the loudest are left out
+_TAIL = 0.01  # the steepest 1 % of rises and of falls
 
 _NOT_LETTERS = re.compile(r"[^\w ]+")
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
@@ -135,6 +160,39 @@ def reads_again(said: str, reread: str) -> bool:
 
 def _letters(text: str) -> str:
     return re.sub(r"[\W_]+", "", text).lower()
+
+
+def time_asymmetry(mel: np.ndarray) -> Optional[float]:
+    """How much steeper the steepest rises of the bands' levels are than their steepest falls:
+    (q99 + q01) / (q99 - q01) of every mel band's change over ``_CHANGE_FRAMES``, where one of
+    the two frames is within ``_JUDGED_RANGE`` of the loudest cell; -1 to 1, positive for speech
+    played forwards. mel: (F, n_mels) Whisper's normalised log-mel. None without change to measure."""
+    mel = np.asarray(mel, dtype=np.float64)
+    change = mel[_CHANGE_FRAMES:] - mel[:-_CHANGE_FRAMES]
+    judged = change[np.maximum(mel[_CHANGE_FRAMES:], mel[:-_CHANGE_FRAMES]) > mel.max(initial=0.0) - _JUDGED_RANGE]
+    if not judged.size:
+        return None
+    fall, rise = np.quantile(judged, [_TAIL, 1 - _TAIL])
+    return float((rise + fall) / (rise - fall)) if rise > fall else None
+
+
+def is_doubtful(no_speech_prob: float, avg_logprob: Optional[float]) -> bool:
+    """The model is unsure of a reading: its mean token log probability is under
+    ``DOUBTFUL_LOGPROB``, or it thought the audio likely held no speech (``DOUBTFUL_NO_SPEECH``)."""
+    return no_speech_prob > DOUBTFUL_NO_SPEECH or (avg_logprob is not None and avg_logprob < DOUBTFUL_LOGPROB)
+
+
+def leans_backwards(mel: np.ndarray) -> bool:
+    """The audio of ``mel`` (F, n_mels; Whisper's normalised log-mel) swells and stops as speech
+    played backwards does (``time_asymmetry`` under ``BACKWARDS_BELOW``), however little of it
+    there is: under ``MIN_JUDGED_FRAMES`` too little to refuse it, enough to wait for more."""
+    asymmetry = time_asymmetry(mel)
+    return asymmetry is not None and asymmetry < BACKWARDS_BELOW
+
+
+def runs_backwards(mel: np.ndarray) -> bool:
+    """``leans_backwards``, over enough audio to tell (``MIN_JUDGED_FRAMES``)."""
+    return len(mel) >= MIN_JUDGED_FRAMES and leans_backwards(mel)
 
 
 def is_speech_segment(segment: Segment) -> bool:
@@ -249,6 +307,9 @@ class NonSpeechGate:
     is_unlikely_start = staticmethod(is_unlikely_start)
     is_heard_loop = staticmethod(is_heard_loop)
     reads_again = staticmethod(reads_again)
+    is_doubtful = staticmethod(is_doubtful)
+    runs_backwards = staticmethod(runs_backwards)
+    leans_backwards = staticmethod(leans_backwards)
     speech_words = staticmethod(speech_words)
     speech_segments = staticmethod(speech_segments)
 

@@ -23,6 +23,7 @@ from .decoding.side_by_side import WindowsSideBySide
 from .decoding.options import TranscribeOptions
 from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
+from .mel import log_mel_spectrogram
 from .model.state import DecoderState
 from .model.whisper import Whisper
 from .nonspeech import GATE
@@ -178,6 +179,12 @@ class OneShotEngine:
                 or self._looping(result, n_frames) or self._unreadable(result)  # (at every temperature)
                 or (self._no_speech.is_likely(result.no_speech_prob) and GATE.is_heard_loop(result.compression_ratio)))
 
+    def _runs_backwards(self, result: DecodingResult, samples: np.ndarray, n_frames: int) -> bool:
+        """A reading the model is unsure of (``GATE.is_doubtful``) of audio (``samples``, its first
+        ``n_frames`` mel frames) that runs backwards (``GATE.runs_backwards``): not speech."""
+        return (GATE.is_doubtful(result.no_speech_prob, result.avg_logprob) and GATE.runs_backwards(
+            np.asarray(log_mel_spectrogram(samples, self.model.dims.n_mels))[:n_frames]))
+
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
         """Decode ``source`` window by window from ``state``: one ``Step`` per window."""
         with contextlib.closing(self._walk(source, state)) as walker:  # closing it stops ffmpeg
@@ -223,7 +230,7 @@ class OneShotEngine:
                 if seek.language is None:  # detected once per file, on its first window with sound
                     seek.language, seek.language_probability, _ = self.context.detect_language(base)
                 segments, seek = yield from self._decode_window(base, n_frames, seek,
-                                                                self.context.tokenizer(seek.language), levels)
+                                                                self.context.tokenizer(seek.language), levels, samples)
             yield Step(tuple(w for s in segments for w in s.words), tuple(segments), seek.to_dict(),
                        seek.seek / FRAMES_PER_SECOND, seek.language or "en", seek.language_probability,
                        audio.warnings)
@@ -241,16 +248,17 @@ class OneShotEngine:
         return None
 
     def _decode_window(self, base: DecoderState, n_frames: int, state: SeekState, tokenizer: Tokenizer,
-                       levels: np.ndarray):
+                       levels: np.ndarray, samples: np.ndarray):
         """One encoded window -> its segments (with words) and the state after it. A generator
         (``yield from`` it): it asks its driver for the first decoding (a ``_Decode``).
-        levels: (F,) the level (dBFS) of the window's 20 ms frames (``GATE.frame_levels``)."""
+        levels: (F,) the level (dBFS) of the window's 20 ms frames (``GATE.frame_levels``) of
+        ``samples``, its audio."""
         opts = self.options
         time_offset = state.seek / FRAMES_PER_SECOND
         task = self._task(opts.temperatures[0], state.prompt_tokens, tokenizer, n_frames)
         first = yield _Decode(task, base)
         result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer, n_frames, first)
-        if self.refuses(result, n_frames):
+        if self.refuses(result, n_frames) or self._runs_backwards(result, samples, n_frames):
             return [], replace(state, seek=state.seek + n_frames)
         pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
         if opts.word_timestamps and pieces:
