@@ -243,11 +243,11 @@ def threads() -> int:
     return max(1, min(STEP_THREADS, encoder_threads()))
 
 
-# Two: a tiny.en step reads 66 MB, 2.0 ms on one core of this project's Zen 5 and 1.2 ms on
-# two (bench/kernels.md, "The decoder step on the second core"); more cores were not measured
-# here, and each helper spins a few tens of microseconds after its last part. The pool gives
-# a busy machine's core back: its caller never waits for a helper that has not started, and
-# runs alone while helpers do not help.
+# Two: a tiny.en step reads 66 MB, 2.06 ms on one core of this project's Zen 5 and 1.52 ms on
+# two (bench/step_spread.py; bench/kernels.md, "The decoder step on the second core"); more
+# cores were not measured here, and each helper spins a few tens of microseconds after its
+# last part. The pool gives a busy machine's core back: its caller never waits for a helper
+# that has not started, and runs alone while helpers do not help.
 STEP_THREADS = 2
 _lock = threading.Lock()
 _settings_lock = threading.Lock()

@@ -150,8 +150,8 @@ void softmax_row(int N, float* s) {
 
 }  // namespace
 
-// pool.cpp: fn(arg, 0 .. parts - 1) on the caller and up to threads - 1 helpers that claim
-// parts as they come (none waited for that has not started).
+// pool.cpp: fn(arg, 0 .. parts - 1) on the caller and up to threads - 1 helpers, each thread
+// claiming parts as it comes (the caller never waits for a helper that has not started).
 void TK(run_parts)(int parts, int threads, void (*fn)(void*, int), void* arg);
 
 namespace {
