@@ -47,9 +47,11 @@ def mark_tokens(tokenizer: Tokenizer) -> frozenset[int]:
 
 
 def alignment_rows(weights: list[mx.array], heads: np.ndarray, rows: slice) -> np.ndarray:
-    """The alignment heads' attention, (B, n_heads, T', S), for the token rows ``rows``."""
-    stacked = mx.stack([weights[layer][:, head, rows, :] for layer, head in heads.tolist()], axis=1)
-    return np.array(stacked, dtype=np.float64)
+    """The alignment heads' attention, (B, n_heads, T', S), for the token rows ``rows``: sliced
+    and stacked in numpy (each layer's array read in place), not as MLX ops to evaluate (0.5 ms
+    a step, ~3% of streaming)."""
+    return np.stack([np.asarray(weights[layer])[:, head, rows, :] for layer, head in heads.tolist()],
+                    axis=1).astype(np.float64)
 
 
 class AlignAttHook(StepHook):
