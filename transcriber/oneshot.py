@@ -134,8 +134,12 @@ class OneShotEngine:
         opts = self.options
         if not (len(opts.temperatures) > 1 and result.temperature == opts.temperatures[-1]):
             return False
-        unlikely = opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
-        return unlikely or self._repetitive(result)
+        return self._unlikely(result) or self._repetitive(result)
+
+    def _unlikely(self, result: DecodingResult) -> bool:
+        """The text's mean token log probability is under the fallback's threshold."""
+        threshold = self.options.logprob_threshold
+        return threshold is not None and result.avg_logprob < threshold
 
     def _repetitive(self, result: DecodingResult) -> bool:
         """The text loops: it compresses past the threshold, or repeats a word or phrase past
@@ -161,7 +165,7 @@ class OneShotEngine:
             else:
                 result = self._task(t, prompt, tokenizer, n_frames).run(base, tokenizer.language)
             too_repetitive = self._repetitive(result)
-            too_unlikely = opts.logprob_threshold is not None and result.avg_logprob < opts.logprob_threshold
+            too_unlikely = self._unlikely(result)
             looping = self._looping(result, n_frames)
             if (self._no_speech.is_likely(result.no_speech_prob) or not GATE.has_words(result.text)
                     or not (too_repetitive or too_unlikely or looping)):
