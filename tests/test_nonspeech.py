@@ -107,6 +107,22 @@ def test_unlikely_text_after_a_pause_is_a_guess():
     assert not is_unlikely_start(None, -2.0) and not is_unlikely_start(0.9, None)
 
 
+def test_a_doubted_pass_is_read_again_and_a_guess_that_disagrees_is_refused():
+    from transcriber.nonspeech import is_guessed_again, needs_rereading
+
+    assert needs_rereading(0.29, -1.17)  # the stream's first pass over babble (20 s, seed 2)
+    assert needs_rereading(0.45, -1.37)  # a guess by the corners too (the radio's, kept when read again)
+    # speech: the Apollo radio's other passes after pauses, a sure pass, nothing to judge
+    assert not needs_rereading(0.36, -0.96) and not needs_rereading(0.11, -1.94)
+    assert not needs_rereading(0.25, -2.0) and not needs_rereading(None, -2.0)
+    said = " I'm not there for all of you"
+    # one-shot over the same babble: another text, drawn at temperature 0.4
+    assert is_guessed_again(said, " So I'm never going to be able to hear what's going on.", 0.38, -0.99, 0.4)
+    assert not is_guessed_again(said, " So I'm never going to be able to hear what's going on.", 0.38, -0.99, 0.0)
+    assert not is_guessed_again(said, " I'm not there for all of you guys.", 0.38, -0.99, 0.4)  # read again
+    assert is_guessed_again(" Hans Jak", " Hello there.", 0.55, -1.2, 0.0)  # a guess by its scores
+
+
 def test_a_loop_heard_in_a_sound_is_far_past_what_repeated_speech_compresses_to():
     from transcriber.nonspeech import HEARD_LOOP_RATIO, is_heard_loop
 

@@ -77,6 +77,12 @@ ISOLATION = 2.0
 # There a pass the rule doubts is judged again as one-shot would judge its buffer
 # (``StreamingSession._one_shot_refuses``).
 GUESS_CORNERS = ((0.5, -0.5), (0.4, -1.0))
+# A streaming pass beyond this corner is judged again too, though not a guess by the corners above:
+# babble of six reversed voices (20 s, seed 2) began the stream with " I'm not there for all of
+# you" at no-speech 0.29 and log probability -1.17 (7 words written). Speech stays outside it but
+# for the radio's noisiest pass: the dev set's passes after pauses score no-speech 0.25 at most,
+# the Apollo 11 radio's (0.36, -0.96), (0.11, -1.94), and (0.45, -1.37) (judged again, kept).
+RECHECK_CORNER = (0.25, -1.0)
 # A one-shot window whose no-speech probability is over the threshold ends the temperature
 # fallback at once, looping or not. Over sounds tiny.en loops a stock sentence (bench/nonspeech_set.py,
 # 30 s): " I'm going to go to the next one." 13 times over applause-like bursts (no-speech
@@ -142,6 +148,25 @@ def is_unlikely_start(no_speech_prob: Optional[float], avg_logprob: Optional[flo
     probability beyond one of ``GUESS_CORNERS`` (False when either is not known)."""
     return (no_speech_prob is not None and avg_logprob is not None
             and any(no_speech_prob > ns and avg_logprob < lp for ns, lp in GUESS_CORNERS))
+
+
+def needs_rereading(no_speech_prob: Optional[float], avg_logprob: Optional[float]) -> bool:
+    """A streaming pass after a pause whose scores doubt it enough to read its audio again as
+    one-shot: ``is_unlikely_start``, or beyond ``RECHECK_CORNER``."""
+    ns, lp = RECHECK_CORNER
+    return is_unlikely_start(no_speech_prob, avg_logprob) or (
+        no_speech_prob is not None and avg_logprob is not None and no_speech_prob > ns and avg_logprob < lp)
+
+
+def is_guessed_again(said: str, reread: str, no_speech_prob: float, avg_logprob: float, temperature: float) -> bool:
+    """A second decoding of a doubted pass's audio (one-shot's, ``reread``) that is a guess
+    and does not begin with what the pass said (``reads_again``): by its own scores
+    (``is_unlikely_start``), or because its greedy text failed and the fallback sampled one
+    (temperature over 0). Two readings of the same audio that disagree, one of them drawn at
+    random: over the babble above the stream said " I'm not there for all of you", one-shot " So
+    I'm never going to be able to hear what's going on." (0.38, -0.99 at temperature 0.4)."""
+    return ((is_unlikely_start(no_speech_prob, avg_logprob) or temperature > 0)
+            and not reads_again(said, reread))
 
 
 def is_heard_loop(compression_ratio: float) -> bool:
@@ -305,6 +330,8 @@ class NonSpeechGate:
     is_speech_segment = staticmethod(is_speech_segment)
     is_isolated_guess = staticmethod(is_isolated_guess)
     is_unlikely_start = staticmethod(is_unlikely_start)
+    needs_rereading = staticmethod(needs_rereading)
+    is_guessed_again = staticmethod(is_guessed_again)
     is_heard_loop = staticmethod(is_heard_loop)
     reads_again = staticmethod(reads_again)
     is_doubtful = staticmethod(is_doubtful)

@@ -373,13 +373,13 @@ class StreamingSession:
         return out
 
     def _one_shot_refuses(self, result: PassResult, n_positions: int, said: str) -> bool:
-        """A pass after a pause (or at the stream's start) that is a guess by its own scores
-        (``GATE.is_unlikely_start``: its no-speech probability, its tokens' mean log
+        """A pass after a pause (or at the stream's start) that its own scores doubt
+        (``GATE.needs_rereading``: its no-speech probability, its tokens' mean log
         probability) is judged again as one-shot would judge its buffer: the buffer padded to a
         30 s window, decoded with one-shot's fallback and refused by one-shot's rules (no speech,
         no word, looping, unreadable, a loop heard in a sound; vocables or a sound tag as a whole),
-        or as a guess by the same scores when it does not begin with what the pass said
-        (``GATE.reads_again``): base translating German, the stream's first pass " Hans Jak"
+        or as a guess (``GATE.is_guessed_again``: by its scores, or drawn by the fallback) when it
+        does not begin with what the pass said (``GATE.reads_again``): base translating German, the stream's first pass " Hans Jak"
         (0.65) read again as " Hans Jakob Christi" (0.55, -0.73) is speech. A pass's
         own scores do not tell speech from non-speech (tiny.en): a pass after a pause in the
         Apollo 11 radio (speech through noise) scored (0.45, -1.37), over clicks (0.58, -1.81),
@@ -388,7 +388,7 @@ class StreamingSession:
         a guess), (0.77, -1.23: no speech). Only doubtful passes pay for the decode: the radio's
         other passes after pauses scored no-speech 0.09-0.36, the dev set's at most 0.25."""
         mean_logprob = float(np.mean(result.logprobs)) if len(result.logprobs) else None
-        if not GATE.is_unlikely_start(float(result.no_speech_prob), mean_logprob):
+        if not GATE.needs_rereading(float(result.no_speech_prob), mean_logprob):
             return False
         if self._one_shot is None:
             self._one_shot = OneShotEngine(self.model, TranscribeOptions(
@@ -400,8 +400,8 @@ class StreamingSession:
                    window.text, window.no_speech_prob, window.avg_logprob, window.temperature)
         return (self._one_shot.refuses(window, n_mel)
                 or is_sound_tag(window.text) or is_vocables(window.text)
-                or (GATE.is_unlikely_start(window.no_speech_prob, window.avg_logprob)
-                    and not GATE.reads_again(said, window.text)))
+                or GATE.is_guessed_again(said, window.text, window.no_speech_prob, window.avg_logprob,
+                                         window.temperature))
 
     # -- buffer -----------------------------------------------------------------------------------
 
