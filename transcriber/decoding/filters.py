@@ -96,13 +96,16 @@ class ApplyTimestampRules(LogitFilter):
             logits[:, :ts_begin] = -np.inf  # start with a timestamp
             if self.max_initial_timestamp_index is not None:
                 logits[:, ts_begin + self.max_initial_timestamp_index + 1:] = -np.inf
-        logprobs = log_softmax(logits)
-        ts_logprob = _logsumexp(logprobs[:, ts_begin:])
-        text_max = logprobs[:, :ts_begin].max(axis=-1)
-        logits[ts_logprob > text_max, :ts_begin] = -np.inf
+        # timestamps together likelier than the likeliest text token, compared as logits: both
+        # log probabilities are these minus the same log-sum-exp of the row, so that need not be
+        # computed (an exp of every logit, ~40 us of a ~1.5 ms step)
+        ts_logit = logsumexp(logits[:, ts_begin:])
+        text_max = logits[:, :ts_begin].max(axis=-1)
+        logits[ts_logit > text_max, :ts_begin] = -np.inf
 
 
-def _logsumexp(x: np.ndarray) -> np.ndarray:
+def logsumexp(x: np.ndarray) -> np.ndarray:
+    """(B, N) -> (B,) log of each row's sum of exp, -inf for a row of -inf."""
     m = x.max(axis=-1)
     finite = np.isfinite(m)
     safe = np.where(finite, m, 0.0)
@@ -112,7 +115,7 @@ def _logsumexp(x: np.ndarray) -> np.ndarray:
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """(B, V) -> (B, V) log probabilities, -inf stays -inf."""
-    return logits - _logsumexp(logits)[:, None]
+    return logits - logsumexp(logits)[:, None]
 
 
 def no_speech_prob(tokenizer: Tokenizer, sot_logits: np.ndarray) -> float:

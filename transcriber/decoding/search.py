@@ -19,7 +19,7 @@ import numpy as np
 
 from ..constants import TIME_PRECISION
 from .filters import (ApplyTimestampRules, LogitFilter, SuppressBlank, SuppressSpecials, SuppressTokens, log_softmax,
-                      suppress_ids)
+                      logsumexp, suppress_ids)
 
 if TYPE_CHECKING:
     from ..tokenizer import Tokenizer
@@ -63,14 +63,14 @@ class GreedyDecoder(TokenDecoder):
         self.history: list[np.ndarray] = []  # per step, (B,) log probability of the token taken
 
     def update(self, tokens, logits, sum_logprobs):
-        logprobs = log_softmax(logits)
         if self.temperature == 0:
             next_tokens = logits.argmax(axis=-1)
         else:
             p = np.exp(log_softmax(logits / self.temperature))
             next_tokens = np.array([self.rng.choice(len(row), p=row / row.sum()) for row in p])
         finished = tokens[:, -1] == self.eot
-        picked = np.where(finished, 0.0, logprobs[np.arange(len(next_tokens)), next_tokens])
+        # the taken token's log probability (its logit less the row's log-sum-exp; not the whole row's)
+        picked = np.where(finished, 0.0, logits[np.arange(len(next_tokens)), next_tokens] - logsumexp(logits))
         sum_logprobs += picked
         self.history.append(picked)
         next_tokens[finished] = self.eot
