@@ -21,10 +21,12 @@ import pytest
 from bench.nonspeech_set import CLASSES, LEVEL_DB, synthesize, words_written, write_wav
 from tests.conftest import ROOT
 from transcriber.audio import load_audio
+from transcriber.constants import SAMPLE_RATE
 from transcriber.decoding.task import DecodingResult
 from transcriber.mel import log_mel_spectrogram
 from transcriber.modes import make_engine
 from transcriber.nonspeech import BACKWARDS_BELOW, MIN_JUDGED_FRAMES, runs_backwards, time_asymmetry
+from transcriber.streaming import StreamingOptions, StreamingSession
 
 CASES = [(15.0, 0), (30.0, 1)]  # (seconds, seed)
 # What streaming wrote before the re-judging, (class, seconds, seed): words (a pass's no-speech
@@ -157,6 +159,25 @@ def test_a_reading_played_backwards_is_not_written(engines, harvard, tmp_path, m
     main streamed 48 words (" He'll be able to come I have a dream. ..."); the model is unsure
     of them and the audio swells and stops short, so nothing is written."""
     assert_nothing_written(engines[mode], tmp_path / "backwards.wav", harvard[::-1].copy())
+
+
+@pytest.mark.slow
+def test_audio_judged_backwards_stays_judged_so(model, data_dir, tmp_path):
+    """A LibriSpeech sentence (ls_icefall_1089-134686-0001, 6.6 s) played backwards, streamed: the
+    pass over its first 3 s runs backwards (-0.050) and is refused, the one over 4 s measures
+    -0.011 (its last second leans forwards) and wrote 10 words (" So far with my joke, the locks
+    in her head"). A doubtful pass whose buffer still holds audio judged backwards is refused too:
+    nothing written. The verdict travels with the session's state."""
+    samples = load_audio(str(data_dir / "audio" / "short_en" / "ls_icefall_1089-134686-0001.flac"))[::-1].copy()
+    assert_nothing_written(make_engine("stream", model), tmp_path / "backwards.wav", samples)
+    session = StreamingSession(model, StreamingOptions(language="en"))
+    for i in range(0, 3 * SAMPLE_RATE, SAMPLE_RATE):
+        session.insert_audio(samples[i:i + SAMPLE_RATE])
+        assert session.process() == []
+    state = session.state()
+    assert state["backwards_until"] == 300  # the 3 s judged (10 ms mel frames)
+    restored = StreamingSession.restore(model, StreamingOptions(language="en"), state)
+    assert restored.state()["backwards_until"] == 300
 
 
 @pytest.mark.slow
