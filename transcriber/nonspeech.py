@@ -146,16 +146,20 @@ def is_isolated_guess(words: Sequence[Word]) -> bool:
 def is_unlikely_start(no_speech_prob: Optional[float], avg_logprob: Optional[float]) -> bool:
     """Text after a pause that is a guess: its no-speech probability and mean token log
     probability beyond one of ``GUESS_CORNERS`` (False when either is not known)."""
-    return (no_speech_prob is not None and avg_logprob is not None
-            and any(no_speech_prob > ns and avg_logprob < lp for ns, lp in GUESS_CORNERS))
+    return _beyond(GUESS_CORNERS, no_speech_prob, avg_logprob)
 
 
 def needs_rereading(no_speech_prob: Optional[float], avg_logprob: Optional[float]) -> bool:
     """A streaming pass after a pause whose scores doubt it enough to read its audio again as
     one-shot: ``is_unlikely_start``, or beyond ``RECHECK_CORNER``."""
-    ns, lp = RECHECK_CORNER
-    return is_unlikely_start(no_speech_prob, avg_logprob) or (
-        no_speech_prob is not None and avg_logprob is not None and no_speech_prob > ns and avg_logprob < lp)
+    return _beyond((*GUESS_CORNERS, RECHECK_CORNER), no_speech_prob, avg_logprob)
+
+
+def _beyond(corners, no_speech_prob: Optional[float], avg_logprob: Optional[float]) -> bool:
+    """The scores are past one of ``corners`` (no-speech over, log probability under); False
+    when either is not known."""
+    return (no_speech_prob is not None and avg_logprob is not None
+            and any(no_speech_prob > ns and avg_logprob < lp for ns, lp in corners))
 
 
 def is_guessed_again(said: str, reread: str, no_speech_prob: float, avg_logprob: float, temperature: float) -> bool:
