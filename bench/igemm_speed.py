@@ -2,8 +2,8 @@
 
 One process, one path (``--path``, default avx2: the avx2 library forced on any x86 CPU), the
 two routes alternated call by call at tiny.en's (or ``--model base``'s) encoder shapes, M
-rows (1500: a 30 s window); thread CPU time per call, min and median of ``--repeat`` calls,
-as GFLOP/s (2 M N K / time). Also each route's relative RMS error against a float64 product
+rows (1500: a 30 s window); CPU time per call (the process's: every thread's), min and median
+of ``--repeat`` calls, as GFLOP/s (2 M N K / time). Also each route's relative RMS error against a float64 product
 of the unrounded operands, on random inputs shaped like the encoder's.
 
     PYTHONPATH=. python bench/igemm_speed.py [--path avx2] [--threads 1] [--repeat 15]
@@ -23,9 +23,9 @@ SHAPES = {"tiny.en": [(384, 384), (384, 1536), (1536, 384), (1152, 384), (240, 3
 
 
 def cpu_seconds(fn) -> float:
-    start = time.thread_time()
+    start = time.process_time()
     fn()
-    return time.thread_time() - start
+    return time.process_time() - start
 
 
 def relative_rms(got: np.ndarray, want: np.ndarray) -> float:
