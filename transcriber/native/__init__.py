@@ -204,9 +204,10 @@ def encoder_line() -> str:
     if not all(st.serves(k) for k in ENCODER_KINDS):
         return "encoder: MLX's float32 ops (a kernel it needs is disabled)"
     how = "vdpbf16ps (AVX-512 BF16)" if found.kernels.dot else "bf16 widened to float32 FMAs"
+    gemm = "bf16 GEMM"
     if encoder_choice() == "int16":
-        how = f"linears on integer products ({ENCODER_ENV}=int16), attention {how}"
-    return (f"encoder: native bf16 GEMM on {st.path}, {how}, {encoder_threads()} thread(s); "
+        gemm, how = f"integer GEMM ({ENCODER_ENV}=int16)", f"attention {how}"
+    return (f"encoder: native {gemm} on {st.path}, {how}, {encoder_threads()} thread(s); "
             f"{ENCODER_ENV}=mlx for MLX's float32")
 
 
