@@ -5,7 +5,8 @@ they serve by default (bfloat16 decoder weights, the bf16 encoder), with MLX's f
 (TRANSCRIBER_KERNEL_ENCODER=mlx), with float32 decoder weights too, with MLX's float32
 multi-token passes (TRANSCRIBER_KERNEL_PASS=mlx: prompts, word timing), with the one-token
 step's linears and projection in int8 (TRANSCRIBER_KERNEL_WEIGHTS=int8, src/int8.cpp), with its
-projection only (=int8-projection), and the AVX2 path's bf16 and int8 projection (``--configs``):
+projection only (=int8-projection), the AVX2 path's bf16 and int8 projection, and the AVX2 path's
+encoder on integer products (TRANSCRIBER_KERNEL_ENCODER=int16, src/gemm.cpp's igemm) (``--configs``):
 
 - tiny.en on the dev set (short_en + long_en, exact/exact-ish), one-shot and streaming, by
   bench/dev_set.py: WER, median word start error, files whose words changed, the largest start
@@ -47,7 +48,9 @@ CONFIGS = (("MLX float32 (kernels off)", {"TRANSCRIBER_KERNELS": "off"}),
            ("kernels: int8 vocabulary projection (step)", {"TRANSCRIBER_KERNEL_WEIGHTS": "int8-projection"}),
            ("avx2 kernels: bf16 decoder", {"TRANSCRIBER_KERNELS": "avx2", "TRANSCRIBER_KERNEL_WEIGHTS": "bf16"}),
            ("avx2 kernels: int8 vocabulary projection",
-            {"TRANSCRIBER_KERNELS": "avx2", "TRANSCRIBER_KERNEL_WEIGHTS": "int8-projection"}))
+            {"TRANSCRIBER_KERNELS": "avx2", "TRANSCRIBER_KERNEL_WEIGHTS": "int8-projection"}),
+           ("avx2 kernels: int16 encoder (integer linears)",
+            {"TRANSCRIBER_KERNELS": "avx2", "TRANSCRIBER_KERNEL_ENCODER": "int16"}))
 
 
 def dev_set(env: dict, out: Path) -> dict:

@@ -157,5 +157,21 @@ int main(int argc, char** argv) {
       print(act ? "gemm_gelu" : "gemm", c.data(), (long)M * GN);
     }
   }
+
+  auto igemm_pack = fn<void (*)(int, int, const float*, int, uint32_t*, float*, float*)>("igemm_pack");
+  auto igemm = fn<void (*)(int, int, int, const float*, long, const uint32_t*, const float*, const float*, int,
+                           const float*, const float*, long, int, float*, long, int)>("igemm");
+  {
+    const int M = 37, GN = 50, GK = 301, LEVELS = 2047;  // K over two exact chunks of 128
+    float *a = values((long)M * GK), *gw = values((long)GN * GK), *bias = values(GN), *res = values((long)M * GN);
+    uint32_t* packed = (uint32_t*)zeros((long)((GN + 15) / 16) * ((GK + 1) / 2) * 16 * 4);
+    float *scale = (float*)zeros((long)(GN + 15) / 16 * 16 * 4), *channel = (float*)zeros((GK + 1) * 4L);
+    igemm_pack(GN, GK, gw, LEVELS, packed, scale, channel);
+    std::vector<float> c((long)M * GN);
+    for (int act = 0; act <= 1; act++) {
+      igemm(M, GN, GK, a, GK, packed, scale, channel, LEVELS, bias, res, GN, act, c.data(), GN, 1);
+      print(act ? "igemm_gelu" : "igemm", c.data(), (long)M * GN);
+    }
+  }
   return 0;
 }

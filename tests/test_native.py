@@ -21,7 +21,7 @@ from transcriber import native
 from transcriber.model.inference import MLXInference
 from transcriber.native import checks, loader
 from transcriber.native.inference import NativeInference, inference_for
-from transcriber.native.kernels import Kernels
+from transcriber.native.kernels import INTEGER_LEVELS, Kernels
 
 BUILT = loader.record() or {}
 FLAGS = loader.cpu_flags()
@@ -358,7 +358,7 @@ def test_a_forked_child_runs_the_threaded_kernels(kernels, tmp_path):
     script.write_text(f"""
 import ctypes, os, sys
 import numpy as np
-from transcriber.native.kernels import Kernels
+from transcriber.native.kernels import INTEGER_LEVELS, Kernels
 k = Kernels(ctypes.CDLL({str(loader.library_file(kernels.path))!r}), {kernels.path!r})
 w = k.pack(np.random.default_rng(1).standard_normal((5000, 384), dtype=np.float32))
 x = np.ones((1, 384), np.float32)
@@ -473,6 +473,62 @@ def test_gemm_as_a_convolution_matches_mlx_conv1d(kernels, stride):
         kernels.gemm(padded, kernels.gemm_pack(w.reshape(out, -1)), rows=frames + 1, row_stride=c)
 
 
+@pytest.mark.parametrize("rows", [1, 4, 5, 97, 200])
+@pytest.mark.parametrize("width,out", [(384, 1152), (37, 29), (301, 70), (1536, 40)])
+def test_integer_gemm_rows_and_widths_match_mlx(kernels, rows, width, out):
+    """The integer GEMM (12-bit weights per column with channel scales, 14-bit rows, int32 sums
+    exact per chunk of 128 k): against MLX's float32 product of the same quantised values
+    (checks.int8_reference), with bias, GELU and an in-place residual; every tile shape (rows
+    past 4 and 96) and K over many chunks; and within 0.5% of MLX's float32 product."""
+    rng = np.random.default_rng(rows + width + out)
+    x = rng.standard_normal((rows, width), dtype=np.float32)
+    w = rng.standard_normal((out, width), dtype=np.float32)
+    b = rng.standard_normal(out, dtype=np.float32)
+    res = rng.standard_normal((rows, out), dtype=np.float32)
+    pre = checks.int8_reference(x, w, INTEGER_LEVELS) + mx.array(b)
+    gelu = np.array(pre * 0.5 * (1 + mx.erf(pre / np.sqrt(2))))
+    packed = kernels.igemm_pack(w)
+    np.testing.assert_allclose(kernels.gemm(x, packed, b, gelu=True), gelu, rtol=1e-5, atol=1e-4)
+    y = res.copy()
+    kernels.gemm(x, packed, b, res=y, out=y)
+    np.testing.assert_allclose(y, np.array(pre) + res, rtol=1e-5, atol=1e-4)
+    exact = np.array(mx.array(x) @ mx.array(w).T + mx.array(b))
+    assert np.abs(kernels.gemm(x, packed, b) - exact).max() < 0.005 * np.abs(exact).max()
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_integer_gemm_as_a_convolution_matches_mlx(kernels, stride):
+    """Overlapping rows (a convolution's im2col) on integer products: each row quantised alone."""
+    rng = np.random.default_rng(stride)
+    frames, c, out = 41, 19, 35
+    x = rng.standard_normal((frames, c), dtype=np.float32)
+    w = rng.standard_normal((out, 3 * c), dtype=np.float32)
+    padded = np.pad(x, ((1, 1), (0, 0)))
+    rows = (frames - 1) // stride + 1
+    cols = np.stack([padded[stride * t: stride * t + 3].ravel() for t in range(rows)])
+    got = kernels.gemm(padded, kernels.igemm_pack(w), rows=rows, row_stride=stride * c)
+    np.testing.assert_allclose(got, np.array(checks.int8_reference(cols, w, INTEGER_LEVELS)), rtol=1e-5, atol=1e-4)
+
+
+def test_integer_gemm_is_the_same_on_every_path_and_thread_count():
+    """Exact int32 sums per chunk, added in float32 in one order: every path and thread count
+    gives the same floats (a product alone; outsize columns and an outlier channel)."""
+    rng = np.random.default_rng(31)
+    w = rng.standard_normal((1100, 1536), dtype=np.float32)
+    w[7] *= 40
+    x = rng.standard_normal((150, 1536), dtype=np.float32)
+    x[:, 5] = 30.0
+    results = {}
+    for path in PATHS:
+        k = Kernels(ctypes.CDLL(loader.library_file(path)), path)
+        packed = k.igemm_pack(w)
+        for threads in (1, 2, 3):
+            results[(path, threads)] = k.gemm(x, packed, threads=threads)
+    first = next(iter(results.values()))
+    for key, got in results.items():
+        np.testing.assert_array_equal(got, first, err_msg=str(key))
+
+
 @pytest.mark.parametrize("positions", [1, 63, 301])
 def test_attention_bf16_matches_mlx(kernels, positions):
     """The bf16 attention against MLX's over the bf16-rounded query, keys and values: within
@@ -513,6 +569,27 @@ def test_the_bf16_encoder_stays_close_to_mlx_float32(model, monkeypatch):
     want = np.array(inference_for(model).encode(mel))
     assert got.shape == want.shape == (1, 500, 384)
     assert np.sqrt(((got - want) ** 2).mean() / (want ** 2).mean()) < 0.02
+
+
+def test_the_integer_native_encoder_on_every_path_stays_closer_to_mlx_float32_than_bf16(kernels, model, monkeypatch):
+    """TRANSCRIBER_KERNEL_ENCODER=int16 (linears and convolutions on integer products) on each
+    path: a 10 s window against MLX's float32 encoder, closer than the bf16 encoder's FMA route
+    (12-bit weights and 14-bit rows against bf16's 8-bit mantissas); and the setting serves it."""
+    from transcriber.native.encoder import NativeEncoder
+
+    _kernel_setting(monkeypatch, native.ENCODER_ENV, "mlx")
+    model.encoder.restore_weights()
+    mel = np.random.default_rng(4).standard_normal((1000, 80), dtype=np.float32)
+    want = np.array(model.encoder(mx.array(mel[None])))[0]
+    error = {}
+    for integer in (False, True):
+        monkeypatch.setattr(kernels, "dot", False)
+        got = NativeEncoder(kernels, model.encoder, threads=2, integer=integer).window(mel)
+        error[integer] = np.sqrt(((got - want) ** 2).mean() / (want ** 2).mean())
+    assert error[True] < error[False] < 0.02, error
+    _kernel_setting(monkeypatch, native.ENCODER_ENV, "int16")
+    assert native.ops().encoder(model.encoder).integer
+    assert "integer GEMM" in native.encoder_line()
 
 
 def test_the_native_encoder_frees_mlx_float32_weights_and_mlx_reads_them_again(model, monkeypatch):

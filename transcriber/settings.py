@@ -25,6 +25,8 @@ _KERNEL_CHOICES = ("bf16", "mlx")
 KERNEL_PATHS = ("avx512", "avx2", "neon", "portable")  # transcriber/native/loader.py's PATHS
 # the decoder's weight precisions on the kernels, the default first (transcriber/native/decoder.py)
 KERNEL_WEIGHTS = ("bf16", "f32", "int8-projection", "int8")
+# the encoder's products on the kernels, the default first: bf16, int16 (integer products), mlx
+KERNEL_ENCODER = ("bf16", "int16", "mlx")
 
 
 class SettingError(ValueError):
@@ -95,7 +97,7 @@ SETTINGS = {s.name: s for s in (
     Setting("TRANSCRIBER_KERNEL_THREADS", int, 1, None, doc="threads of the native kernels: the encoder's and the decoder step's"),
     Setting("TRANSCRIBER_KERNEL_WEIGHTS", str, choices=KERNEL_WEIGHTS,
             doc="the decoder's weight precision"),
-    Setting("TRANSCRIBER_KERNEL_ENCODER", str, choices=_KERNEL_CHOICES, doc="the encoder's ops"),
+    Setting("TRANSCRIBER_KERNEL_ENCODER", str, choices=KERNEL_ENCODER, doc="the encoder's ops"),
     Setting("TRANSCRIBER_KERNEL_PASS", str, choices=_KERNEL_CHOICES, doc="the decoder's multi-token passes"),
     Setting("TRANSCRIBER_KERNEL_CROSS", str, choices=_KERNEL_CHOICES, doc="the cross-attention keys and values"),
     Setting("TRANSCRIBER_TEST_DATA", doc="the test suite's data folder"),

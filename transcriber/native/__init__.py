@@ -91,9 +91,11 @@ class Ops:
         kernel it needs is disabled, or $TRANSCRIBER_KERNEL_ENCODER=mlx. Once packed, MLX's
         float32 weights of the encoder are dropped (``AudioEncoder.drop_weights``: read again
         from the model's file if MLX's ops serve it later); the self-checks ran before."""
-        if encoder_choice() != "bf16" or not all(self.status.serves(k) for k in ENCODER_KINDS):
+        integer = encoder_choice() == "int16"
+        kinds = ENCODER_KINDS + (("igemm",) if integer else ())
+        if encoder_choice() == "mlx" or not all(self.status.serves(k) for k in kinds):
             return None
-        key = (id(encoder), id(encoder.conv1.weight))  # a dropped weight is a new array: new id
+        key = (id(encoder), id(encoder.conv1.weight), integer)  # a dropped weight is a new array: new id
         with _lock:
             if key not in self._encoders:
                 from .encoder import NativeEncoder
@@ -101,9 +103,9 @@ class Ops:
                 if len(self._encoders) >= KEPT_MODELS:
                     self._encoders.pop(next(iter(self._encoders)))
                 encoder.restore_weights()  # packed from float32, never from a dropped copy
-                packed = NativeEncoder(self.kernels, encoder)
+                packed = NativeEncoder(self.kernels, encoder, integer=integer)
                 encoder.drop_weights()
-                key = (id(encoder), id(encoder.conv1.weight))
+                key = (id(encoder), id(encoder.conv1.weight), integer)
                 self._encoders[key] = packed
             found = self._encoders[key]
         found.threads = encoder_threads()
@@ -137,7 +139,8 @@ class KernelSettings:
     weights: the decoder's weight precision on the kernels, bf16, f32, int8-projection (the
     one-token step's vocabulary projection in int8) or int8 (its layers' linears too; the
     multi-token passes bf16 either way) ($..._WEIGHTS);
-    encoder: bf16 (the native bf16 GEMM) or mlx (MLX's float32 ops, the native attention) ($..._ENCODER);
+    encoder: bf16 (the native bf16 GEMM), int16 (its linears and convolutions on integer
+    products, src/gemm.cpp's igemm) or mlx (MLX's float32 ops, the native attention) ($..._ENCODER);
     passes: the decoder's multi-token passes (prompts, word timing), bf16 (the native pass) or
     mlx (MLX's float32 decoder) ($..._PASS);
     cross: the cross-attention keys and values per window, bf16 (the bf16 GEMM) or mlx (MLX's
@@ -157,7 +160,7 @@ class KernelSettings:
             value = settings.get(env) or allowed[0]
             return value if value in allowed else allowed[0]
 
-        return cls(choice(PRECISION_ENV, settings.KERNEL_WEIGHTS), choice(ENCODER_ENV, ("bf16", "mlx")),
+        return cls(choice(PRECISION_ENV, settings.KERNEL_WEIGHTS), choice(ENCODER_ENV, settings.KERNEL_ENCODER),
                    choice(PASS_ENV, ("bf16", "mlx")), choice(CROSS_ENV, ("bf16", "mlx")),
                    settings.get(THREADS_ENV) or None)
 
@@ -196,12 +199,15 @@ def encoder_line() -> str:
     st, found = status(), _ops
     if st.path is None:
         return "encoder: MLX's float32 ops"
-    if encoder_choice() != "bf16":
+    if encoder_choice() == "mlx":
         return f"encoder: MLX's float32 ops ({ENCODER_ENV}={encoder_choice()}), native attention"
     if not all(st.serves(k) for k in ENCODER_KINDS):
         return "encoder: MLX's float32 ops (a kernel it needs is disabled)"
     how = "vdpbf16ps (AVX-512 BF16)" if found.kernels.dot else "bf16 widened to float32 FMAs"
-    return (f"encoder: native bf16 GEMM on {st.path}, {how}, {encoder_threads()} thread(s); "
+    gemm = "bf16 GEMM"
+    if encoder_choice() == "int16":
+        gemm, how = f"integer GEMM ({ENCODER_ENV}=int16)", f"attention {how}"
+    return (f"encoder: native {gemm} on {st.path}, {how}, {encoder_threads()} thread(s); "
             f"{ENCODER_ENV}=mlx for MLX's float32")
 
 

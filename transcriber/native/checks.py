@@ -13,7 +13,7 @@ from typing import Callable
 import mlx.core as mx
 import numpy as np
 
-from .kernels import Kernels, from_bf16
+from .kernels import INTEGER_LEVELS, Kernels, from_bf16
 
 TOLERANCE = 2e-4  # relative to the output's scale: float32 sums in another order, exp to 3e-7
 
@@ -54,12 +54,13 @@ def _quantize(a: np.ndarray, levels: float) -> tuple[np.ndarray, np.ndarray]:
     return np.rint(a * inv[:, None]), (amax / np.float32(levels)).astype(np.float32)
 
 
-def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A weight (N, K) as src/int8.cpp packs it: int8 values (N, K), column scales (N,) and
-    channel scales t (K,) = max |w[:, k]|: w ~ values x column scale x t."""
+def quantize_int8(w: np.ndarray, levels: int = 127) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A weight (N, K) as src/int8.cpp packs it (``levels`` 127; src/gemm.cpp's igemm_pack: any
+    levels, int16): values (N, K) in [-levels, levels], column scales (N,) and channel scales t
+    (K,) = max |w[:, k]|: w ~ values x column scale x t."""
     t = np.abs(w).max(axis=0).astype(np.float32)
-    values, scale = _quantize(np.divide(w, t, out=np.zeros_like(w), where=t > 0), 127)
-    return values.astype(np.int8), scale, t
+    values, scale = _quantize(np.divide(w, t, out=np.zeros_like(w), where=t > 0), levels)
+    return values.astype(np.int8 if levels <= 127 else np.int16), scale, t
 
 
 def quantize_rows(x: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -69,10 +70,11 @@ def quantize_rows(x: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return values.astype(np.int16), scale
 
 
-def int8_reference(x: np.ndarray, w: np.ndarray) -> mx.array:
+def int8_reference(x: np.ndarray, w: np.ndarray, levels: int = 127) -> mx.array:
     """MLX's float32 product of the quantised rows and weight, scaled: what ``linear`` gives
-    for an int8 weight (its int32 sums are exact; MLX's float32 ones are within rounding)."""
-    wq, ws, t = quantize_int8(w)
+    for an int8 weight, and ``gemm`` for an integer one of ``levels`` (their int32 sums are
+    exact, of whole chunks of k; MLX's float32 ones are within rounding)."""
+    wq, ws, t = quantize_int8(w, levels)
     xq, xs = quantize_rows(x, t)
     sums = mx.array(xq.astype(np.float32)) @ mx.array(wq.astype(np.float32)).T
     return sums * mx.array(xs)[:, None] * mx.array(ws)[None, :]
@@ -223,6 +225,29 @@ def check_gemm(k: Kernels) -> bool:
     return _close(k.gemm(x, k.gemm_pack(w), rows=9, row_stride=12), bf(cols) @ bf(w).T)
 
 
+def check_igemm(k: Kernels) -> bool:
+    """Integer products (src/gemm.cpp's igemm) against MLX's float32 product of the same
+    quantised rows and weight: odd K and N, K over one exact chunk of 128 (12-bit weights), a
+    fused GELU, an in-place residual, overlapping rows (a convolution)."""
+    rng = _rng()
+    levels = INTEGER_LEVELS
+    for rows, width, out in ((1, 37, 29), (7, 64, 48), (13, 301, 70), (100, 19, 130)):
+        x = rng.standard_normal((rows, width), dtype=np.float32)
+        w = rng.standard_normal((out, width), dtype=np.float32)
+        b = rng.standard_normal(out, dtype=np.float32)
+        y = rng.standard_normal((rows, out), dtype=np.float32)
+        pre = int8_reference(x, w, levels) + mx.array(b)
+        packed = k.igemm_pack(w, levels)
+        want = pre + mx.array(y)
+        if not (_close(k.gemm(x, packed, b, gelu=True), pre * 0.5 * (1 + mx.erf(pre / math.sqrt(2))))
+                and _close(k.gemm(x, packed, b, res=y, out=y), want)):
+            return False
+    x = rng.standard_normal((20, 6), dtype=np.float32)  # rows of 3 frames x 6, 2 frames apart
+    w = rng.standard_normal((33, 18), dtype=np.float32)
+    cols = np.stack([x[2 * t: 2 * t + 3].ravel() for t in range(9)])
+    return _close(k.gemm(x, k.igemm_pack(w, levels), rows=9, row_stride=12), int8_reference(cols, w, levels))
+
+
 def check_attention_bf16(k: Kernels) -> bool:
     """Against MLX's attention over the bf16-rounded query and keys (the probabilities are
     rounded too: a looser bound, 2^-8 of the output's scale)."""
@@ -276,7 +301,7 @@ def check_attention_packed(k: Kernels) -> bool:
 
 CHECKS: dict[str, Callable[[Kernels], bool]] = {
     "attention_bf16": check_attention_bf16, "attention_packed": check_attention_packed,
-    "gemm": check_gemm,
+    "gemm": check_gemm, "igemm": check_igemm,
     "linear": check_linear, "linear_int8": check_linear_int8, "layer_norm": check_layer_norm, "gelu": check_gelu,
     "softmax": check_softmax, "attend": check_attend, "encoder_attention": check_encoder_attention,
 }

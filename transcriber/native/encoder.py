@@ -5,6 +5,8 @@ query/key/value and output linears, the MLP) runs through the bf16 GEMM (src/gem
 vdpbf16ps where the CPU has AVX-512 BF16), with bias, GELU and residual fused; layer norms and
 the self-attention (scores, softmax, values in float32) are the existing kernels. Weights are
 packed once per model; the MLX model keeps its float32 weights (prompt passes, other devices).
+``integer``: the linears and convolutions on integer products instead (12-bit weights, 14-bit
+rows, vpmaddwd on AVX2: src/gemm.cpp's igemm), the attention's products still bf16.
 
 Shapes: B windows, S audio positions (2S mel frames in), D width, H heads, C mel bins.
 """
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from .kernels import GemmWeight, Kernels
+from .kernels import GemmWeight, IntGemmWeight, Kernels
 
 
 def _host(a: mx.array) -> np.ndarray:
@@ -28,22 +30,22 @@ class _Block:
     """One encoder block's packed weights and float32 vectors."""
 
     ln1: tuple[np.ndarray, np.ndarray]
-    qkv: GemmWeight  # (3D, D): query, key, value stacked
+    qkv: GemmWeight | IntGemmWeight  # (3D, D): query, key, value stacked
     qkv_bias: np.ndarray  # (3D,): the key has none
-    out: GemmWeight
+    out: GemmWeight | IntGemmWeight
     out_bias: np.ndarray
     ln2: tuple[np.ndarray, np.ndarray]
-    mlp1: GemmWeight
+    mlp1: GemmWeight | IntGemmWeight
     mlp1_bias: np.ndarray
-    mlp2: GemmWeight
+    mlp2: GemmWeight | IntGemmWeight
     mlp2_bias: np.ndarray
 
 
 class NativeEncoder:
     """``encoder(mel)`` for an AudioEncoder: mel (B, 2S, C) -> features (B, S, D) as MLX arrays."""
 
-    def __init__(self, kernels: Kernels, encoder, threads: int = 1):
-        self.k, self.threads = kernels, max(1, int(threads))
+    def __init__(self, kernels: Kernels, encoder, threads: int = 1, integer: bool = False):
+        self.k, self.threads, self.integer = kernels, max(1, int(threads)), integer
         self.n_head = encoder.blocks[0].attn.n_head
         self.conv1, self.conv1_bias = self._conv(encoder.conv1)
         self.conv2, self.conv2_bias = self._conv(encoder.conv2)
@@ -51,21 +53,24 @@ class NativeEncoder:
         self.blocks = [self._block(b) for b in encoder.blocks]
         self.ln_post = (_host(encoder.ln_post.weight), _host(encoder.ln_post.bias))
 
-    def _conv(self, conv) -> tuple[GemmWeight, np.ndarray]:
+    def _pack(self, w: np.ndarray) -> GemmWeight | IntGemmWeight:
+        return self.k.igemm_pack(w) if self.integer else self.k.gemm_pack(w)
+
+    def _conv(self, conv) -> tuple[GemmWeight | IntGemmWeight, np.ndarray]:
         """MLX's Conv1d weight (C_out, 3, C_in) is already an im2col row per output channel."""
         w = _host(conv.weight)
-        return self.k.gemm_pack(w.reshape(w.shape[0], -1)), _host(conv.bias)
+        return self._pack(w.reshape(w.shape[0], -1)), _host(conv.bias)
 
     def _block(self, b) -> _Block:
         a = b.attn
         qkv = np.concatenate([_host(a.query.weight), _host(a.key.weight), _host(a.value.weight)])
         zeros = np.zeros(a.key.weight.shape[0], np.float32)
         return _Block((_host(b.attn_ln.weight), _host(b.attn_ln.bias)),
-                      self.k.gemm_pack(qkv), np.concatenate([_host(a.query.bias), zeros, _host(a.value.bias)]),
-                      self.k.gemm_pack(_host(a.out.weight)), _host(a.out.bias),
+                      self._pack(qkv), np.concatenate([_host(a.query.bias), zeros, _host(a.value.bias)]),
+                      self._pack(_host(a.out.weight)), _host(a.out.bias),
                       (_host(b.mlp_ln.weight), _host(b.mlp_ln.bias)),
-                      self.k.gemm_pack(_host(b.mlp1.weight)), _host(b.mlp1.bias),
-                      self.k.gemm_pack(_host(b.mlp2.weight)), _host(b.mlp2.bias))
+                      self._pack(_host(b.mlp1.weight)), _host(b.mlp1.bias),
+                      self._pack(_host(b.mlp2.weight)), _host(b.mlp2.bias))
 
     def __call__(self, mel: mx.array) -> mx.array:
         """mel (B, 2S, C) -> (B, S, D); S may be shorter than the model's audio context."""

@@ -40,6 +40,8 @@ _SIGNATURES = {
     "pack_int8": [_i, _i, _f, _f],
     "int8_bytes": [_i, _i],
     "int8_has_vnni": [],
+    "igemm_pack": [_i, _i, _f, _i, _f, _f, _f],
+    "igemm": [_i, _i, _i, _f, _l, _f, _f, _f, _i, _f, _f, _l, _i, _f, _l, _i],
 }
 
 
@@ -104,6 +106,34 @@ class Int8Weight:
         w = body.transpose(0, 2, 1, 3).reshape(blocks * LANES, q * 4)[:self.n, :self.k]
         scales = self.data[blocks * q * LANES * 4:].view(np.float32)
         return w, scales[:self.n], scales[blocks * LANES: blocks * LANES + self.k]
+
+
+# The integer GEMM's weight levels: 12 bits. Its int32 sums are exact over chunks of 128 k
+# (128 x 8191 x 2047 < 2^31), added in float32; the chunks cost nothing measurable against 8-bit
+# weights (one chunk for every encoder K), and on random products the error is a quarter of
+# bf16's where 8-bit weights give three times it (bench/kernels.md).
+INTEGER_LEVELS = 2047
+
+
+class IntGemmWeight:
+    """A weight (N, K) for ``Kernels.gemm`` on integer products (src/gemm.cpp's igemm, packed
+    once by the native ``igemm_pack``): per input channel a scale t[k] = max |w[:, k]| (folded
+    into the rows at run time), per output column a scale s[n] = max |w[n] / t| / levels, the
+    values rounded to [-levels, levels] as int16 pairs of k in 32-bit words, (ceil(N/16),
+    ceil(K/2), 16), column blocks zero-padded."""
+
+    def __init__(self, kernels: "Kernels", w: np.ndarray, levels: int = INTEGER_LEVELS):
+        if not 1 <= levels <= 16383:
+            raise ValueError(f"integer weight levels must be 1-16383, got {levels}")
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        self.n, self.k = w.shape
+        self.levels = int(levels)
+        blocks, pairs = -(-self.n // LANES), -(-self.k // 2)
+        self.data = aligned.empty((blocks, pairs, LANES), np.uint32)
+        self.scale = np.empty(blocks * LANES, np.float32)
+        self.channel = np.empty(2 * pairs, np.float32)
+        kernels.fn("igemm_pack")(self.n, self.k, _ptr(w), self.levels, _ptr(self.data), _ptr(self.scale),
+                                 _ptr(self.channel))
 
 
 class HeadsPacked:
@@ -195,7 +225,11 @@ class Kernels:
         """w (N, K) float32 packed for ``gemm``."""
         return GemmWeight(self, w)
 
-    def gemm(self, a: np.ndarray, w: GemmWeight, bias: np.ndarray | None = None, *, gelu: bool = False,
+    def igemm_pack(self, w: np.ndarray, levels: int = INTEGER_LEVELS) -> IntGemmWeight:
+        """w (N, K) float32 packed for ``gemm`` on integer products (weights in [-levels, levels])."""
+        return IntGemmWeight(self, w, levels)
+
+    def gemm(self, a: np.ndarray, w: GemmWeight | IntGemmWeight, bias: np.ndarray | None = None, *, gelu: bool = False,
              res: np.ndarray | None = None, rows: int | None = None, row_stride: int | None = None,
              out: np.ndarray | None = None, threads: int = 1, dot: bool | None = None) -> np.ndarray:
         """a (M, K) @ w.T + bias, then GELU, then + res (M, N) -> (M, N) float32, with both
@@ -212,8 +246,13 @@ class Kernels:
         res = None if res is None else _check(res)
         if y.shape != (m, w.n) or (res is not None and res.shape != (m, w.n)):
             raise ValueError(f"gemm: output or residual is not ({m}, {w.n})")
+        bias = None if bias is None else _check(bias)
+        if isinstance(w, IntGemmWeight):
+            self.fn("igemm")(m, w.n, w.k, _ptr(a), lda, _ptr(w.data), _ptr(w.scale), _ptr(w.channel), w.levels,
+                             _ptr(bias), _ptr(res), w.n, int(gelu), _ptr(y), w.n, max(1, int(threads)))
+            return y
         use_dot = self.dot if dot is None else dot
-        self.fn("gemm")(m, w.n, w.k, _ptr(a), lda, _ptr(w.data), _ptr(None if bias is None else _check(bias)),
+        self.fn("gemm")(m, w.n, w.k, _ptr(a), lda, _ptr(w.data), _ptr(bias),
                         _ptr(res), w.n, int(gelu), _ptr(y), w.n, int(use_dot), max(1, int(threads)))
         return y
 

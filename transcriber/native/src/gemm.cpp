@@ -255,20 +255,39 @@ const T* route_weights(int j0, int j1, int P, const uint32_t* w, int threads) {
 // tokens: one or two) split the columns too, in parts of whole tiles, so that every thread has
 // work: each part widens its own columns (in its thread, no barrier more). Not under 16 rows,
 // where a second thread cost more than it saved (8 rows x 384 x 1536: 149 -> 175 us).
-template <typename T>
-void gemm_route(int M, int K, int nb, const float* a, long lda, const uint32_t* w, const Epilogue& e, int threads) {
-  const int P = (K + 1) / 2, count = P * per_pair<T>();
+struct Split {  // a product's work items: row blocks x parts of the column blocks
+  int M, nb, blocks, parts, tiles;
+  int items() const { return blocks * parts; }
+  // item's rows [m0, m1) and column blocks [j0, j1)
+  void range(int item, int& m0, int& m1, int& j0, int& j1) const {
+    const int b = item / parts, part = item % parts;
+    m0 = b * ROW_BLOCK;
+    m1 = m0 + ROW_BLOCK < M ? m0 + ROW_BLOCK : M;
+    j0 = (int)((long)tiles * part / parts) * TILE_NB;
+    const int j1e = (int)((long)tiles * (part + 1) / parts) * TILE_NB;
+    j1 = j1e < nb ? j1e : nb;
+  }
+};
+
+// Row blocks over the threads; fewer than two a thread (and at least 16 rows) split the
+// column blocks too, in parts of whole tiles (tiles of TILE_NB blocks).
+inline Split split(int M, int nb, int threads) {
   const int blocks = (M + ROW_BLOCK - 1) / ROW_BLOCK, tiles = (nb + TILE_NB - 1) / TILE_NB;
   int parts = threads > 1 && blocks < 2 * threads && M >= 16 ? (2 * threads + blocks - 1) / blocks : 1;
   if (parts > tiles) parts = tiles;
-  const int items = blocks * parts;
-  const T* whole = parts == 1 ? route_weights<T>(0, nb, P, w, items > 1 ? threads : 1) : nullptr;
+  return {M, nb, blocks, parts, tiles};
+}
+
+template <typename T>
+void gemm_route(int M, int K, int nb, const float* a, long lda, const uint32_t* w, const Epilogue& e, int threads) {
+  const int P = (K + 1) / 2, count = P * per_pair<T>();
+  const Split s = split(M, nb, threads);
+  const int items = s.items();
+  const T* whole = s.parts == 1 ? route_weights<T>(0, nb, P, w, items > 1 ? threads : 1) : nullptr;
 #pragma omp parallel for num_threads(threads) schedule(dynamic) if (threads > 1 && items > 1)
   for (int item = 0; item < items; item++) {
-    const int b = item / parts, part = item % parts;
-    const int m0 = b * ROW_BLOCK, m1 = m0 + ROW_BLOCK < M ? m0 + ROW_BLOCK : M;
-    const int j0 = (int)((long)tiles * part / parts) * TILE_NB, j1e = (int)((long)tiles * (part + 1) / parts) * TILE_NB;
-    const int j1 = j1e < nb ? j1e : nb;
+    int m0, m1, j0, j1;
+    s.range(item, m0, m1, j0, j1);
     const T* wt = whole ? whole + (long)j0 * count * LANES : route_weights<T>(j0, j1, P, w, 1);
     T* rows = scratch<T>(0, (long)ROW_BLOCK * count);
     pack_rows(m1 - m0, K, a + m0 * lda, lda, rows, 1);
@@ -442,4 +461,183 @@ EXPORT int TK(attention_packed)(int T, int H, int Dh, const float* q, long ldq, 
   if (dot) return 1;
   attention_route<float>(T, H, Dh, q, ldq, keys, values, N, causal, out, ldo, weights, threads);
   return 0;
+}
+
+// ---- The encoder's GEMM in integers (issue 30): int16 x int16 pairs summed in int32 ----
+//
+// Where the CPU lacks vdpbf16ps, a float32 FMA does 8 multiply-adds a ymm instruction; vpmaddwd
+// does 16 (int16 pairs into int32 lanes, no saturation but -32768^2 x 2, which never occurs
+// here), with a vpaddd to accumulate. Quantisation as int8.cpp's: per input channel k a scale
+// t[k] = max_n |w[n, k]|, folded into the rows (x t); per output column s[n] = max_k |w / t| /
+// levels, values round-half-even(w / (t s)) in [-levels, levels]; the rows x t per row to int16
+// in [-8191, 8191]. int32 sums are exact while a chunk of k keeps k x 8191 x levels < 2^31
+// (levels 127: 2064 k, every encoder's K; more weight levels: shorter chunks); each chunk's
+// int32 sums are added to float32 sums, in the same order on every path.
+//
+// Layouts: W (ceil(N/16), P, 16) int32 words, each an int16 pair (k even low, k odd high), as
+// gemm_pack's bf16 pairs; column scales (16 ceil(N/16),), channel scales t (2P,), zero-padded.
+
+namespace {
+
+constexpr float ROW_LEVELS = 8191.0f;  // the rows' int16 range (14 bits)
+// The tile: 4 rows x one panel of 16 columns (8 ymm accumulators). 6 x 16, as the FMA route's,
+// needs 12 accumulators, 2 weight vectors, a broadcast and vpmaddwd's product before its add:
+// more than 16 ymm, and GCC's spills made it slower than the FMA route (0.8-0.9x); 2 x 32
+// measured 1.28-1.39x, 3 x 32 0.8-0.9x (spills), 4 x 16 1.32-1.46x (bench/kernels.md).
+constexpr int INT_ROWS = 4;
+
+struct IntWeight {
+  const uint32_t* w;
+  const float* scale;    // s: (16 ceil(N/16),)
+  const float* channel;  // t: (2P,)
+  int chunk;             // k pairs whose int32 sums stay exact
+};
+
+// M rows of a (at stride lda) x t -> int16 pairs (M, P), zero-padded; scale[m] = max |x t| / 8191.
+void quantize_rows(int M, int K, const float* a, long lda, const float* t, uint32_t* out, float* scale) {
+  const int P = (K + 1) / 2;
+  for (int m = 0; m < M; m++) {
+    const float* r = a + (long)m * lda;
+    int16_t* o = (int16_t*)(out + (long)m * P);
+    float amax = 0.0f;
+    for (int k = 0; k < K; k++) {
+      const float v = __builtin_fabsf(r[k] * t[k]);
+      amax = v > amax ? v : amax;
+    }
+    const float inv = amax > 0.0f ? ROW_LEVELS / amax : 0.0f;
+    for (int k = 0; k < K; k++) o[k] = (int16_t)__builtin_nearbyintf(r[k] * t[k] * inv);
+    if (K % 2) o[K] = 0;
+    scale[m] = amax / ROW_LEVELS;
+  }
+}
+
+// MR rows (A's int16 pairs at stride P) x one panel of 16 columns: float32 sums of the exact
+// int32 sums of each chunk of k pairs.
+#if defined(__AVX2__)
+template <int MR>
+void int_tile(int P, int chunk, const uint32_t* a, const uint32_t* w, float (&sums)[MR][LANES]) {
+  for (int p0 = 0; p0 < P; p0 += chunk) {
+    const int p1 = p0 + chunk < P ? p0 + chunk : P;
+    __m256i acc[MR][2];
+    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    for (int p = p0; p < p1; p++) {
+      const __m256i w0 = _mm256_loadu_si256((const __m256i*)(w + (long)p * LANES));
+      const __m256i w1 = _mm256_loadu_si256((const __m256i*)(w + (long)p * LANES + 8));
+      for (int r = 0; r < MR; r++) {
+        const __m256i x = _mm256_set1_epi32((int)a[(long)r * P + p]);
+        acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(x, w0));
+        acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(x, w1));
+      }
+    }
+    for (int r = 0; r < MR; r++)
+      for (int c = 0; c < 2; c++)
+        _mm256_storeu_ps(sums[r] + 8 * c, _mm256_add_ps(_mm256_loadu_ps(sums[r] + 8 * c), _mm256_cvtepi32_ps(acc[r][c])));
+  }
+}
+#else
+template <int MR>
+void int_tile(int P, int chunk, const uint32_t* a, const uint32_t* w, float (&sums)[MR][LANES]) {
+  for (int p0 = 0; p0 < P; p0 += chunk) {
+    const int p1 = p0 + chunk < P ? p0 + chunk : P;
+    int32_t acc[MR][LANES] = {};
+    for (int p = p0; p < p1; p++) {
+      const int16_t* wp = (const int16_t*)(w + (long)p * LANES);
+      for (int r = 0; r < MR; r++) {
+        const int16_t* x = (const int16_t*)(a + (long)r * P + p);
+        for (int i = 0; i < LANES; i++) acc[r][i] += (int32_t)x[0] * wp[2 * i] + (int32_t)x[1] * wp[2 * i + 1];
+      }
+    }
+    for (int r = 0; r < MR; r++)
+      for (int i = 0; i < LANES; i++) sums[r][i] += (float)acc[r][i];
+  }
+}
+#endif
+
+// The tile's sums x row scale x column scale, then the epilogue (bias, GELU, residual).
+template <int MR>
+void int_tile_at(int P, const uint32_t* a, const float* xs, const IntWeight& w, int j, int m0, const Epilogue& e) {
+  float sums[MR][LANES] = {};
+  int_tile<MR>(P, w.chunk, a, w.w + (long)j * P * LANES, sums);
+  const int n0 = j * LANES;
+  for (int r = 0; r < MR; r++) {
+    float t[LANES];
+    for (int i = 0; i < LANES; i++) t[i] = sums[r][i] * xs[r] * w.scale[n0 + i];
+    vf v[S];
+    memcpy(v, t, sizeof t);
+    finish(e, m0 + r, n0, v);
+  }
+}
+
+// Rows [m0, m1) (quantised: a, xs from row m0) x column blocks [j0, j1): panels outer (a
+// panel stays in L1 for the block's tiles), tiles of INT_ROWS rows inner.
+void int_row_block(int m0, int m1, int P, int j0, int j1, const uint32_t* a, const float* xs, const IntWeight& w,
+                   const Epilogue& e) {
+  for (int j = j0; j < j1; j++)
+    for (int m = m0; m < m1; m += INT_ROWS) {
+      const uint32_t* am = a + (long)(m - m0) * P;
+      const float* x = xs + (m - m0);
+      switch (m1 - m < INT_ROWS ? m1 - m : INT_ROWS) {
+        case 4: int_tile_at<4>(P, am, x, w, j, m, e); break;
+        case 3: int_tile_at<3>(P, am, x, w, j, m, e); break;
+        case 2: int_tile_at<2>(P, am, x, w, j, m, e); break;
+        default: int_tile_at<1>(P, am, x, w, j, m, e); break;
+      }
+    }
+}
+
+// k pairs whose int32 sums stay exact for weights of `levels`: 2 x 8191 x levels a pair.
+inline int exact_pairs(int levels) {
+  const long c = 2147483647L / (2L * (long)ROW_LEVELS * (levels < 1 ? 1 : levels));
+  return c < 1 ? 1 : (int)c;
+}
+
+}  // namespace
+
+// w (N, K) float32 -> int16 pairs (ceil(N/16), P, 16) of values in [-levels, levels] (levels
+// <= 16383), column scales s (16 ceil(N/16),) and channel scales t (2P,). Once per weight.
+EXPORT void TK(igemm_pack)(int N, int K, const float* w, int levels, uint32_t* out, float* scale, float* channel) {
+  const int P = (K + 1) / 2, blocks = (N + LANES - 1) / LANES;
+  for (int k = 0; k < 2 * P; k++) channel[k] = 0.0f;
+  for (int n = 0; n < N; n++)
+    for (int k = 0; k < K; k++) {
+      const float v = __builtin_fabsf(w[(long)n * K + k]);
+      channel[k] = v > channel[k] ? v : channel[k];
+    }
+  std::vector<float> wt(2 * P);
+  for (int n = 0; n < blocks * LANES; n++) {
+    float amax = 0.0f;
+    for (int k = 0; k < 2 * P; k++) {
+      wt[k] = n < N && k < K && channel[k] > 0.0f ? w[(long)n * K + k] / channel[k] : 0.0f;
+      amax = __builtin_fabsf(wt[k]) > amax ? __builtin_fabsf(wt[k]) : amax;
+    }
+    const float inv = amax > 0.0f ? (float)levels / amax : 0.0f;
+    scale[n] = amax / (float)levels;
+    for (int p = 0; p < P; p++) {
+      const uint16_t lo = (uint16_t)(int16_t)__builtin_nearbyintf(wt[2 * p] * inv);
+      const uint16_t hi = (uint16_t)(int16_t)__builtin_nearbyintf(wt[2 * p + 1] * inv);
+      out[((long)(n / LANES) * P + p) * LANES + n % LANES] = lo | (uint32_t)hi << 16;
+    }
+  }
+}
+
+// c (M, N) = a (M, K; rows at stride lda, may overlap) x w^T (igemm_pack's, of `levels`) +
+// bias, then GELU, then + res (stride ldr; may be c): gemm's contract on integer products.
+EXPORT void TK(igemm)(int M, int N, int K, const float* a, long lda, const uint32_t* w, const float* scale,
+                      const float* channel, int levels, const float* bias, const float* res, long ldr, int gelu,
+                      float* c, long ldc, int threads) {
+  const int P = (K + 1) / 2, nb = (N + LANES - 1) / LANES;
+  threads = threads < 1 ? 1 : threads;
+  const Epilogue e{bias, res, ldr, gelu, c, ldc, N};
+  const IntWeight iw{w, scale, channel, exact_pairs(levels)};
+  const Split s = split(M, nb, threads);
+  const int items = s.items();
+#pragma omp parallel for num_threads(threads) schedule(dynamic) if (threads > 1 && items > 1)
+  for (int item = 0; item < items; item++) {
+    int m0, m1, j0, j1;
+    s.range(item, m0, m1, j0, j1);
+    uint32_t* rows = scratch<uint32_t>(0, (long)ROW_BLOCK * P);
+    float* xs = scratch<float>(2, ROW_BLOCK);
+    quantize_rows(m1 - m0, K, a + m0 * lda, lda, channel, rows, xs);
+    int_row_block(m0, m1, P, j0, j1, rows, xs, iw, e);
+  }
 }
