@@ -387,8 +387,9 @@ class StreamingSession:
         30 s window, decoded with one-shot's fallback and refused by one-shot's rules (no speech,
         no word, looping, unreadable, a loop heard in a sound; vocables or a sound tag as a whole),
         or as a guess (``GATE.is_guessed_again``: by its scores, or drawn by the fallback) when it
-        does not begin with what the pass said (``GATE.reads_again``): base translating German, the stream's first pass " Hans Jak"
-        (0.65) read again as " Hans Jakob Christi" (0.55, -0.73) is speech. A pass's
+        does not begin with what the pass said (``GATE.reads_again``): base translating German,
+        the stream's first pass " Hans Jak" (0.65) read again as " Hans Jakob Christi" (0.55,
+        -0.73) is speech. A pass's
         own scores do not tell speech from non-speech (tiny.en): a pass after a pause in the
         Apollo 11 radio (speech through noise) scored (0.45, -1.37), over clicks (0.58, -1.81),
         over babble of reversed voices (0.53, -0.75), over beeps (0.71, -0.82); their one-shot
