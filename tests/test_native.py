@@ -358,7 +358,7 @@ def test_a_forked_child_runs_the_threaded_kernels(kernels, tmp_path):
     script.write_text(f"""
 import ctypes, os, sys
 import numpy as np
-from transcriber.native.kernels import INTEGER_LEVELS, Kernels
+from transcriber.native.kernels import Kernels
 k = Kernels(ctypes.CDLL({str(loader.library_file(kernels.path))!r}), {kernels.path!r})
 w = k.pack(np.random.default_rng(1).standard_normal((5000, 384), dtype=np.float32))
 x = np.ones((1, 384), np.float32)
