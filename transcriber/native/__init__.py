@@ -92,8 +92,7 @@ class Ops:
         float32 weights of the encoder are dropped (``AudioEncoder.drop_weights``: read again
         from the model's file if MLX's ops serve it later); the self-checks ran before."""
         integer = encoder_choice() == "int16"
-        kinds = ENCODER_KINDS + (("igemm",) if integer else ())
-        if encoder_choice() == "mlx" or not all(self.status.serves(k) for k in kinds):
+        if encoder_choice() == "mlx" or not all(self.status.serves(k) for k in encoder_kinds()):
             return None
         key = (id(encoder), id(encoder.conv1.weight), integer)  # a dropped weight is a new array: new id
         with _lock:
@@ -129,6 +128,12 @@ PASS_ENV = "TRANSCRIBER_KERNEL_PASS"
 PASS_KINDS = ("gemm", "attention_packed", "layer_norm")
 CROSS_ENV = "TRANSCRIBER_KERNEL_CROSS"
 THREADS_ENV = "TRANSCRIBER_KERNEL_THREADS"
+
+
+def encoder_kinds() -> tuple[str, ...]:
+    """The kernels the native encoder needs: ``ENCODER_KINDS``, and the integer GEMM when
+    $TRANSCRIBER_KERNEL_ENCODER=int16 (``Ops.encoder`` and the doctor's line ask the same)."""
+    return ENCODER_KINDS + (("igemm",) if encoder_choice() == "int16" else ())
 
 
 @dataclass(frozen=True)
@@ -201,7 +206,7 @@ def encoder_line() -> str:
         return "encoder: MLX's float32 ops"
     if encoder_choice() == "mlx":
         return f"encoder: MLX's float32 ops ({ENCODER_ENV}={encoder_choice()}), native attention"
-    if not all(st.serves(k) for k in ENCODER_KINDS):
+    if not all(st.serves(k) for k in encoder_kinds()):
         return "encoder: MLX's float32 ops (a kernel it needs is disabled)"
     how = "vdpbf16ps (AVX-512 BF16)" if found.kernels.dot else "bf16 widened to float32 FMAs"
     gemm = "bf16 GEMM"
