@@ -498,15 +498,19 @@ void quantize_rows(int M, int K, const float* a, long lda, const float* t, uint3
   const int P = (K + 1) / 2;
   for (int m = 0; m < M; m++) {
     const float* r = a + (long)m * lda;
-    int16_t* o = (int16_t*)(out + (long)m * P);
+    uint32_t* o = out + (long)m * P;
     float amax = 0.0f;
     for (int k = 0; k < K; k++) {
       const float v = __builtin_fabsf(r[k] * t[k]);
       amax = v > amax ? v : amax;
     }
     const float inv = amax > 0.0f ? ROW_LEVELS / amax : 0.0f;
-    for (int k = 0; k < K; k++) o[k] = (int16_t)__builtin_nearbyintf(r[k] * t[k] * inv);
-    if (K % 2) o[K] = 0;
+    for (int p = 0; p < P; p++) {  // pairs written as words (k even low, k odd high; zero past K)
+      const int k = 2 * p;
+      const uint16_t lo = (uint16_t)(int16_t)__builtin_nearbyintf(r[k] * t[k] * inv);
+      const uint16_t hi = k + 1 < K ? (uint16_t)(int16_t)__builtin_nearbyintf(r[k + 1] * t[k + 1] * inv) : 0;
+      o[p] = lo | (uint32_t)hi << 16;
+    }
     scale[m] = amax / ROW_LEVELS;
   }
 }
@@ -535,16 +539,20 @@ void int_tile(int P, int chunk, const uint32_t* a, const uint32_t* w, float (&su
   }
 }
 #else
+// A word's int16 halves, as int32 (the pairs read as words, not through int16 pointers).
+inline int32_t low16(uint32_t v) { return (int16_t)(uint16_t)(v & 0xFFFFu); }
+inline int32_t high16(uint32_t v) { return (int16_t)(uint16_t)(v >> 16); }
+
 template <int MR>
 void int_tile(int P, int chunk, const uint32_t* a, const uint32_t* w, float (&sums)[MR][LANES]) {
   for (int p0 = 0; p0 < P; p0 += chunk) {
     const int p1 = p0 + chunk < P ? p0 + chunk : P;
     int32_t acc[MR][LANES] = {};
     for (int p = p0; p < p1; p++) {
-      const int16_t* wp = (const int16_t*)(w + (long)p * LANES);
+      const uint32_t* wp = w + (long)p * LANES;
       for (int r = 0; r < MR; r++) {
-        const int16_t* x = (const int16_t*)(a + (long)r * P + p);
-        for (int i = 0; i < LANES; i++) acc[r][i] += (int32_t)x[0] * wp[2 * i] + (int32_t)x[1] * wp[2 * i + 1];
+        const uint32_t x = a[(long)r * P + p];
+        for (int i = 0; i < LANES; i++) acc[r][i] += low16(x) * low16(wp[i]) + high16(x) * high16(wp[i]);
       }
     }
     for (int r = 0; r < MR; r++)
