@@ -4,6 +4,7 @@
     .venv/bin/python bench/dev_set.py --compare before.json after.json
     .venv/bin/python bench/dev_set.py --beam 5 --out beam5.json   # beam search in both modes
     .venv/bin/python bench/dev_set.py --modes oneshot --batch-files 2 --out b2.json
+    .venv/bin/python bench/dev_set.py --model base --modes stream --out base.json
 
 The dev set is the ``short_en`` + ``long_en`` recordings with an exact or exact-ish reference
 (``$TRANSCRIBER_TEST_DATA``, else ``../shared/data``). Uses only the package's public API
@@ -61,15 +62,16 @@ def decode_all(mode: str, model, paths: list[Path], beam: int | None, width: int
     return [list(transcriber.stream(p, model, options=options)) for p in paths]
 
 
-def run(modes: list[str], beam: int | None = None, width: int = 1) -> dict:
+def run(modes: list[str], beam: int | None = None, width: int = 1, model_name: str = "tiny.en") -> dict:
     import transcriber
     from evalkit.scoring import error_quantiles, wer, word_start_errors
 
-    model = transcriber.load_model("tiny.en")
+    model = transcriber.load_model(model_name)
     entries = rows()
     audio = sum(e["duration_s"] for e in entries)
     transcriber.transcribe(DATA / entries[0]["file"], model)  # warm up
-    out = {"files": [e["file"] for e in entries], "modes": {}, "beam": beam, "batch_files": width}
+    out = {"files": [e["file"] for e in entries], "modes": {}, "beam": beam, "batch_files": width,
+           "model": model_name}
     for mode in modes:
         t0 = time.perf_counter()
         got = decode_all(mode, model, [DATA / e["file"] for e in entries], beam, width)
@@ -122,6 +124,7 @@ def compare(a: dict, b: dict) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", default="oneshot,stream")
+    ap.add_argument("--model", default="tiny.en")
     ap.add_argument("--out", type=Path, help="save the results (with every word) here")
     ap.add_argument("--beam", type=int, help="beam size in both modes (default: greedy)")
     ap.add_argument("--batch-files", type=int, default=1, help="one-shot: this many files side by side")
@@ -136,7 +139,7 @@ def main(argv=None):
         return
     if not (DATA / "manifest.jsonl").is_file():
         sys.exit(f"no recordings at {DATA}: set TRANSCRIBER_TEST_DATA")
-    result = run(args.modes.split(","), args.beam, args.batch_files)
+    result = run(args.modes.split(","), args.beam, args.batch_files, args.model)
     print(table(result))
     if args.out:
         args.out.write_text(json.dumps(result))
