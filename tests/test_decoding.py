@@ -237,6 +237,26 @@ def test_a_word_in_silence_nearer_the_sound_after_it_moves_to_its_onset():
     assert (silent[0].start, silent[0].end) == (1.0, 2.0)
 
 
+def test_a_word_in_a_pause_goes_with_the_word_it_is_nearer_not_the_nearer_sound():
+    """The podcast on the avx2 path (tiny.en, one segment over the music between two readings):
+    DTW stretched " and" to 10.5-11.7 s and put " Roman." at 11.7-13.22 s, in the pause before
+    the music but for the music's first frame (sound from 13.2 s), nearer the music's onset than
+    the speech's end (10.8);
+    the next word, " He", comes after the music. " Roman." goes back to the speech it ends, not
+    into the music. And a word that DTW put in a pause nearer the speech before it by sound,
+    but nearer the word after it (stretched back over the pause), goes forward with that word."""
+    loud = np.zeros(200, dtype=bool)
+    loud[10:40] = loud[160:] = True  # speech 10.2-10.8 s, the music from 13.2 s
+    words = _timed((" gothic", 10.1, 10.5), (" and", 10.5, 11.7), (" Roman.", 11.7, 13.22), (" He", 13.5, 13.9))
+    snap_to_sound(words, loud, 10.0, 0.3, floor=9.0)
+    assert [(w.word, round(w.start, 2), round(w.end, 2)) for w in words] == [
+        (" gothic", 10.2, 10.5), (" and", 10.5, 10.5), (" Roman.", 10.5, 10.8), (" He", 13.5, 13.9)]
+    after = _timed((" Roman.", 10.5, 10.8), (" He", 11.6, 12.0), (" was", 12.1, 13.5))
+    snap_to_sound(after, loud, 10.0, 0.3, floor=9.0)
+    assert [(w.word, round(w.start, 2), round(w.end, 2)) for w in after] == [
+        (" Roman.", 10.5, 10.8), (" He", 13.2, 13.2), (" was", 13.2, 13.5)]
+
+
 def test_word_starts_move_to_the_voices_onset():
     """20 ms frames from 10.0 s: room noise at -60 dBFS, the voice (-30) from 10.26 to 10.6 s
     and from 10.8 s. The first word, started where the window does, moves to the onset; a word

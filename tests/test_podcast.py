@@ -6,7 +6,12 @@ time; the non-speech set is made here with numpy.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +20,7 @@ import transcriber
 from evalkit import podcast
 from evalkit.podcast import Podcast, Region
 from transcriber import StreamingEngine, StreamingOptions
+from transcriber.native.loader import cpu_flags, runnable
 
 from .conftest import audio_path
 
@@ -124,6 +130,32 @@ def test_podcast_silent_over_music_whole_after_it_punctuated(model, data_dir, tm
     assert written >= reference - 1, card.readings
     assert card.past_end == 0 and card.cue_intrusion < 1.5
     assert card.wer < 0.08, card.readings
+
+
+AVX2_WORDS_IN_NONSPEECH = """
+import json, sys
+from pathlib import Path
+import transcriber
+from evalkit import podcast
+cast = podcast.build_podcast(Path(sys.argv[1]), podcast.FULL)
+words = transcriber.transcribe(cast.write_wav(Path(sys.argv[2]) / "podcast.wav"), model="tiny.en").words
+card = podcast.score(cast, words)
+print(json.dumps([[w.text, w.start] for w in card.words_in_nonspeech]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not runnable("avx2", cpu_flags()), reason="this CPU runs no AVX2 code")
+def test_the_full_podcast_one_shot_on_the_avx2_kernels_puts_no_word_in_its_music(data_dir, tmp_path):
+    """The avx2 path's rounding led DTW to put " Roman." (the end of a reading) in the pause
+    after it, but for the music's first frame, and the word went into the music
+    (timing.snap_to_sound; MIN_WORD_SOUND). The path is chosen when the kernels load: a process
+    of its own."""
+    env = {**os.environ, "TRANSCRIBER_KERNELS": "avx2"}
+    done = subprocess.run([sys.executable, "-c", AVX2_WORDS_IN_NONSPEECH, str(data_dir), str(tmp_path)], env=env,
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ them (DTW) says which audio frame each token starts at.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import mlx.core as mx
 import numpy as np
@@ -213,6 +214,10 @@ def fix_segment_edges(words: list[WordTiming], start: float, end: float, median:
 
 
 SOUND_FRAME = 0.02  # seconds: one frame of ``nonspeech.NonSpeechGate.loud_frames`` (20 ms)
+# Sound frames a word needs inside it to keep its place (60 ms: less than any word's voice).
+# The podcast's " Roman." (avx2 path), stretched over the pause after its reading, held the one
+# first frame of the music after the pause, and went there.
+MIN_WORD_SOUND = 3
 
 
 def snap_to_sound(words: list[WordTiming], loud: np.ndarray, offset: float, duration: float,
@@ -224,24 +229,31 @@ def snap_to_sound(words: list[WordTiming], loud: np.ndarray, offset: float, dura
     loud: (F,) bool, whether each 20 ms frame of the window (from ``offset`` s) reaches the
     gate's silence level; music and room noise are sound, digital silence and near-silence are
     not. A word's start moves forward to the first sound inside it, its end back to the last.
-    A word with no sound inside goes to the nearer sound, lasting ``duration`` (its own if
-    longer): back to end where the sound before it ended (not before ``floor`` or the word
-    before it, which ends where it starts), or forward to start at the onset of the sound after
-    it (the words after it then start no earlier)."""
+    A word with no sound inside (under ``MIN_WORD_SOUND`` frames) goes to the sound on the side of the nearer of the words either
+    side of it (DTW's times: speech runs on within a phrase, so a word belongs with its
+    neighbour, not with whatever sound is nearest; the podcast's " Roman." 0.4 s before the
+    music after the pause went into the music), else to the nearer sound; lasting ``duration`` (its own if longer): back to end
+    where the sound before it ended (not before ``floor`` or the word before it, which ends
+    where it starts), or forward to start at the onset of the sound after it (the words after
+    it then start no earlier)."""
     sound = np.flatnonzero(loud)
     if not len(sound):
         return
     frame = lambda t: int(np.clip(round((t - offset) / SOUND_FRAME), 0, len(loud)))  # noqa: E731
+    dtw_times = [(w.start, w.end) for w in words]
     for i, w in enumerate(words):
         a, b = frame(w.start), frame(w.end)
         inside = sound[(sound >= a) & (sound < max(b, a + 1))]
-        if len(inside):
+        if len(inside) >= min(MIN_WORD_SOUND, max(b - a, 1)):
             w.start = max(w.start, offset + inside[0] * SOUND_FRAME)
             w.end = max(w.start, min(w.end, offset + (inside[-1] + 1) * SOUND_FRAME))
             continue
         before, after = sound[sound < a], sound[sound >= b]
         length = max(w.end - w.start, duration)
-        if len(after) and (not len(before) or after[0] - b < a - before[-1] - 1):
+        forward = _toward_next_word(dtw_times, i)
+        if forward is None:  # no word nearer on either side: the nearer sound
+            forward = not len(before) or (len(after) > 0 and after[0] - b < a - before[-1] - 1)
+        if len(after) and (forward or not len(before)):
             w.start = offset + after[0] * SOUND_FRAME  # nearer the sound after it: its onset
             w.end = min(w.start + length, offset + len(loud) * SOUND_FRAME)  # not past the audio
             continue
@@ -255,6 +267,16 @@ def snap_to_sound(words: list[WordTiming], loud: np.ndarray, offset: float, dura
     for w, nxt in zip(words, words[1:]):  # in order again after a word moved forward
         w.end = max(w.start, min(w.end, nxt.start))
         nxt.start = max(nxt.start, w.start)
+
+
+def _toward_next_word(times: list[tuple[float, float]], i: int) -> Optional[bool]:
+    """Whether word ``i`` of ``times`` ((start, end) s) lies nearer the word after it (True)
+    than the word before it (False); None for a segment's first or last word (its other
+    neighbour is in another segment) or a tie."""
+    if not 0 < i < len(times) - 1:
+        return None
+    gap_before, gap_after = times[i][0] - times[i - 1][1], times[i + 1][0] - times[i][1]
+    return None if gap_before == gap_after else gap_after < gap_before
 
 
 # Word starts from the voice's onsets. DTW's starts trail the forced alignments' (dev set, tiny.en:
