@@ -214,10 +214,11 @@ def fix_segment_edges(words: list[WordTiming], start: float, end: float, median:
 
 
 SOUND_FRAME = 0.02  # seconds: one frame of ``nonspeech.NonSpeechGate.loud_frames`` (20 ms)
-# Sound frames a word needs inside it to keep its place (60 ms: less than any word's voice).
+# Sound frames a word needs inside it to keep its place (40 ms: less than any word's voice).
 # The podcast's " Roman." (avx2 path), stretched over the pause after its reading, held the one
-# first frame of the music after the pause, and went there.
-MIN_WORD_SOUND = 3
+# first frame of the music after the pause, and went there. 3 frames also moved words of the
+# Apollo radio, whose speech is mostly under the gate's silence level, that 2 leave alone.
+MIN_WORD_SOUND = 2
 
 
 def snap_to_sound(words: list[WordTiming], loud: np.ndarray, offset: float, duration: float,
