@@ -123,6 +123,39 @@ def test_a_doubted_pass_is_read_again_and_a_guess_that_disagrees_is_refused():
     assert is_guessed_again(" Hans Jak", " Hello there.", 0.55, -1.2, 0.0)  # a guess by its scores
 
 
+def test_the_streams_first_words_are_read_again_when_far_less_likely():
+    from transcriber.nonspeech import needs_rereading
+
+    # base's first pass over babble (30 s, seed 1), with nothing committed before it
+    assert needs_rereading(0.10, -1.87, first=True) and not needs_rereading(0.10, -1.87)
+    # the Apollo radio: its first pass, and " guys and" after a pause (committed words before it)
+    assert not needs_rereading(0.36, -0.96, first=True) and not needs_rereading(0.11, -1.94)
+    assert not needs_rereading(None, -2.0, first=True)
+    # the stream's only pass (a clip shorter than one): always, one-shot reads the same audio
+    assert needs_rereading(0.14, -0.6, first=True, last=True) and not needs_rereading(0.14, -0.6, last=True)
+
+
+def test_a_short_text_just_after_a_sound_caption_must_be_sure():
+    # base over the end of the Brahms: " Applause" (refused), then " Thank you." 0.06 s after it
+    thanks = [word(" Thank", 0.152), word(" you.", 0.938)]
+    assert speech_words(thanks) == thanks  # over the isolated-guess floor by 0.002
+    assert speech_words(thanks, after_caption=True) == []
+    sure = [word(" In", 0.66), word(" 1813.", 0.9)]
+    assert speech_words(sure, after_caption=True) == sure
+    longer = [word(" Thank", 0.152), word(" you", 0.9), word(" all", 0.8), word(" for", 0.9), word(" coming.", 0.9)]
+    assert speech_words(longer, after_caption=True) == longer  # not a caption's size
+
+
+def test_a_last_pass_read_otherwise_from_the_same_audio_is_a_guess():
+    from transcriber.nonspeech import is_guessed_again
+
+    said, reread = " Yes, I'm going to stop.", " If so, thank you. Yes, thank you. Wow. Thank you. Thank you."
+    # base over babble (15 s, seed 0): greedy both times, from the very same padded window
+    assert is_guessed_again(said, reread, 0.30, -0.73, 0.0, same_audio=True)
+    assert not is_guessed_again(said, reread, 0.30, -0.73, 0.0)  # from other audio: kept
+    assert not is_guessed_again(" in 1813.", " In 1813,", 0.01, -0.51, 0.0, same_audio=True)  # read again
+
+
 def test_a_loop_heard_in_a_sound_is_far_past_what_repeated_speech_compresses_to():
     from transcriber.nonspeech import HEARD_LOOP_RATIO, is_heard_loop
 

@@ -6,7 +6,7 @@ a second a clip on tiny.en). Before the gate (main, 2026-12-04) one-shot wrote "
 the music (15 s) and one sentence 13 times (104 words) over applause (30 s): a loop the
 no-speech probability ended the fallback on (``nonspeech.is_heard_loop``); streaming wrote
 words over clicks, beeps, babble and the animal-like call (``STREAM_BEFORE``), now judged again
-as one-shot would judge the pass's buffer (``StreamingSession._one_shot_refuses``)."""
+as one-shot would judge the pass's buffer (``OneShotReading.refuses_doubted``)."""
 
 from __future__ import annotations
 
@@ -145,6 +145,48 @@ def test_no_words_streamed_over_babble_at_20s(engines, data_dir, tmp_path):
     too short to judge which way it runs); read again as one-shot, " So I'm never going to be able
     to hear what's going on." at temperature 0.4. Main wrote 7 words."""
     assert_nothing_written(engines["stream"], tmp_path / "babble.wav", synthesize("babble", 20.0, data_dir, 2))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seconds,seed", CASES, ids=[f"{s:g}s-seed{d}" for s, d in CASES])
+def test_base_streams_no_words_over_babble(base_model, data_dir, tmp_path, seconds, seed):
+    """The multilingual base model over babble of reversed voices. 15 s, seed 0: main wrote
+    " Yes, I'm going to stop." on the last pass (no-speech 0.30, log probability -1.67), which one-shot
+    read from the same padded window as " If so, thank you. Yes, thank you. ..." (greedy): two
+    readings of the same input that disagree. 30 s, seed 1: main wrote " Zimmer is in the of the",
+    the stream's first words (0.10, -1.87), read again as one-shot unreadable."""
+    engine = make_engine("stream", base_model)
+    assert_nothing_written(engine, tmp_path / "babble.wav", synthesize("babble", seconds, data_dir, seed))
+
+
+@pytest.mark.slow
+def test_base_streams_no_thanks_after_the_brahms_applause(base_model, data_dir):
+    """The dev set's Brahms (no voice), base streamed: main wrote " Thank you." at 39.1 s, the
+    pass after one that captioned the music's end " Applause" (refused); " Thank" 0.152.
+    The caption's end travels with the session's state."""
+    path = data_dir / "audio" / "no_speech" / "music_brahms_hungarian_dance5.flac"
+    words = words_written(make_engine("stream", base_model), path)
+    assert words == [], "".join(w.text for w in words)
+    samples = load_audio(str(path))
+    session = StreamingSession(base_model, StreamingOptions())  # as the engine streams it
+    for i in range(0, 41 * SAMPLE_RATE, SAMPLE_RATE):
+        session.insert_audio(samples[i:i + SAMPLE_RATE])
+        session.process()
+    state = session.state()
+    assert 38.0 < state["caption_end"] < 40.0  # " Applause", 38.86-39.06 s
+    restored = StreamingSession.restore(base_model, StreamingOptions(), state)
+    assert restored.state()["caption_end"] == state["caption_end"]
+
+
+@pytest.mark.slow
+def test_a_clip_shorter_than_a_pass_played_backwards_is_not_streamed(engines, data_dir, tmp_path):
+    """LJSpeech's 1.6 s "Eight. The press yard." played backwards: the stream's only pass wrote
+    " We're always here." (no-speech 0.14), too short to judge which way it runs; one-shot reads
+    the same padded audio as " RIGHT TIME TO TELL YOU" at temperature 1. Forwards it is written."""
+    samples = load_audio(str(data_dir / "audio" / "short_en" / "ljspeech_LJ002-0035.flac"))
+    assert_nothing_written(engines["stream"], tmp_path / "backwards.wav", samples[::-1].copy())
+    words = words_written(engines["stream"], write_wav(tmp_path / "forwards.wav", samples))
+    assert "".join(w.text for w in words).strip().lower() == "8. the press yard"
 
 
 @pytest.fixture(scope="module")

@@ -60,6 +60,14 @@ MIN_WORD_PROBABILITY = 0.08  # streaming: probability of a word (speech: > 0.1)
 ISOLATED_MAX_WORDS = 3
 ISOLATED_MIN_PROBABILITY = 0.15
 ISOLATION = 2.0
+# After a sound caption (" Applause", " Music": refused), Whisper goes on as the captioned videos
+# it learned from do: base over the end of the Brahms wrote " Applause", and the next pass
+# " Thank you." from 0.06 s after the caption's end (" Thank" 0.152: over the floor above by
+# 0.002; read again as one-shot, " Thank you." once more). So within ISOLATION seconds of a
+# caption, no speech between, a short text must be as sure as a pass of speech as a whole
+# (every word MIN_SEGMENT_PROBABILITY). Speech after a caption measured: the podcast's after
+# music begins 24 s after base's last " Music" (tiny.en writes none there); the dev set and
+# the Apollo 11 radio have no caption.
 # One-shot text that starts after a pause (or at the start of the audio) is a guess when the model thought
 # the audio was likely no speech and is not sure of the text: openai/whisper's no-speech rule
 # (0.6 and -1.0) made stricter where no speech leads into it. Measured with tiny.en on the
@@ -75,7 +83,7 @@ ISOLATION = 2.0
 # (0.56, -1.29), (0.57, -2.1), and the rule alone cut its 106 streamed words to 22, while passes
 # over clicks scored (0.48, -1.76), (0.58, -1.81) and over babble (0.53, -0.75), (0.59, -1.13).
 # There a pass the rule doubts is judged again as one-shot would judge its buffer
-# (``StreamingSession._one_shot_refuses``).
+# (``OneShotReading.refuses_doubted``, transcriber/streaming/rereading.py).
 GUESS_CORNERS = ((0.5, -0.5), (0.4, -1.0))
 # A streaming pass beyond this corner is judged again too, though not a guess by the corners above:
 # babble of six reversed voices (20 s, seed 2) began the stream with " I'm not there for all of
@@ -83,6 +91,14 @@ GUESS_CORNERS = ((0.5, -0.5), (0.4, -1.0))
 # for the radio's noisiest pass: the dev set's passes after pauses score no-speech 0.25 at most,
 # the Apollo 11 radio's (0.36, -0.96), (0.11, -1.94), and (0.45, -1.37) (judged again, kept).
 RECHECK_CORNER = (0.25, -1.0)
+# The stream's first words (nothing committed before them: no context made them likely) are
+# judged again whatever their no-speech probability once their tokens average under -1.5 (0.22
+# a token): base's first pass over babble of reversed voices (30 s, seed 1) wrote " Zimmer is in
+# the middle of the river," at no-speech 0.10, log probability -1.87. The first passes over
+# speech measured (dev set, the Apollo 11 radio, es_qwen_audio; tiny.en and base) score -1.30
+# at the least (tiny.en over Spanish: judged again anyway, no-speech 0.54); the radio's
+# (0.36, -0.96) read again as one-shot is unreadable, and refusing it cost 79 of its 106 words.
+FIRST_WORDS_CORNER = (0.0, -1.5)
 # A one-shot window whose no-speech probability is over the threshold ends the temperature
 # fallback at once, looping or not. Over sounds tiny.en loops a stock sentence (bench/nonspeech_set.py,
 # 30 s): " I'm going to go to the next one." 13 times over applause-like bursts (no-speech
@@ -138,9 +154,11 @@ def has_words(text: str) -> bool:
     return bool(_WORD.search(text))
 
 
-def is_isolated_guess(words: Sequence[Word]) -> bool:
-    """Words that, after a pause, are a caption rather than speech (``ISOLATED_*``)."""
-    return 0 < len(words) <= ISOLATED_MAX_WORDS and min(w.probability for w in words) < ISOLATED_MIN_PROBABILITY
+def is_isolated_guess(words: Sequence[Word], after_caption: bool = False) -> bool:
+    """Words that, after a pause, are a caption rather than speech (``ISOLATED_*``); right
+    after a sound caption, unless every word is as sure as a pass of speech is (``ISOLATION``)."""
+    floor = MIN_SEGMENT_PROBABILITY if after_caption else ISOLATED_MIN_PROBABILITY
+    return 0 < len(words) <= ISOLATED_MAX_WORDS and min(w.probability for w in words) < floor
 
 
 def is_unlikely_start(no_speech_prob: Optional[float], avg_logprob: Optional[float]) -> bool:
@@ -149,10 +167,19 @@ def is_unlikely_start(no_speech_prob: Optional[float], avg_logprob: Optional[flo
     return _beyond(GUESS_CORNERS, no_speech_prob, avg_logprob)
 
 
-def needs_rereading(no_speech_prob: Optional[float], avg_logprob: Optional[float]) -> bool:
+def needs_rereading(no_speech_prob: Optional[float], avg_logprob: Optional[float], first: bool = False,
+                    last: bool = False) -> bool:
     """A streaming pass after a pause whose scores doubt it enough to read its audio again as
-    one-shot: ``is_unlikely_start``, or beyond ``RECHECK_CORNER``."""
-    return _beyond((*GUESS_CORNERS, RECHECK_CORNER), no_speech_prob, avg_logprob)
+    one-shot: ``is_unlikely_start``, or beyond ``RECHECK_CORNER``; the stream's ``first`` words
+    (nothing committed before them) beyond ``FIRST_WORDS_CORNER`` too, and always on the
+    ``last`` pass: then no other pass read them, and one-shot reads the same audio. Over a
+    1.6 s LJSpeech clip played backwards tiny.en's only pass wrote " We're always here." (no-speech
+    0.14); read again, " RIGHT TIME TO TELL YOU" at temperature 1 (log probability -3.12). The
+    dev set's clips shorter than a pass (" in 1813.", " 8. The Press Yard") read the same again."""
+    if first and last:
+        return True
+    corners = (*GUESS_CORNERS, RECHECK_CORNER) + ((FIRST_WORDS_CORNER,) if first else ())
+    return _beyond(corners, no_speech_prob, avg_logprob)
 
 
 def _beyond(corners, no_speech_prob: Optional[float], avg_logprob: Optional[float]) -> bool:
@@ -162,14 +189,17 @@ def _beyond(corners, no_speech_prob: Optional[float], avg_logprob: Optional[floa
             and any(no_speech_prob > ns and avg_logprob < lp for ns, lp in corners))
 
 
-def is_guessed_again(said: str, reread: str, no_speech_prob: float, avg_logprob: float, temperature: float) -> bool:
+def is_guessed_again(said: str, reread: str, no_speech_prob: float, avg_logprob: float, temperature: float,
+                     same_audio: bool = False) -> bool:
     """A second decoding of a doubted pass's audio (one-shot's, ``reread``) that is a guess
     and does not begin with what the pass said (``reads_again``): by its own scores
-    (``is_unlikely_start``), or because its greedy text failed and the fallback sampled one
-    (temperature over 0). Two readings of the same audio that disagree, one of them drawn at
-    random: over the babble above the stream said " I'm not there for all of you", one-shot " So
-    I'm never going to be able to hear what's going on." (0.38, -0.99 at temperature 0.4)."""
-    return ((is_unlikely_start(no_speech_prob, avg_logprob) or temperature > 0)
+    (``is_unlikely_start``), because its greedy text failed and the fallback sampled one
+    (temperature over 0), or because the pass decoded the very same input (``same_audio``: the
+    stream's last pass, padded to 30 s as one-shot pads) and greedy decoding read it otherwise.
+    Two readings of the same audio that disagree, one of them drawn at random: over the babble
+    above the stream said " I'm not there for all of you", one-shot " So I'm never going to be
+    able to hear what's going on." (0.38, -0.99 at temperature 0.4)."""
+    return ((is_unlikely_start(no_speech_prob, avg_logprob) or temperature > 0 or same_audio)
             and not reads_again(said, reread))
 
 
@@ -252,15 +282,16 @@ def is_speech_word(word: Word) -> bool:
     return not is_sound_tag(word.text) and word.probability >= MIN_WORD_PROBABILITY
 
 
-def speech_words(words: Sequence[Word], after_speech: bool = False) -> list[Word]:
+def speech_words(words: Sequence[Word], after_speech: bool = False, after_caption: bool = False) -> list[Word]:
     """The words of one streaming pass that are speech: sound tags and guesses dropped, and all
     of them when the pass as a whole is a guess (mean probability of its words, punctuation
     aside, under ``MIN_SEGMENT_PROBABILITY``), or only vocables (``is_vocables``) or an isolated
     guess (``is_isolated_guess``) unless it goes on from speech (``after_speech``: "Oh," then
-    "I see" in the next pass). (A pass ``is_unlikely_start`` doubts is judged by the session:
+    "I see" in the next pass); ``after_caption``: the pass begins just after a sound caption
+    (``is_isolated_guess``). (A pass ``is_unlikely_start`` doubts is judged by the session:
     see ``GUESS_CORNERS``.)"""
     kept = [w for w in words if is_speech_word(w)]
-    if not after_speech and (is_vocables("".join(w.text for w in kept)) or is_isolated_guess(kept)):
+    if not after_speech and (is_vocables("".join(w.text for w in kept)) or is_isolated_guess(kept, after_caption)):
         return []
     judged = [w.probability for w in kept if _NOT_LETTERS.sub("", w.text).strip()] or [1.0]
     return kept if sum(judged) / len(judged) >= MIN_SEGMENT_PROBABILITY else []

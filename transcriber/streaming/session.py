@@ -31,17 +31,16 @@ import numpy as np
 from ..constants import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES
 from ..context import SHORT_WINDOW_PAD, WhisperContext
 from ..decoding.ending import Ending
-from ..decoding.options import DecodingOptions, TranscribeOptions
 from ..mel import normalize
 from ..text import is_attached_mark
 from ..model.whisper import Whisper
-from ..nonspeech import GATE, ISOLATION, MIN_JUDGED_FRAMES, is_sound_tag, is_vocables
-from ..oneshot import OneShotEngine
+from ..nonspeech import GATE, ISOLATION, MIN_JUDGED_FRAMES, is_sound_tag
 from ..timing import start_at_onsets
 from ..types import Word
 from .alignatt import AlignAttPass, PassResult
 from .melbuffer import SILENCE, MelBuffer
 from .options import StreamingOptions
+from .rereading import OneShotReading
 from .words import CommittedWord, commit_count, context_tail, cut_frame, punctuated_context, word_frames
 
 _log = logging.getLogger(__name__)
@@ -95,6 +94,7 @@ class _State:
     finished: bool = False
     last_sound: Optional[int] = None  # stream frame just after the last loud audio (GATE)
     backwards_until: Optional[int] = None  # stream frame where the audio last judged backwards ends
+    caption_end: Optional[float] = None  # end of the last sound caption written over the audio, seconds
 
 
 class StreamingSession:
@@ -110,7 +110,8 @@ class StreamingSession:
         self._static = self._encode(options.static_init_prompt)
         self._s.prompt = self._encode(options.initial_prompt)
         self._pass = self._make_pass()
-        self._one_shot: Optional[OneShotEngine] = None  # re-judges doubtful passes (_one_shot_refuses)
+        # reads a doubted pass's buffer again (``_speech``)
+        self._one_shot = OneShotReading(model, options.task, lambda n_mel: self._whisper.encode(self._mel(n_mel, True)))
         self._saved_options = (options, options.to_dict())  # state() runs every chunk: asdict once
 
     # -- setup ------------------------------------------------------------------------------------
@@ -330,14 +331,29 @@ class StreamingSession:
         return self._pass.run(base, prompt, sot_index, sample_begin, n_positions, last, max_new, is_last)
 
     def _commit(self, result: PassResult, n_positions: int, is_last: bool) -> list[Word]:
-        """Turn the pass's complete words into committed words and ``Word``s."""
+        """The pass's complete words that are speech (``_speech``), committed and as ``Word``s."""
+        s = self._s
+        first, last_end_before, before = self._first(), s.last_end, len(s.words)
+        out = self._speech(self._new_words(result, n_positions, is_last), result, n_positions, before, first, is_last)
+        if not out:
+            return []
+        # a start in the quiet before the voice moves to its onset (timing.start_at_onsets, 10 ms
+        # frames); no lead: the attended frames' SHIFT is not one-signed (dev set: 13 of 24 late)
+        buf = s.buffer
+        levels = 10 * np.log10(np.maximum(np.sum(10.0 ** buf.raw().astype(np.float64), axis=1), 1e-20))
+        times = start_at_onsets([(w.start, w.end) for w in out], levels, buf.seconds(buf.start),
+                                1 / FRAMES_PER_SECOND, last_end_before, lead=0.0)
+        out = [replace(w, start=a, end=b) for w, (a, b) in zip(out, times)]
+        s.last_end = out[-1].end
+        return out
+
+    def _new_words(self, result: PassResult, n_positions: int, is_last: bool) -> list[Word]:
+        """Commit the pass's complete words (``CommittedWord``s) and return them as ``Word``s."""
         s, buf, tok = self._s, self._s.buffer, self._tokenizer
         texts, groups = tok.split_to_word_tokens(result.tokens) if result.tokens else ([], [])
         count = commit_count(tok, texts, groups, result.next_token, is_last or result.reason is Ending.EOT, is_last)
         out: list[Word] = []
-        index, before = 0, len(s.words)
-        now = buf.end_time
-        last_end = last_end_before = s.last_end
+        index, now, last_end = 0, buf.end_time, s.last_end
         for text, tokens in zip(texts[:count], groups[:count]):
             frames = result.frames[index: index + len(tokens)]
             probs = np.exp(result.logprobs[index: index + len(tokens)])
@@ -356,61 +372,34 @@ class StreamingSession:
             out.append(Word(begin, finish, text, float(np.mean(probs)), emitted_at=now, tokens=tuple(tokens),
                             logprob=float(np.sum(np.log(probs))), no_speech_prob=float(result.no_speech_prob)))
             last_end = finish
-        # A sound caption or a guess inside a sure pass stays in the state as tokens only; a pass
-        # that is a guess as a whole after a pause (over music: nonspeech.py) goes with its audio.
-        # Kept as a prefix, the guesses made the model end every later pass at once (an empty
-        # text), and 100 s of speech after 15 s of music were lost. A guess that goes on from
-        # speech (an unsure word of a translation) stays a prefix: forgetting it cut the buffer
-        # to its last seconds, and the next passes looped ("charming, charming, ...").
+        return out
+
+    def _speech(self, out: list[Word], result: PassResult, n_positions: int, before: int, first: bool,
+                is_last: bool) -> list[Word]:
+        """The pass's new words (``out``; committed: ``self._s.words[before:]``) that are speech
+        (``GATE``). A sound caption or a guess inside a sure pass stays in the state as tokens
+        only; a pass that is a guess as a whole after a pause (over music: nonspeech.py) goes with
+        its audio. Kept as a prefix, the guesses made the model end every later pass at once (an
+        empty text), and 100 s of speech after 15 s of music were lost. A guess that goes on from
+        speech (an unsure word of a translation) stays a prefix: forgetting it cut the buffer to
+        its last seconds, and the next passes looped ("charming, charming, ..."). A short text
+        just after a sound caption (``caption_end``) must be sure (``nonspeech.ISOLATION``). A
+        pass after a pause that its scores doubt (the stream's ``first`` words sooner: see
+        ``nonspeech.FIRST_WORDS_CORNER``) is judged again as one-shot
+        (``OneShotReading.refuses_doubted``; on the ``is_last`` pass, from the same audio)."""
+        s = self._s
         after_speech = bool(out) and s.last_end > 0 and out[0].start - s.last_end < SPEECH_GAP
-        kept = GATE.speech_words(out, after_speech=after_speech)
-        if kept and not after_speech and self._one_shot_refuses(result, n_positions, "".join(w.text for w in kept)):
+        captions = [w.end for w in out if is_sound_tag(w.text)]
+        s.caption_end = captions[-1] if captions else s.caption_end
+        after_caption = (bool(out) and s.caption_end is not None and s.caption_end >= s.last_end
+                         and out[0].start - s.caption_end < ISOLATION)
+        kept = GATE.speech_words(out, after_speech=after_speech, after_caption=after_caption)
+        if kept and not after_speech and self._one_shot.refuses_doubted(
+                result, "".join(w.text for w in kept), first, is_last, 2 * n_positions, self._tokenizer, s.language):
             kept = []
         if out and not kept and not after_speech:
             self._forget(before)
-        out = kept
-        if out:
-            # a start in the quiet before the voice moves to its onset (timing.start_at_onsets, 10 ms
-            # frames); no lead: the attended frames' SHIFT is not one-signed (dev set: 13 of 24 late)
-            raw = buf.raw()
-            levels = 10 * np.log10(np.maximum(np.sum(10.0 ** raw.astype(np.float64), axis=1), 1e-20))
-            times = start_at_onsets([(w.start, w.end) for w in out], levels, buf.seconds(buf.start),
-                                    1 / FRAMES_PER_SECOND, last_end_before, lead=0.0)
-            out = [replace(w, start=a, end=b) for w, (a, b) in zip(out, times)]
-            s.last_end = out[-1].end
-        return out
-
-    def _one_shot_refuses(self, result: PassResult, n_positions: int, said: str) -> bool:
-        """A pass after a pause (or at the stream's start) that its own scores doubt
-        (``GATE.needs_rereading``: its no-speech probability, its tokens' mean log
-        probability) is judged again as one-shot would judge its buffer: the buffer padded to a
-        30 s window, decoded with one-shot's fallback and refused by one-shot's rules (no speech,
-        no word, looping, unreadable, a loop heard in a sound; vocables or a sound tag as a whole),
-        or as a guess (``GATE.is_guessed_again``: by its scores, or drawn by the fallback) when it
-        does not begin with what the pass said (``GATE.reads_again``): base translating German,
-        the stream's first pass " Hans Jak" (0.65) read again as " Hans Jakob Christi" (0.55,
-        -0.73) is speech. A pass's
-        own scores do not tell speech from non-speech (tiny.en): a pass after a pause in the
-        Apollo 11 radio (speech through noise) scored (0.45, -1.37), over clicks (0.58, -1.81),
-        over babble of reversed voices (0.53, -0.75), over beeps (0.71, -0.82); their one-shot
-        windows (0.38, -0.95: kept), (0.58, -3.75 at temperature 1: unreadable), (0.53, -0.83:
-        a guess), (0.77, -1.23: no speech). Only doubtful passes pay for the decode: the radio's
-        other passes after pauses scored no-speech 0.09-0.36, the dev set's at most 0.25."""
-        mean_logprob = float(np.mean(result.logprobs)) if len(result.logprobs) else None
-        if not GATE.needs_rereading(float(result.no_speech_prob), mean_logprob):
-            return False
-        if self._one_shot is None:
-            self._one_shot = OneShotEngine(self.model, TranscribeOptions(
-                decoding=DecodingOptions(task=self.options.task, language=self._s.language)))
-        n_mel = 2 * n_positions
-        window = self._one_shot.decode_with_fallback(self._whisper.encode(self._mel(n_mel, True)), [],
-                                                     self._tokenizer, n_mel)
-        _log.debug("re-judged as one-shot: %r, no-speech %.2f, log probability %.2f at temperature %g",
-                   window.text, window.no_speech_prob, window.avg_logprob, window.temperature)
-        return (self._one_shot.refuses(window, n_mel)
-                or is_sound_tag(window.text) or is_vocables(window.text)
-                or GATE.is_guessed_again(said, window.text, window.no_speech_prob, window.avg_logprob,
-                                         window.temperature))
+        return kept
 
     # -- buffer -----------------------------------------------------------------------------------
 
@@ -461,6 +450,7 @@ class StreamingSession:
             "finished": s.finished,
             "last_sound": s.last_sound,
             "backwards_until": s.backwards_until,
+            "caption_end": s.caption_end,
             "buffer": s.buffer.state(),
         }
 
@@ -491,4 +481,6 @@ class StreamingSession:
         s.last_sound = None if sound is None else int(sound)
         until = state.get("backwards_until")  # (a state saved before the rule has none)
         s.backwards_until = None if until is None else int(until)
+        caption = state.get("caption_end")  # (nor a caption)
+        s.caption_end = None if caption is None else float(caption)
         return session

@@ -1,0 +1,85 @@
+"""A doubted streaming pass read again as one-shot reads a window (``OneShotReading``).
+
+A pass's own scores do not tell speech from non-speech (tiny.en): a pass after a pause in the
+Apollo 11 radio (speech through noise) scored (no-speech 0.45, log probability -1.37), over
+clicks (0.58, -1.81), over babble of reversed voices (0.53, -0.75), over beeps (0.71, -0.82);
+their one-shot windows (0.38, -0.95: kept), (0.58, -3.75 at temperature 1: unreadable), (0.53,
+-0.83: a guess), (0.77, -1.23: no speech). So a pass its scores doubt (``GATE.needs_rereading``)
+is read again: its buffer padded to a 30 s window and decoded with one-shot's temperature
+fallback, and refused when one-shot would refuse that reading, or when the reading is a guess
+that does not begin with what the pass said (``GATE.is_guessed_again``).
+
+Two rules go further, for the multilingual base model (bench/nonspeech_set.py):
+
+- **The stream's first words are read again sooner** (``nonspeech.FIRST_WORDS_CORNER``): with
+  nothing committed before them, a pass's text rests on a second or two of audio alone. Babble
+  of six reversed voices (30 s, seed 1) began " Zimmer is in the middle of the river," at 2 s:
+  no-speech 0.10, log probability -1.87, the very scores of the Apollo 11 radio's real " guys
+  and" after a pause (0.11, -1.94), which goes on from committed words. Read again: " Sunglasses?
+  Are you ready for battle?" at temperature 1 (unreadable).
+- **On the last pass both readings decode the same audio** (padded to a 30 s window): two
+  greedy readings of the same input that disagree are guesses, at any temperature
+  (``same_audio``). Over 15 s of babble (seed 0) base's last pass wrote " Yes, I'm
+  going to stop." (0.30, -1.67); read again: " If so, thank you. Yes, thank you. Wow. Thank you.
+  Thank you." (0.30, -0.73, temperature 0). Before the last pass the two readings see different
+  audio (the pass's buffer unpadded, or padded by 10 s), and speech may read otherwise there:
+  base's first pass over a TIMIT sentence " She had a dark suit in" (2 s) read again " She had
+  Jadaksew in greasy water." (0.04, -0.71): kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..decoding.options import DecodingOptions, TranscribeOptions
+from ..decoding.task import DecodingResult
+from ..model.whisper import Whisper
+from ..nonspeech import GATE, is_sound_tag, is_vocables
+from ..oneshot import OneShotEngine
+from ..tokenizer import Tokenizer
+from .alignatt import PassResult
+
+_log = logging.getLogger(__name__)
+
+
+class OneShotReading:
+    """A pass's buffer read again as one-shot reads a window: its first ``n_mel`` frames padded to
+    a 30 s window (``encode``, the session's) and decoded with one-shot's temperature fallback.
+    The one-shot engine is made on first use (only doubted passes are read again)."""
+
+    def __init__(self, model: Whisper, task: str, encode: Callable[[int], object]):
+        self._model, self._task, self._encode = model, task, encode
+        self._engine: Optional[OneShotEngine] = None
+
+    def read(self, n_mel: int, tokenizer: Tokenizer, language: Optional[str]) -> DecodingResult:
+        """The reading of the buffer's first ``n_mel`` frames."""
+        if self._engine is None:
+            self._engine = OneShotEngine(self._model, TranscribeOptions(
+                decoding=DecodingOptions(task=self._task, language=language)))
+        return self._engine.decode_with_fallback(self._encode(n_mel), [], tokenizer, n_mel)
+
+    def refuses(self, window: DecodingResult, n_mel: int) -> bool:
+        """One-shot writes nothing of this reading (no speech, no word, looping, unreadable, a
+        loop heard in a sound), or it is a sound caption or vocables as a whole."""
+        return self._engine.refuses(window, n_mel) or is_sound_tag(window.text) or is_vocables(window.text)
+
+    def refuses_doubted(self, result: PassResult, said: str, first: bool, is_last: bool, n_mel: int,
+                        tokenizer: Tokenizer, language: Optional[str]) -> bool:
+        """A pass (after a pause, or the stream's ``first``) that said ``said``, read again if its
+        scores doubt it (``GATE.needs_rereading``), and refused when one-shot refuses that
+        reading (``refuses``) or it is a guess that does not begin with what the pass said
+        (``GATE.is_guessed_again``; on the ``is_last`` pass, the same audio): base translating
+        German, the stream's first pass " Hans Jak" (0.65) read again as " Hans Jakob Christi"
+        (0.55, -0.73) is speech. Only doubtful passes pay for the decode: the Apollo 11 radio's
+        other passes after pauses scored no-speech 0.09-0.36, the dev set's at most 0.25."""
+        mean_logprob = float(np.mean(result.logprobs)) if len(result.logprobs) else None
+        if not GATE.needs_rereading(float(result.no_speech_prob), mean_logprob, first, is_last):
+            return False
+        window = self.read(n_mel, tokenizer, language)
+        _log.debug("re-judged as one-shot: %r, no-speech %.2f, log probability %.2f at temperature %g",
+                   window.text, window.no_speech_prob, window.avg_logprob, window.temperature)
+        return self.refuses(window, n_mel) or GATE.is_guessed_again(
+            said, window.text, window.no_speech_prob, window.avg_logprob, window.temperature, same_audio=is_last)
