@@ -1,8 +1,9 @@
 """Word-start error against the dev set's forced alignments: ours one-shot, ours streaming and
-faster-whisper (int8, the same tiny.en weights) in one run.
+faster-whisper (int8, the same weights) in one run.
 
     .venv/bin/python bench/word_times.py                  # the table: median, p90, mean signed
     .venv/bin/python bench/word_times.py --words          # and every matched word's offset
+    .venv/bin/python bench/word_times.py --model base     # base, faster-whisper on base's weights
 
 The aligned files are the dev set's (``bench/dev_set.py``) with a ``word_alignment`` in the
 manifest. Offsets are hypothesis minus reference (> 0: the word is shown late); median and p90
@@ -11,6 +12,7 @@ in its own interpreter (``bench/_worker_peer.py``), skipped when its venv is mis
 """
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -18,6 +20,7 @@ sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH))
 from compare_faster_whisper import PEER_PY, run_worker  # noqa: E402
 from dev_set import DATA, decode_all, rows  # noqa: E402
+from multilingual import base_ct2_folder  # noqa: E402
 
 
 def aligned() -> list[tuple[dict, list[tuple[str, float]]]]:
@@ -31,6 +34,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--words", action="store_true", help="print every matched word's offset")
     ap.add_argument("--no-peer", action="store_true", help="ours only")
+    ap.add_argument("--model", default="tiny.en", help="tiny.en or base (the peer reads the same weights)")
     ap.add_argument("--peer-python", type=Path, default=PEER_PY, help="faster-whisper's interpreter")
     args = ap.parse_args(argv)
     import transcriber
@@ -38,13 +42,16 @@ def main(argv=None):
 
     files = aligned()
     paths = [DATA / e["file"] for e, _ in files]
-    model = transcriber.load_model("tiny.en")
+    model = transcriber.load_model(args.model)
     hyps = {mode: [[(w.text, w.start) for w in ws] for ws in decode_all(mode, model, paths, None, 1)]
             for mode in ("oneshot", "stream")}
     if not args.no_peer:
-        res = run_worker(args.peer_python, "_worker_peer.py", {
-            "files": [str(p) for p in paths], "compute_type": "int8", "threads": 2, "word_timestamps": True,
-            "warmup": False, "detail": True, "words": True}, 2, 600)
+        job = {"files": [str(p) for p in paths], "compute_type": "int8", "threads": 2, "word_timestamps": True,
+               "warmup": False, "detail": True, "words": True}
+        with tempfile.TemporaryDirectory() as folder:
+            if args.model != "tiny.en":  # the peer's default folder is tiny.en's
+                job["model_dir"] = str(base_ct2_folder(Path(folder)))
+            res = run_worker(args.peer_python, "_worker_peer.py", job, 2, 600)
         if "error" in res:
             print(f"faster-whisper failed: {res['error']}", file=sys.stderr)
         else:

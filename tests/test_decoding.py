@@ -257,6 +257,13 @@ def test_a_word_in_a_pause_goes_with_the_word_it_is_nearer_not_the_nearer_sound(
         (" Roman.", 10.5, 10.8), (" He", 13.2, 13.2), (" was", 13.2, 13.5)]
 
 
+def test_time_offsets_are_the_models_own_else_tiny_ens():
+    from transcriber.timing import ONSET_LEAD, TimeOffsets, time_offsets
+
+    assert time_offsets("tiny.en") == TimeOffsets(ONSET_LEAD, 0.0) == time_offsets("my-converted-folder")
+    assert time_offsets("base").onset_lead == 0.0 and time_offsets("base").stream_delay > 0
+
+
 def test_word_starts_move_to_the_voices_onset():
     """20 ms frames from 10.0 s: room noise at -60 dBFS, the voice (-30) from 10.26 to 10.6 s
     and from 10.8 s. The first word, started where the window does, moves to the onset; a word

@@ -28,7 +28,8 @@ from .model.state import DecoderState
 from .model.whisper import Whisper
 from .nonspeech import GATE
 from .timing import (WordTiming, clamp_edge_words, clamp_long_words, find_alignment, fix_segment_edges,
-                     SOUND_FRAME, merge_punctuations, snap_to_sound, start_at_onsets, text_frames)
+                     SOUND_FRAME, merge_punctuations, snap_to_sound, start_at_onsets, text_frames,
+                     time_offsets)
 from .tokenizer import Tokenizer
 from .types import Segment, Word
 
@@ -100,6 +101,7 @@ class OneShotEngine:
     def __init__(self, model: Whisper, options: TranscribeOptions = TranscribeOptions()):
         self.model, self.options = model, options
         self.model_name = model.name
+        self._time_offsets = time_offsets(model.name)
         self.context = WhisperContext(model, options.decoding.task, options.decoding.language)
         self._no_speech = options.no_speech
 
@@ -364,7 +366,7 @@ class OneShotEngine:
                 snap_to_sound(words, levels >= GATE.silence_db, time_offset, median, last_speech)
                 first = words[0].start
                 times = start_at_onsets([(w.start, w.end) for w in words], levels, time_offset, SOUND_FRAME,
-                                        last_speech)
+                                        last_speech, self._time_offsets.onset_lead)
                 for w, (w_start, w_end) in zip(words, times):
                     w.start, w.end = w_start, w_end
                 start = words[0].start if words[0].start < first else max(start, words[0].start)

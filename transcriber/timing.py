@@ -291,6 +291,29 @@ ONSET_LEAD = 0.08
 ONSET_REACH = 0.3
 
 
+@dataclass(frozen=True)
+class TimeOffsets:
+    """How far one model's word times sit from the voice: its alignment heads attend earlier or
+    later than tiny.en's, which the constants above and streaming's ``words.SHIFT`` were fitted to."""
+
+    onset_lead: float = ONSET_LEAD  # one-shot: ``start_at_onsets``'s lead (s)
+    stream_delay: float = 0.0  # streaming: seconds added to the words' times (their frames unmoved)
+
+
+# base's alignment heads attend earlier than tiny.en's. On the dev set's 24 aligned words, base
+# with tiny.en's offsets: one-shot median 0.130 s (p90 0.210, all but 3 early), streaming 0.210
+# (0.230); faster-whisper base 0.060 (0.210). With no lead and streaming 0.18 s later: 0.060
+# (0.150) and 0.030 (0.060). Beyond those words, streaming against one-shot (no lead) over
+# the dev set's ~800 words: 0.12 s earlier in the median with tiny.en's offsets, 0.04 s later
+# with these (tiny.en's own: 0.01). Other models take tiny.en's.
+TIME_OFFSETS = {"base": TimeOffsets(onset_lead=0.0, stream_delay=0.18)}
+
+
+def time_offsets(model_name: str) -> TimeOffsets:
+    """The word-time offsets of the model named ``model_name`` (``TIME_OFFSETS``, else tiny.en's)."""
+    return TIME_OFFSETS.get(model_name, TimeOffsets())
+
+
 def start_at_onsets(times: list[tuple[float, float]], levels: np.ndarray, offset: float, frame_s: float,
                     floor: float = 0.0, lead: float | None = None) -> list[tuple[float, float]]:
     """Words' (start, end) with each start moved ``lead`` (default ONSET_LEAD) earlier, then, if

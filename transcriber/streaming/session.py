@@ -35,7 +35,7 @@ from ..mel import normalize
 from ..text import is_attached_mark
 from ..model.whisper import Whisper
 from ..nonspeech import GATE, ISOLATION, MIN_JUDGED_FRAMES, is_sound_tag
-from ..timing import start_at_onsets
+from ..timing import start_at_onsets, time_offsets
 from ..types import Word
 from .alignatt import AlignAttPass, PassResult
 from .melbuffer import SILENCE, MelBuffer
@@ -107,6 +107,7 @@ class StreamingSession:
         self._whisper = WhisperContext(model, options.task, options.language)
         self._s = _State(MelBuffer(model.dims.n_mels, start_sample), self._whisper.language)
         self._tokenizer = self._whisper.tokenizer()
+        self._delay = time_offsets(model.name).stream_delay  # the words' times, not their frames
         self._static = self._encode(options.static_init_prompt)
         self._s.prompt = self._encode(options.initial_prompt)
         self._pass = self._make_pass()
@@ -367,8 +368,8 @@ class StreamingSession:
             s.last_frame = buf.start + 2 * spoken[-1]  # a mark's frame says little (policy.decide)
             if "\ufffd" in text or not text.strip():
                 continue  # invalid bytes or bare space at the very end: kept as tokens, not shown
-            begin = min(max(buf.seconds(committed.start), last_end), now)
-            finish = min(max(buf.seconds(committed.end), begin), now)
+            begin = min(max(buf.seconds(committed.start) + self._delay, last_end), now)
+            finish = min(max(buf.seconds(committed.end) + self._delay, begin), now)
             out.append(Word(begin, finish, text, float(np.mean(probs)), emitted_at=now, tokens=tuple(tokens),
                             logprob=float(np.sum(np.log(probs))), no_speech_prob=float(result.no_speech_prob)))
             last_end = finish
