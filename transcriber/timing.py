@@ -230,13 +230,13 @@ def snap_to_sound(words: list[WordTiming], loud: np.ndarray, offset: float, dura
     loud: (F,) bool, whether each 20 ms frame of the window (from ``offset`` s) reaches the
     gate's silence level; music and room noise are sound, digital silence and near-silence are
     not. A word's start moves forward to the first sound inside it, its end back to the last.
-    A word with no sound inside (under ``MIN_WORD_SOUND`` frames) goes to the sound on the side of the nearer of the words either
-    side of it (DTW's times: speech runs on within a phrase, so a word belongs with its
-    neighbour, not with whatever sound is nearest; the podcast's " Roman." 0.4 s before the
-    music after the pause went into the music), else to the nearer sound; lasting ``duration`` (its own if longer): back to end
-    where the sound before it ended (not before ``floor`` or the word before it, which ends
-    where it starts), or forward to start at the onset of the sound after it (the words after
-    it then start no earlier)."""
+    A word with no sound inside (under ``MIN_WORD_SOUND`` frames) goes to the sound on the side
+    of the nearer of the words either side of it (DTW's times: speech runs on within a phrase,
+    so a word belongs with its neighbour, not with whatever sound is nearest; the podcast's
+    " Roman." 0.4 s before the music after the pause went into the music), else to the nearer
+    sound; lasting ``duration`` (its own if longer): back to end where the sound before it
+    ended (not before ``floor`` or the word before it, which ends where it starts), or forward
+    to start at the onset of the sound after it (the words after it then start no earlier)."""
     sound = np.flatnonzero(loud)
     if not len(sound):
         return
