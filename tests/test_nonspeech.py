@@ -131,8 +131,6 @@ def test_the_streams_first_words_are_read_again_when_far_less_likely():
     # the Apollo radio: its first pass, and " guys and" after a pause (committed words before it)
     assert not needs_rereading(0.36, -0.96, first=True) and not needs_rereading(0.11, -1.94)
     assert not needs_rereading(None, -2.0, first=True)
-    # the stream's only pass (a clip shorter than one): always, one-shot reads the same audio
-    assert needs_rereading(0.14, -0.6, first=True, last=True) and not needs_rereading(0.14, -0.6, last=True)
 
 
 def test_a_short_text_just_after_a_sound_caption_must_be_sure():

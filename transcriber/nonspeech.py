@@ -167,17 +167,10 @@ def is_unlikely_start(no_speech_prob: Optional[float], avg_logprob: Optional[flo
     return _beyond(GUESS_CORNERS, no_speech_prob, avg_logprob)
 
 
-def needs_rereading(no_speech_prob: Optional[float], avg_logprob: Optional[float], first: bool = False,
-                    last: bool = False) -> bool:
+def needs_rereading(no_speech_prob: Optional[float], avg_logprob: Optional[float], first: bool = False) -> bool:
     """A streaming pass after a pause whose scores doubt it enough to read its audio again as
     one-shot: ``is_unlikely_start``, or beyond ``RECHECK_CORNER``; the stream's ``first`` words
-    (nothing committed before them) beyond ``FIRST_WORDS_CORNER`` too, and always on the
-    ``last`` pass: then no other pass read them, and one-shot reads the same audio. Over a
-    1.6 s LJSpeech clip played backwards tiny.en's only pass wrote " We're always here." (no-speech
-    0.14); read again, " RIGHT TIME TO TELL YOU" at temperature 1 (log probability -3.12). The
-    dev set's clips shorter than a pass (" in 1813.", " 8. The Press Yard") read the same again."""
-    if first and last:
-        return True
+    (nothing committed before them) beyond ``FIRST_WORDS_CORNER`` too."""
     corners = (*GUESS_CORNERS, RECHECK_CORNER) + ((FIRST_WORDS_CORNER,) if first else ())
     return _beyond(corners, no_speech_prob, avg_logprob)
 

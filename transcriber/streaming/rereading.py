@@ -76,7 +76,7 @@ class OneShotReading:
         (0.55, -0.73) is speech. Only doubtful passes pay for the decode: the Apollo 11 radio's
         other passes after pauses scored no-speech 0.09-0.36, the dev set's at most 0.25."""
         mean_logprob = float(np.mean(result.logprobs)) if len(result.logprobs) else None
-        if not GATE.needs_rereading(float(result.no_speech_prob), mean_logprob, first, is_last):
+        if not GATE.needs_rereading(float(result.no_speech_prob), mean_logprob, first):
             return False
         window = self.read(n_mel, tokenizer, language)
         _log.debug("re-judged as one-shot: %r, no-speech %.2f, log probability %.2f at temperature %g",
