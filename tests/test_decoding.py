@@ -241,10 +241,10 @@ def test_a_word_in_a_pause_goes_with_the_word_it_is_nearer_not_the_nearer_sound(
     """The podcast on the avx2 path (tiny.en, one segment over the music between two readings):
     DTW stretched " and" to 10.5-11.7 s and put " Roman." at 11.7-13.22 s, in the pause before
     the music but for the music's first frame (sound from 13.2 s), nearer the music's onset than
-    the speech's end (10.8);
-    the next word, " He", comes after the music. " Roman." goes back to the speech it ends, not
-    into the music. And a word that DTW put in a pause nearer the speech before it by sound,
-    but nearer the word after it (stretched back over the pause), goes forward with that word."""
+    the speech's end (10.8); the next word, " He", comes after the music. " Roman." goes back to
+    the speech it ends, not into the music. And a word that DTW put in a pause nearer the speech
+    before it by sound, but nearer the word after it (stretched back over the pause), goes
+    forward with that word."""
     loud = np.zeros(200, dtype=bool)
     loud[10:40] = loud[160:] = True  # speech 10.2-10.8 s, the music from 13.2 s
     words = _timed((" gothic", 10.1, 10.5), (" and", 10.5, 11.7), (" Roman.", 11.7, 13.22), (" He", 13.5, 13.9))
