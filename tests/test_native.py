@@ -545,16 +545,23 @@ def test_attention_bf16_matches_mlx(kernels, positions):
         assert np.abs(got - want).max() < np.abs(want).max() / 256
 
 
-def test_gemm_and_attention_two_threads_give_the_same_results(kernels):
-    """Threads take whole blocks of rows: every row's sums in the same order, the same floats."""
+@pytest.mark.parametrize("rows", [97, 350, 500, 701])
+def test_gemm_and_attention_two_threads_give_the_same_results(kernels, rows):
+    """Threads take whole blocks of rows, sized to the thread count (350 rows on 2 threads: 4 x
+    90): every row's sums in the same order whatever its block, the same floats, on the bf16
+    and the integer GEMM."""
     rng = np.random.default_rng(8)
-    x = rng.standard_normal((500, 384), dtype=np.float32)
-    w = kernels.gemm_pack(rng.standard_normal((1152, 384), dtype=np.float32))
+    x = rng.standard_normal((rows, 384), dtype=np.float32)
+    raw = rng.standard_normal((1152, 384), dtype=np.float32)
+    w = kernels.gemm_pack(raw)
     for dot in _dots(kernels):
         qkv = kernels.gemm(x, w, dot=dot)
-        np.testing.assert_array_equal(qkv, kernels.gemm(x, w, dot=dot, threads=2))
+        for threads in (2, 3):
+            np.testing.assert_array_equal(qkv, kernels.gemm(x, w, dot=dot, threads=threads))
         np.testing.assert_array_equal(kernels.attention_bf16(qkv, 6, dot=dot),
                                       kernels.attention_bf16(qkv, 6, dot=dot, threads=2))
+    packed = kernels.igemm_pack(raw)
+    np.testing.assert_array_equal(kernels.gemm(x, packed), kernels.gemm(x, packed, threads=2))
 
 
 def test_the_bf16_encoder_stays_close_to_mlx_float32(model, monkeypatch):

@@ -256,13 +256,13 @@ const T* route_weights(int j0, int j1, int P, const uint32_t* w, int threads) {
 // work: each part widens its own columns (in its thread, no barrier more). Not under 16 rows,
 // where a second thread cost more than it saved (8 rows x 384 x 1536: 149 -> 175 us).
 struct Split {  // a product's work items: row blocks x parts of the column blocks
-  int M, nb, blocks, parts, tiles;
+  int M, nb, rows, blocks, parts, tiles;  // rows: a block's (<= ROW_BLOCK)
   int items() const { return blocks * parts; }
   // item's rows [m0, m1) and column blocks [j0, j1)
   void range(int item, int& m0, int& m1, int& j0, int& j1) const {
     const int b = item / parts, part = item % parts;
-    m0 = b * ROW_BLOCK;
-    m1 = m0 + ROW_BLOCK < M ? m0 + ROW_BLOCK : M;
+    m0 = b * rows;
+    m1 = m0 + rows < M ? m0 + rows : M;
     j0 = (int)((long)tiles * part / parts) * TILE_NB;
     const int j1e = (int)((long)tiles * (part + 1) / parts) * TILE_NB;
     j1 = j1e < nb ? j1e : nb;
@@ -270,12 +270,22 @@ struct Split {  // a product's work items: row blocks x parts of the column bloc
 };
 
 // Row blocks over the threads; fewer than two a thread (and at least 16 rows) split the
-// column blocks too, in parts of whole tiles (tiles of TILE_NB blocks).
-inline Split split(int M, int nb, int threads) {
-  const int blocks = (M + ROW_BLOCK - 1) / ROW_BLOCK, tiles = (nb + TILE_NB - 1) / TILE_NB;
+// column blocks too, in parts of whole tiles (tiles of TILE_NB blocks). Past one block, a
+// multiple of `threads` blocks of equal rows (whole tiles, at most ROW_BLOCK): 350
+// rows on 2 threads are 4 x 90, not 3 x 96 + 62 (192 rows on one thread, 158 on the other).
+// A row's sums do not depend on its block: any split gives the same floats. mr: the tile's rows.
+inline Split split(int M, int nb, int threads, int mr = TILE_MR) {
+  int blocks = (M + ROW_BLOCK - 1) / ROW_BLOCK, rows = ROW_BLOCK;
+  if (blocks > 1 && threads > 1) {
+    blocks = (blocks + threads - 1) / threads * threads;
+    rows = ((M + blocks - 1) / blocks + mr - 1) / mr * mr;
+    rows = rows < ROW_BLOCK ? rows : ROW_BLOCK;
+    blocks = (M + rows - 1) / rows;
+  }
+  const int tiles = (nb + TILE_NB - 1) / TILE_NB;
   int parts = threads > 1 && blocks < 2 * threads && M >= 16 ? (2 * threads + blocks - 1) / blocks : 1;
   if (parts > tiles) parts = tiles;
-  return {M, nb, blocks, parts, tiles};
+  return {M, nb, rows, blocks, parts, tiles};
 }
 
 template <typename T>
@@ -637,7 +647,7 @@ EXPORT void TK(igemm)(int M, int N, int K, const float* a, long lda, const uint3
   threads = threads < 1 ? 1 : threads;
   const Epilogue e{bias, res, ldr, gelu, c, ldc, N};
   const IntWeight iw{w, scale, channel, exact_pairs(levels)};
-  const Split s = split(M, nb, threads);
+  const Split s = split(M, nb, threads, INT_ROWS);
   const int items = s.items();
 #pragma omp parallel for num_threads(threads) schedule(dynamic) if (threads > 1 && items > 1)
   for (int item = 0; item < items; item++) {
