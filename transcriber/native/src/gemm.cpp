@@ -503,6 +503,12 @@ struct IntWeight {
   int chunk;             // k pairs whose int32 sums stay exact
 };
 
+// Two values, rounded half-even to int16, as one word of a pair (the first low, the second high).
+inline uint32_t int16_pair(float lo, float hi) {
+  const uint32_t low = (uint16_t)(int16_t)__builtin_nearbyintf(lo);
+  return low | (uint32_t)(uint16_t)(int16_t)__builtin_nearbyintf(hi) << 16;
+}
+
 // M rows of a (at stride lda) x t -> int16 pairs (M, P), zero-padded; scale[m] = max |x t| / 8191.
 void quantize_rows(int M, int K, const float* a, long lda, const float* t, uint32_t* out, float* scale) {
   const int P = (K + 1) / 2;
@@ -517,9 +523,7 @@ void quantize_rows(int M, int K, const float* a, long lda, const float* t, uint3
     const float inv = amax > 0.0f ? ROW_LEVELS / amax : 0.0f;
     for (int p = 0; p < P; p++) {  // pairs written as words (k even low, k odd high; zero past K)
       const int k = 2 * p;
-      const uint16_t lo = (uint16_t)(int16_t)__builtin_nearbyintf(r[k] * t[k] * inv);
-      const uint16_t hi = k + 1 < K ? (uint16_t)(int16_t)__builtin_nearbyintf(r[k + 1] * t[k + 1] * inv) : 0;
-      o[p] = lo | (uint32_t)hi << 16;
+      o[p] = int16_pair(r[k] * t[k] * inv, k + 1 < K ? r[k + 1] * t[k + 1] * inv : 0.0f);
     }
     scale[m] = amax / ROW_LEVELS;
   }
@@ -631,9 +635,7 @@ EXPORT void TK(igemm_pack)(int N, int K, const float* w, int levels, uint32_t* o
     const float inv = amax > 0.0f ? (float)levels / amax : 0.0f;
     scale[n] = amax / (float)levels;
     for (int p = 0; p < P; p++) {
-      const uint16_t lo = (uint16_t)(int16_t)__builtin_nearbyintf(wt[2 * p] * inv);
-      const uint16_t hi = (uint16_t)(int16_t)__builtin_nearbyintf(wt[2 * p + 1] * inv);
-      out[((long)(n / LANES) * P + p) * LANES + n % LANES] = lo | (uint32_t)hi << 16;
+      out[((long)(n / LANES) * P + p) * LANES + n % LANES] = int16_pair(wt[2 * p] * inv, wt[2 * p + 1] * inv);
     }
   }
 }
