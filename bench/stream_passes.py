@@ -14,10 +14,11 @@ call is read around it after ``mx.eval``-ing nothing more than the call itself e
 
 The floor: the multiply-adds the passes must do (each encoder call's convolutions, blocks and
 attention over its positions, the cross-attention keys and values, each prompt pass's linears
-and attention; ``work_flops``), and the seconds they take at this path's GEMM speed on the
-encoder's threads (a product of the encoder's MLP shape over 1500 rows, measured here): what no
-scheduling or overhead cut can go under on this arithmetic. The language is English unless
-``--language`` says otherwise (none: detected, as a multilingual model's stream does).
+and attention: ``encoder_macs``, ``prompt_macs``), and the seconds they take at this path's bf16
+GEMM speed on the encoder's threads (the encoder's MLP shape over 1500 rows, measured here:
+``gemm_speed``): what no scheduling or overhead cut can go under on this arithmetic. The
+language is English unless ``--language`` says otherwise (none: detected, as a multilingual
+model's stream does).
 """
 
 from __future__ import annotations
