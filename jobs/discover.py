@@ -188,6 +188,17 @@ def identify_found(file: tuple[Path, Optional[Path]], output_dir: Optional[Path]
     return identify(*file, output_dir)
 
 
+def unwritable(folder: str) -> Optional[str]:
+    """Why no output can be made in ``folder`` (or, where it is not made yet, the nearest folder
+    above it that is), or None: found before a decode, not after it (read by the reader)."""
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    if os.access(folder, os.W_OK | os.X_OK):
+        return None
+    read_only = os.statvfs(folder).f_flag & os.ST_RDONLY
+    return f"cannot write the outputs in {folder!r}: {'Read-only file system' if read_only else 'Permission denied'}"
+
+
 def path_kind(path: Path) -> Optional[str]:
     """"folder", "file" (anything else that exists), or None: nothing there."""
     return "folder" if path.is_dir() else "file" if path.exists() else None

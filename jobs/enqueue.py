@@ -14,7 +14,7 @@ from typing import Iterable, Optional, Sequence
 
 from transcriber import bounded_each
 
-from .discover import STAT, identify, identify_found
+from .discover import STAT, identify, identify_found, unwritable
 from .domain import BUSY, FAILED_BEFORE, NEW, PENDING, REDO, REFUSED, SKIP, Job, OutputRecord, Request
 from .lease import owner_is_dead
 from .outputs import output_states
@@ -54,6 +54,9 @@ def request_of(identity: tuple[str, str, str], spec: JobSpec, output_dir: Option
     outputs kept inside ``output_dir`` (None: the input's folder)."""
     path, key, stem = identity
     root = None if output_dir is None else os.path.realpath(output_dir)
+    if root is None and os.path.dirname(stem) != os.path.dirname(path):
+        # a symbolic link named: its outputs go beside the link (the folder named), not its target's
+        root = os.path.dirname(stem)
     return Request(path=path, content_key=key, fingerprint=spec.fingerprint(), spec=spec.stored(), output_stem=stem,
                    output_root=root)
 
@@ -144,6 +147,14 @@ def _folder(outputs: list[tuple[str, Optional[tuple]]]) -> str:
     return os.path.dirname(outputs[0][0])
 
 
+def _unwritable(requests: Sequence[Request]) -> dict[str, str]:
+    """The output folders of ``requests`` that cannot be written, with why (each folder asked
+    once, by the reader, with the bound: a hung one is left to the attempt to find)."""
+    folders = list(dict.fromkeys(os.path.dirname(r.output_stem) for r in requests))
+    found = bounded_each(unwritable, folders, what=STAT, key_of=lambda folder: folder)
+    return {folder: why for folder, why in zip(folders, found) if isinstance(why, str)}
+
+
 def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]], spec: JobSpec,
                   output_dir: Optional[Path], force: bool = False, jobs: Optional[CommandJobs] = None) -> CommandJobs:
     """Queue the files; NameClash before anything is queued when two would write one output.
@@ -169,16 +180,22 @@ def enqueue_files(store: JobStore, files: Iterable[tuple[Path, Optional[Path]]],
     given = {request.path: name for name, request in requests}
     seen = OutputsSeen(store, [r for _, r in requests], spec, store.output_records())
     jobs.failed += [(given[path], why) for path, why in seen.hung.items()]
+    wanted = [r for _, r in requests if r.path not in seen.hung]
+    blocked = _unwritable(wanted)
 
     def vet(request: Request, job: Optional[Job]) -> Optional[str]:
-        why = seen.refusal(request, job)
+        """Why the request is not queued: its output folder cannot be written (a failure, before
+        any decode), or an output there is not ours (a refusal, unless ``force``)."""
+        why = blocked.get(os.path.dirname(request.output_stem))
+        if why:
+            jobs.failed.append((given[request.path], why))
+            return why
+        why = None if force else seen.refusal(request, job)
         if why:
             jobs.refused.append((given[request.path], why))
         return why
 
-    wanted = [r for _, r in requests if r.path not in seen.hung]
-    for job, action in store.enqueue_many(wanted, force=force, outputs_present=seen.all_exist,
-                                          vet=None if force else vet):
+    for job, action in store.enqueue_many(wanted, force=force, outputs_present=seen.all_exist, vet=vet):
         if action == REFUSED:
             continue
         if force and action in (NEW, REDO):  # what it replaces is the job's now

@@ -260,13 +260,14 @@ def test_webhooks_queue_a_library_file_without_subtitles(tmp_path):
         emby = {"Event": "library.new", "Item": {"Path": "/data/movies/Speech (1961).mkv"}}
         assert "already" in requests.post(f"{url}/webhook/emby", json=emby, timeout=30).json()["ignored"]
         plex = {"event": "media.play", "Metadata": {"ratingKey": "42"}}
-        missing = requests.post(f"{url}/webhook/plex", data={"payload": json.dumps(plex)}, timeout=30)
+        missing = requests.post(f"{url}/webhook/plex", files={"payload": (None, json.dumps(plex))}, timeout=30)
         assert missing.status_code == 404 and f"{library}/missing.mkv" in missing.json()["error"]
         unknown = requests.post(hook, json={**body, "ItemId": "nope"}, timeout=30)
         assert unknown.status_code == 400 and "names no file" in unknown.json()["error"]
         other = requests.post(hook, json={**body, "NotificationType": "PlaybackStop"}, timeout=30)
         assert other.status_code == 200 and "PlaybackStop" in other.json()["ignored"]
-        assert requests.post(hook, data="not json", timeout=30).status_code == 400
+        assert requests.post(hook, data="not json", headers={"Content-Type": "application/json"},
+                             timeout=30).status_code == 400
 
 
 @pytest.mark.skipif(not any(Path(p, "chromium").exists() for p in os.environ.get("PATH", "").split(os.pathsep)),

@@ -11,7 +11,8 @@ parameter for parameter:
   "language_code": "en", "confidence": 0.98}``.
 
 Every error is a JSON ``{"error": "one line"}`` with a 4xx status (413 for an upload over the
-limit, 401 without the token), never a traceback. With a token, a client sends it as ``Authorization:
+limit, 401 without the token, 421 for a Host that is not the service's, 403 for a cross-site
+request: guard.py) or 5xx (507: the spool is full; 503: stopping), never a traceback. With a token, a client sends it as ``Authorization:
 Bearer TOKEN``, as ``?token=TOKEN``, or in the path: ``/t/TOKEN/asr`` (Bazarr's provider takes
 only an endpoint URL, so its endpoint is ``http://host:9000/t/TOKEN``).
 """
@@ -34,6 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from transcriber import LANGUAGES, RunFault, TranscriberError
 
 from . import page
+from .guard import RequestGuard, error
 from .hooks import hook_routes
 from .service import RequestError, Service
 
@@ -42,10 +44,6 @@ Language = Literal[tuple(sorted(LANGUAGES))]  # the enum of the API's schema, as
 Output = Literal[OUTPUTS]
 OVER_LIMIT = "transcriber.over_limit"  # the scope's mark of a body cut at the limit (SizeLimit)
 MEDIA_TYPES = {"json": "application/json", "vtt": "text/vtt"}
-
-
-def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": " ".join(str(message).split()) or "error"}, status_code=status)
 
 
 class TokenGate:
@@ -116,6 +114,7 @@ def create_app(service: Service) -> FastAPI:
     # multipart's framing on top of the file: a body this much over the upload limit is refused unread
     app.add_middleware(SizeLimit, limit=service.settings.max_upload_bytes + (1 << 20))
     app.add_middleware(TokenGate, token=service.settings.token)
+    app.add_middleware(RequestGuard, bound=service.settings.host, allowed_hosts=service.settings.allowed_hosts)
     return app
 
 
@@ -155,7 +154,7 @@ def _errors(app: FastAPI) -> None:
 
 
 async def _saved(service: Service, audio_file: UploadFile, encode: bool, options: str = "") -> Path:
-    return await asyncio.to_thread(service.spool.save, audio_file.file, audio_file.filename, not encode, options)
+    return await asyncio.to_thread(service.spool.save, audio_file.file, not encode, options)
 
 
 def _asr_routes(app: FastAPI, service: Service) -> None:
@@ -171,7 +170,8 @@ def _asr_routes(app: FastAPI, service: Service) -> None:
                   output: Output = Query("txt")):
         spec = service.spec(task, language, initial_prompt, output)  # ValueError: 422, before the upload is kept
         media = await _saved(service, audio_file, encode, spec.fingerprint())
-        text = await asyncio.wrap_future(service.transcribe(media, spec, output))
+        job = await asyncio.to_thread(service.accept, media, spec, service.spool.out)  # in the store before the answer
+        text = await asyncio.wrap_future(service.transcribe(job, output))
         name = quote(f"{Path(audio_file.filename or 'audio').name}.{output}")
         return PlainTextResponse(text, media_type=MEDIA_TYPES.get(output, "text/plain"),
                                  headers={"Asr-Engine": "transcriber",

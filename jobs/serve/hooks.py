@@ -13,7 +13,9 @@ queued when it has no subtitles in the wanted language, its SRT written beside i
   server (``--server-url``, ``--server-token``: an X-Plex-Token) unless the payload has it.
 
 The server's path is mapped to this machine's with ``--path-map SERVER=LOCAL`` (the longest
-prefix wins). Answers: 202 ``{"queued": path}``, 200 ``{"ignored": why}`` (another event, subtitles
+prefix wins), then resolved (symbolic links, ``..``): it must lie in a library (``--library``
+or a ``--path-map`` target), else 403 and nothing is queued. Any other body than those shapes
+(text/plain, a urlencoded form) is a 415. The job is in the store before the 202. Answers: 202 ``{"queued": path}``, 200 ``{"ignored": why}`` (another event, subtitles
 already there), 4xx ``{"error": why}`` (a payload without a file, a file not found here).
 """
 
@@ -32,12 +34,16 @@ from fastapi.responses import JSONResponse
 
 from transcriber import embed
 
+from .guard import under_roots
 from .service import RequestError, Service
 
 ADDED_OR_PLAYED = {"jellyfin": ("ItemAdded", "PlaybackStart"), "emby": ("library.new", "playback.start"),
                    "plex": ("library.new", "media.play")}
 SIDECAR_EXTENSIONS = (".srt", ".vtt", ".ass", ".ssa", ".sub")
 LOOKUP_TIMEOUT_S = 10.0
+FORM_FIELD = {"plex": "payload", "emby": "data"}  # the multipart field each server puts its JSON in
+SHAPES = {"jellyfin": "application/json", "emby": "application/json or multipart/form-data (data)",
+          "plex": "multipart/form-data (payload)"}
 
 
 def map_path(path: str, path_map: tuple[tuple[str, str], ...]) -> str:
@@ -105,12 +111,16 @@ def look_up(kind: str, payload: dict, server: Optional[str], token: Optional[str
 
 
 async def _payload(kind: str, request: Request) -> dict:
-    """The JSON of a webhook, from the body or the form field the server puts it in."""
-    if request.headers.get("content-type", "").startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
+    """The JSON of a webhook, from the body or the multipart field its server puts it in; 415
+    for any other shape (a text/plain or form post is what a web page can send cross-site)."""
+    kind_of_body = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind_of_body == "multipart/form-data" and kind in FORM_FIELD:
         form = await request.form()
-        text = form.get("payload" if kind == "plex" else "data")
-    else:
+        text = form.get(FORM_FIELD[kind])
+    elif kind_of_body == "application/json" and kind != "plex":
         text = (await request.body()).decode("utf-8", errors="replace")
+    else:
+        raise RequestError(415, f"a {kind} webhook is {SHAPES[kind]}, not {kind_of_body or 'a body of no type'}")
     try:
         payload = json.loads(text) if isinstance(text, str) and text.strip() else None
     except json.JSONDecodeError:
@@ -135,14 +145,19 @@ def hook_routes(app: FastAPI, service: Service) -> None:
             raise RequestError(400, f"the {kind} payload names no file" + (
                 f", and {settings.server_url} has no file for its item" if asked else
                 ", and there is no --server-url/--server-token to look its item up"))
-        path = Path(map_path(server_path, settings.path_map))
+        local = map_path(str(server_path), settings.path_map)
         # the library's files are looked at off the event loop: a slow mount holds this request only
+        real = await asyncio.to_thread(under_roots, local, settings.libraries)
+        if real is None:  # checked first: whether a file outside exists is not told either
+            raise RequestError(403, f"{local} is outside every library (--library, --path-map): not queued")
+        path = Path(real)
         if not await asyncio.to_thread(path.is_file):
             raise RequestError(404, f"{path} is not a file here (from {server_path}; see --path-map)")
         wanted = settings.languages[0] if settings.languages else "en"
         if await asyncio.to_thread(has_subtitles, path, wanted):
             return JSONResponse({"ignored": f"{path} has {wanted} subtitles already"})
-        service.enqueue(path, service.spec(output="srt", tag_language=True))
+        # in the store before the 202: a stop or a crash now loses nothing (the next start runs it)
+        await asyncio.to_thread(service.accept, path, service.spec(output="srt", tag_language=True), None)
         return JSONResponse({"queued": str(path)}, status_code=202)
 
     for kind in ADDED_OR_PLAYED:

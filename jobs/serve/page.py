@@ -5,8 +5,12 @@
   words opens a ``<video>`` of the job's file with its subtitles as a ``<track>``).
 - ``GET /api/jobs``: the jobs as JSON: id, file name, status as ``transcribe status`` shows it
   (stalled, gone, following), progress, language, error.
-- ``GET /media/{id}``: a job's source file (only files that are jobs; ranges served).
+- ``GET /media/{id}``: a job's source file, only when it is the service's (an upload in the
+  spool, or a file of a library) and audio or video by its own first bytes (guard.media_type),
+  as an attachment, under a sandbox CSP: never a page (ranges served).
 - ``GET /subtitles/{id}.vtt``: the job's words so far as WebVTT, rendered from the store.
+
+The page itself is sent with a CSP that allows its own inline script and style only.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import asyncio
 import time
 from importlib import resources
 from pathlib import Path
+from typing import Optional
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse, HTMLResponse, Response
@@ -24,6 +29,7 @@ from transcriber import FORMATS, OutputOptions, Transcript
 from ..report import shown_jobs
 from ..spec import JobSpec
 from ..store import connect
+from .guard import SANDBOX, media_type, page_policy, under_roots
 from .service import RequestError, Service
 
 MAX_JOBS = 500  # the newest jobs on the page
@@ -62,9 +68,11 @@ def routes(app: FastAPI, service: Service) -> None:
     db = service.settings.db
     html = resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
 
+    policy = page_policy(html)
+
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index():
-        return HTMLResponse(html)
+        return HTMLResponse(html, headers={"Content-Security-Policy": policy})
 
     @app.get("/api/jobs", tags=["Status"])
     async def jobs():
@@ -73,10 +81,23 @@ def routes(app: FastAPI, service: Service) -> None:
     @app.get("/media/{job_id}", tags=["Status"])
     async def media(job_id: int):
         job, _ = await asyncio.to_thread(_job, db, job_id)
-        if not await asyncio.to_thread(Path(job.path).is_file):
-            raise RequestError(404, f"job {job_id}'s file is gone: {job.path}")
-        return FileResponse(job.path)
+        path, kind = await asyncio.to_thread(servable, job.path, service.roots)
+        if kind is None:
+            raise RequestError(404, f"job {job_id}'s file is not media this service serves")
+        return FileResponse(path, media_type=kind, content_disposition_type="attachment", filename=f"job-{job_id}",
+                            headers={"Content-Security-Policy": SANDBOX})
 
     @app.get("/subtitles/{job_id}.vtt", tags=["Status"])
     async def subtitles(job_id: int):
-        return Response(await asyncio.to_thread(vtt_of, db, job_id), media_type="text/vtt")
+        return Response(await asyncio.to_thread(vtt_of, db, job_id), media_type="text/vtt",
+                        headers={"Content-Security-Policy": SANDBOX})
+
+
+def servable(path: str, roots) -> tuple[str, Optional[str]]:
+    """(the file resolved, its audio/video content type) when it lies in the spool or a library
+    and its bytes are media; the type is None otherwise (or the file is gone)."""
+    real = under_roots(path, roots)
+    try:
+        return (real, media_type(real)) if real is not None else (path, None)
+    except OSError:
+        return path, None

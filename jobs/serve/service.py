@@ -15,10 +15,12 @@ threads), so a second decode at once would only share them; requests wait in a q
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import errno
 import hashlib
 import os
 import queue
-import re
+import signal
 import struct
 import tempfile
 import threading
@@ -28,7 +30,7 @@ from typing import BinaryIO, Callable, Optional
 
 import transcriber
 
-from ..domain import DONE, Job
+from ..domain import DONE, QUEUED, RUNNING, Job
 from ..enqueue import enqueue_files
 from ..engines import EngineCache
 from ..runner import Runner, StopFlag
@@ -47,6 +49,12 @@ class RequestError(Exception):
         self.status = status
 
 
+STOPPING = RequestError(503, "the service is stopping; the job resumes when it is started again")
+
+STOP_SECONDS = 6.0  # after SIGTERM, how long the job in hand has to reach its checkpoint (then: exit)
+WAKE = "wake"  # the decode thread's cue to run the store's pending jobs
+
+
 @dataclass(frozen=True)
 class ServeSettings:
     db: Path
@@ -59,6 +67,9 @@ class ServeSettings:
     languages: tuple[str, ...] = ()  # a webhook's wanted subtitle language (the first; default en)
     server_url: Optional[str] = None  # the media server a webhook's item is looked up on
     server_token: Optional[str] = None
+    host: str = "127.0.0.1"  # the address served: a request's Host may name it (guard.py)
+    allowed_hosts: tuple[str, ...] = ()  # other names a request's Host may give (--allowed-host)
+    libraries: tuple[str, ...] = ()  # resolved folders a webhook's file must lie in (--library, --path-map's)
 
 
 def _wav_header(n_bytes: int) -> bytes:
@@ -67,28 +78,25 @@ def _wav_header(n_bytes: int) -> bytes:
             struct.pack("<IHHIIHH", 16, 1, 1, SAMPLE_RATE, SAMPLE_RATE * 2, 2, 16) + b"data" + struct.pack("<I", n_bytes))
 
 
-def _suffix(filename: Optional[str]) -> str:
-    """A safe extension from the upload's name ("" when it has none we can keep)."""
-    suffix = Path(filename or "").suffix.lower()
-    return suffix if re.fullmatch(r"\.[a-z0-9]{1,8}", suffix) else ""
-
-
 class Spool:
-    """Uploads kept by content: ``media/<sha256>.<ext>``, the same bytes always one file."""
+    """Uploads kept by content: ``media/<sha256>[-<options>]``, the same bytes always one file.
+    No name or extension of the client's is kept (ffmpeg probes the content, not the name), so
+    an upload named x.html is a file without an extension, never a page."""
 
     def __init__(self, root: Path, max_bytes: int):
         self.media, self.out, self.max_bytes = root / "media", root / "out", max_bytes
         for folder in (self.media, self.out):
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
 
-    def save(self, source: BinaryIO, filename: Optional[str], raw_pcm: bool, options: str = "") -> Path:
-        """Copy an upload in (raw PCM wrapped as WAV) as ``<content hash>[.<options>].<ext>``;
-        RequestError for an empty one, one over the limit, or PCM of an odd length. ``options``
-        (a spec's fingerprint): the same audio asked with other options is another file, so
-        another job, and the first job's words stay as they are."""
-        fd, name = tempfile.mkstemp(dir=self.media, prefix=".upload-", suffix=".part")
-        temp, digest, size = Path(name), hashlib.sha256(), 0
+    def save(self, source: BinaryIO, raw_pcm: bool, options: str = "") -> Path:
+        """Copy an upload in (raw PCM wrapped as WAV) as ``<content hash>[-<options>]``;
+        RequestError for an empty one, one over the limit, PCM of an odd length, or a full spool
+        (507). ``options`` (a spec's fingerprint): the same audio asked with other options is
+        another file, so another job, and the first job's words stay as they are."""
+        temp = None
         try:
+            fd, name = tempfile.mkstemp(dir=self.media, prefix=".upload-", suffix=".part")
+            temp, digest, size = Path(name), hashlib.sha256(), 0
             with os.fdopen(fd, "wb") as f:
                 if raw_pcm:
                     f.write(_wav_header(0))
@@ -102,15 +110,20 @@ class Spool:
                     f.seek(0)
                     f.write(_wav_header(size))
             self._check(size, raw_pcm)
-            tag = f".{options[:12]}" if options else ""
-            final = self.media / f"{digest.hexdigest()[:32]}{tag}{'.wav' if raw_pcm else _suffix(filename)}"
+            tag = f"-{options[:12]}" if options else ""
+            final = self.media / f"{digest.hexdigest()[:32]}{tag}"
             if final.exists():
                 temp.unlink()
             else:
                 os.replace(temp, final)
             return final
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise RequestError(507, f"the spool folder {self.media} is full: {e.strerror}") from None
+            raise RequestError(503, f"cannot keep the upload in {self.media}: {e.strerror or e}") from None
         finally:
-            temp.unlink(missing_ok=True)
+            if temp is not None:
+                temp.unlink(missing_ok=True)
 
     @staticmethod
     def _check(size: int, raw_pcm: bool) -> None:
@@ -121,14 +134,22 @@ class Spool:
 
 
 class Service:
-    """Requests in, jobs run one at a time on the decode thread, outputs out."""
+    """Requests in, jobs run one at a time on the decode thread, outputs out.
+
+    A request's job is written to the store on the request's own thread (``accept``) before it
+    is answered; the decode thread then runs the store's pending jobs of this service (those of
+    its uploads and its libraries, queued or stalled), first at start: a job accepted before a
+    stop or a crash is run by the next start, and ``transcribe retry`` sees it meanwhile."""
 
     def __init__(self, settings: ServeSettings):
         self.settings = settings
         self.spool = Spool(settings.spool, settings.max_upload_bytes)
+        self.roots = (os.path.realpath(self.spool.media), *settings.libraries)  # whose jobs are the service's
         self.stop = StopFlag()
         self._model = None  # loaded on the decode thread at its first need, then kept
         self._queue: queue.Queue = queue.Queue()
+        self._waiting: set[concurrent.futures.Future] = set()  # the requests' futures not yet answered
+        self._queue.put(WAKE)  # the jobs a stopped service left
         self._thread = threading.Thread(target=self._decode_thread, name="decode", daemon=True)
         self._thread.start()
 
@@ -140,31 +161,62 @@ class Service:
         return JobSpec(model=self.settings.model, mode=self.settings.mode, options=options, formats=(output,),
                        tag_language=tag_language)
 
-    def transcribe(self, media: Path, spec: JobSpec, output: str) -> concurrent.futures.Future:
-        """Queue a job for ``media``; the future's result is the text of its ``output``."""
-        return self._call(lambda store, runner: self._run(store, runner, media, spec, output))
+    def accept(self, media: Path, spec: JobSpec, output_dir: Optional[Path]) -> Job:
+        """Write ``media``'s job to the store (its outputs in ``output_dir``, None: beside it) and
+        wake the decode thread; the job. RequestError when it cannot be queued (its file
+        unreadable, its output folder not writable, an output there not ours) or the service
+        is stopping. Called on a request's thread, before its answer."""
+        if self.stop.requested:
+            raise RequestError(503, "the service is stopping: send it again once it is back")
+        with connect(self.settings.db) as store:
+            jobs = enqueue_files(store, [(media, None)], spec, output_dir)
+            if jobs.failed or jobs.refused:
+                raise RequestError(409 if jobs.refused else 400, (jobs.failed or jobs.refused)[0][1])
+            job = store.by_path(os.path.realpath(media))
+        if job is None:  # enqueue_files books every file it is given
+            raise RequestError(500, f"{media} was not queued")
+        self._queue.put(WAKE)
+        return job
+
+    def transcribe(self, job: Job, output: str) -> concurrent.futures.Future:
+        """The future's result is the text of the ``output`` of ``job`` (accepted), once run."""
+        return self._call(lambda store, runner: self._answer(store, runner, job.id, output))
 
     def detect_language(self, media: Path) -> concurrent.futures.Future:
         """The future's result: (language code, probability) of the first 30 s of ``media``."""
         return self._call(lambda store, runner: transcriber.detect_language(media, self.model()))
-
-    def enqueue(self, media: Path, spec: JobSpec) -> concurrent.futures.Future:
-        """Queue a job for a file of the media library (a webhook): its outputs go beside it."""
-        return self._call(lambda store, runner: self._run(store, runner, media, spec, None, beside=True))
 
     def model(self):
         if self._model is None:
             self._model = transcriber.load_model(self.settings.model)
         return self._model
 
-    def close(self) -> None:
+    def stopping(self, signum: int = signal.SIGTERM) -> None:
+        """A stop is asked: take no more work, answer every waiting request now (503; its job
+        stays in the store, and the next start runs it) so that no connection holds the stop,
+        and let the job in hand reach its checkpoint."""
+        self.stop.request(signum)
+        for future in list(self._waiting):
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                future.set_exception(STOPPING)
+
+    def close(self, seconds: float = STOP_SECONDS) -> bool:
+        """Take no more work, let the job in hand checkpoint, and wait at most ``seconds`` for
+        the decode thread; whether it ended (if not, the job resumes from its last checkpoint
+        at the next start: its lease's owner, this process, is gone then)."""
         self.stop.request()
         self._queue.put(None)
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=seconds)
+        return not self._thread.is_alive()
 
     def _call(self, fn: Callable) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put((fn, future))
+        self._waiting.add(future)
+        future.add_done_callback(self._waiting.discard)
+        if self.stop.requested:
+            future.set_exception(STOPPING)
+        else:
+            self._queue.put((fn, future))
         return future
 
     def _engine(self, spec: JobSpec) -> transcriber.Engine:
@@ -179,28 +231,47 @@ class Service:
         runner = Runner(store, engines=EngineCache(self._engine), stop=self.stop)
         try:
             while (item := self._queue.get()) is not None:
+                if self.stop.requested:
+                    break
+                if item is WAKE:
+                    runner.run(self._pending(store))
+                    continue
                 fn, future = item
-                if future.set_running_or_notify_cancel():
+                if future.done() or not future.set_running_or_notify_cancel():
+                    continue  # answered already: the service is stopping
+                # a future answered meanwhile (a stop) takes no second answer
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
                     try:
                         future.set_result(fn(store, runner))
                     except BaseException as e:  # noqa: BLE001 - handed to the request that waits
                         future.set_exception(e)
         finally:
             store.close()
+            self._refuse_all(STOPPING)
+
+    def _pending(self, store: JobStore) -> list[int]:
+        """The service's jobs (of its uploads and libraries) that are queued or running: a
+        running one is claimed only once its lease is dead (a stopped or killed service's)."""
+        return [job.id for job in store.jobs(statuses=(QUEUED, RUNNING))
+                if any(os.path.commonpath([root, job.path]) == root for root in self.roots)]
 
     def _refuse_all(self, error: Exception) -> None:
-        while (item := self._queue.get()) is not None:
-            item[1].set_exception(error)
+        while True:
+            try:
+                item = self._queue.get_nowait() if error is STOPPING else self._queue.get()
+            except queue.Empty:
+                return
+            if item is None and error is not STOPPING:
+                return
+            if isinstance(item, tuple) and not item[1].done():
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    item[1].set_exception(error)
 
-    def _run(self, store: JobStore, runner: Runner, media: Path, spec: JobSpec, output: Optional[str],
-             beside: bool = False) -> Optional[str]:
-        jobs = enqueue_files(store, [(media, None)], spec, None if beside else self.spool.out)
-        if jobs.failed or jobs.refused:
-            raise RequestError(400, (jobs.failed or jobs.refused)[0][1])
-        if jobs.to_run:
-            runner.run(jobs.to_run)
-        job = store.by_path(os.path.realpath(media))
-        return None if output is None else answer(job, output)
+    def _answer(self, store: JobStore, runner: Runner, job_id: int, output: str) -> str:
+        runner.run([job_id])
+        if self.stop.requested:
+            raise STOPPING
+        return answer(store.get(job_id), output)
 
 
 def answer(job: Optional[Job], output: str) -> str:
