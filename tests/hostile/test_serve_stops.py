@@ -82,13 +82,14 @@ def test_three_accepted_webhook_jobs_across_a_sigterm_are_all_done_after_a_resta
     names = ["one.flac", "two.flac", "three.flac"]
     for name in names:
         shutil.copy(JFK, library / name)
-    with started(tmp_path, "--library", str(library)) as (proc, url):
+    mapped = ("--path-map", f"/data/media={library}")
+    with started(tmp_path, *mapped) as (proc, url):
         for kind, name in zip(("jellyfin", "emby", "plex"), names):
-            assert hook(url, kind, str(library / name)).status_code == 202
+            assert hook(url, kind, f"/data/media/{name}").status_code == 202
         assert stopped_in(proc) < STOP_BOUND_S
     kept = jobs_in(tmp_path / "jobs.db")  # a 202 is a row: all three are there, none done twice
     assert sorted(Path(j["path"]).name for j in kept) == sorted(names)
-    with started(tmp_path, "--library", str(library)) as (proc, url):
+    with started(tmp_path, *mapped) as (proc, url):
         wait_for(url, lambda jobs: len(jobs) == 3 and all(j["status"] == "done" for j in jobs))
     for name in names:
         cues = srt.parse((library / name).with_suffix(".en.srt").read_text())
