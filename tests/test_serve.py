@@ -36,8 +36,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def service(tmp_path: Path, *args: str):
-    """A ``transcribe serve`` process on a free port; yields its base URL."""
+def serving(tmp_path: Path, *args: str):
+    """A ``transcribe serve`` process on a free port; yields it and its base URL (a process still
+    running at the end is killed: a test that stops it sends its own signal)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "jobs", "serve", "--port", str(port), "--db", str(tmp_path / "jobs.db"),
@@ -53,8 +54,18 @@ def service(tmp_path: Path, *args: str):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError(f"the service did not start: {proc.stderr.read()}") from None
                 time.sleep(0.2)
-        yield url
+        yield proc, url
     finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+@contextmanager
+def service(tmp_path: Path, *args: str):
+    """A ``transcribe serve`` process on a free port; yields its base URL; stopped (SIGTERM) at the end."""
+    with serving(tmp_path, *args) as (proc, url):
+        yield url
         proc.terminate()
         proc.wait(timeout=30)
 

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ import srt
 
 from ..conftest import JFK, ROOT, ffmpeg
 from ..test_jobs_runner import ScriptedEngine
-from ..test_serve import free_port, words
+from ..test_serve import free_port, serving as started, words
 from .helpers import invoke, lines, no_traceback, read_only, use_engine
 from .test_serve_exposure import hook, jobs_in, one_json_line
 
@@ -32,30 +31,6 @@ requests = pytest.importorskip("requests")
 pytest.importorskip("fastapi", reason="the serve extra is not installed")
 
 STOP_BOUND_S = 10.0  # the issue's bound on a SIGTERM with a decode in hand
-
-
-@contextmanager
-def started(tmp: Path, *args: str):
-    """A ``transcribe serve`` process (yielded with its URL) that the test stops itself."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "jobs", "serve", "--port", str(port), "--db", str(tmp / "jobs.db"),
-                             "--spool", str(tmp / "spool"), *args], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                requests.get(url + "/api/jobs", timeout=2)
-                break
-            except requests.ConnectionError:
-                assert proc.poll() is None and time.monotonic() < deadline, "the service did not start"
-                time.sleep(0.2)
-        yield proc, url
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
 
 
 def stopped_in(proc: subprocess.Popen) -> float:
