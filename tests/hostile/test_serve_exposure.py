@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import JFK, ROOT
+from ..conftest import JFK, ROOT, ffmpeg
 from ..test_serve import service
 
 requests = pytest.importorskip("requests")
@@ -173,3 +173,26 @@ def test_a_done_upload_is_served_as_media_never_inline(served):
     assert media.status_code == 200 and media.headers["content-type"] == "audio/flac"
     assert media.headers["content-disposition"].startswith("attachment")
     assert "sandbox" in media.headers["content-security-policy"] and media.content == JFK.read_bytes()
+
+
+FORMATS = {  # ffmpeg's arguments for each, and the type /media gives it (from its bytes)
+    "mp3": (("-c:a", "libmp3lame"), "audio/mpeg"), "ogg": (("-c:a", "libopus"), "audio/ogg"),
+    "m4a": (("-c:a", "aac"), "video/mp4"), "aac": (("-c:a", "aac", "-f", "adts"), "audio/aac"),
+    "mkv": (("-c:a", "aac"), "video/x-matroska"), "wav": (("-c:a", "pcm_s16le"), "audio/wav"),
+}
+
+
+@pytest.mark.slow
+def test_uploads_are_decoded_without_their_name_and_played_back_as_media(served, tmp_path):
+    """The spool keeps no extension: ffmpeg finds each format from its bytes, and /media gives
+    each its audio/video type from the allow-list."""
+    url, _ = served
+    for ext, (args, kind) in FORMATS.items():
+        made = tmp_path / f"talk.{ext}"
+        ffmpeg("-i", str(JFK), *args, str(made))
+        answer = requests.post(f"{url}/asr", params={"output": "txt"}, files={"audio_file": (made.name, made.read_bytes())},
+                               timeout=300)
+        assert answer.status_code == 200 and "country" in answer.text.lower(), (ext, answer.text)
+        (job,) = [j for j in requests.get(f"{url}/api/jobs", timeout=10).json() if j["status"] == "done"
+                  and requests.get(f"{url}/media/{j['id']}", timeout=10).content == made.read_bytes()]
+        assert requests.get(f"{url}/media/{job['id']}", timeout=10).headers["content-type"] == kind, ext
