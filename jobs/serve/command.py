@@ -132,8 +132,8 @@ def serve(host: str, port: int, token: Optional[str], model: str, mode: str, spo
         click.echo(f"error: cannot use the spool folder {settings.spool}: {e.strerror or e}", err=True)
         sys.exit(1)
     click.echo(f"serving on http://{host}:{port}/ (API docs at /docs), jobs in {db}", err=True)
-    # after a stop, connections still open (a request waiting on its decode) get 2 s, then are cut;
-    # the decode thread has those and Service.close's STOP_SECONDS: a stop takes at most ~10 s
+    # after a stop, connections still open (an upload still arriving) get 2 s, then are cut; the
+    # decode thread has STOP_SECONDS from the signal (Service.close): a stop takes at most ~9 s
     config = uvicorn.Config(create_app(service), host=host, port=port, log_level="warning",
                             timeout_graceful_shutdown=2)
     try:

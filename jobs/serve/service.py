@@ -24,6 +24,7 @@ import signal
 import struct
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Optional
@@ -51,7 +52,7 @@ class RequestError(Exception):
 
 STOPPING = RequestError(503, "the service is stopping; the job resumes when it is started again")
 
-STOP_SECONDS = 6.0  # after SIGTERM, how long the job in hand has to reach its checkpoint (then: exit)
+STOP_SECONDS = 8.5  # from a SIGTERM, how long the job in hand has to reach its checkpoint (then: exit)
 WAKE = "wake"  # the decode thread's cue to run the store's pending jobs
 
 
@@ -149,6 +150,7 @@ class Service:
         self._model = None  # loaded on the decode thread at its first need, then kept
         self._queue: queue.Queue = queue.Queue()
         self._waiting: set[concurrent.futures.Future] = set()  # the requests' futures not yet answered
+        self._stop_asked = 0.0  # time.monotonic() of the first stop asked
         self._queue.put(WAKE)  # the jobs a stopped service left
         self._thread = threading.Thread(target=self._decode_thread, name="decode", daemon=True)
         self._thread.start()
@@ -195,18 +197,20 @@ class Service:
         """A stop is asked: take no more work, answer every waiting request now (503; its job
         stays in the store, and the next start runs it) so that no connection holds the stop,
         and let the job in hand reach its checkpoint."""
+        if not self.stop.requested:
+            self._stop_asked = time.monotonic()
         self.stop.request(signum)
         for future in list(self._waiting):
             with contextlib.suppress(concurrent.futures.InvalidStateError):
                 future.set_exception(STOPPING)
 
     def close(self, seconds: float = STOP_SECONDS) -> bool:
-        """Take no more work, let the job in hand checkpoint, and wait at most ``seconds`` for
-        the decode thread; whether it ended (if not, the job resumes from its last checkpoint
-        at the next start: its lease's owner, this process, is gone then)."""
-        self.stop.request()
+        """Take no more work, let the job in hand checkpoint, and wait for the decode thread
+        until ``seconds`` after the stop was asked; whether it ended (if not, the job resumes
+        from its last checkpoint at the next start: its lease's owner, this process, is gone)."""
+        self.stopping()
         self._queue.put(None)
-        self._thread.join(timeout=seconds)
+        self._thread.join(timeout=max(0.5, self._stop_asked + seconds - time.monotonic()))
         return not self._thread.is_alive()
 
     def _call(self, fn: Callable) -> concurrent.futures.Future:
