@@ -2,8 +2,8 @@
 that keep a browser on the same machine, or a web page it visits, from using the service.
 
 - ``RequestGuard`` (ASGI middleware, the outermost): every request's ``Host`` is the bound
-  address, ``localhost``, an IP address or an ``--allowed-host`` (else 421): a DNS-rebinding page
-  reaches the service under its own name, never under an IP literal; a state-changing request
+  address (bound to every address: any IP literal), ``localhost`` or an ``--allowed-host`` (else
+  421): a DNS-rebinding page reaches the service under its own name, never under an IP literal; a state-changing request
   (anything but GET/HEAD/OPTIONS) that a browser marks as from another origin (``Origin``,
   ``Sec-Fetch-Site``) is a 403. Every answer carries ``X-Content-Type-Options: nosniff``.
 - ``under_roots``: whether a path, its symbolic links and ``..`` resolved, lies in a library.
@@ -43,12 +43,11 @@ def host_name(value: str) -> str:
     return value.rpartition(":")[0] if value.count(":") == 1 else value
 
 
-def _is_ip(name: str) -> bool:
+def _ip(name: str):
     try:
-        ipaddress.ip_address(name)
-        return True
+        return ipaddress.ip_address(name)
     except ValueError:
-        return False
+        return None
 
 
 class RequestGuard:
@@ -57,10 +56,18 @@ class RequestGuard:
     def __init__(self, app, bound: str, allowed_hosts: Iterable[str] = ()):
         self.app = app
         self.names = {host_name(bound), *LOCAL_NAMES, *(host_name(h) for h in allowed_hosts)}
+        address = _ip(host_name(bound))
+        # bound to every address (0.0.0.0, ::): any of the machine's, so any IP literal; to
+        # loopback: any loopback address. (A rebinding page brings a name, never an IP literal.)
+        self.any_ip = address is not None and address.is_unspecified
+        self.loopback = (address is not None and address.is_loopback) or host_name(bound) == "localhost"
 
     def host_allowed(self, host: str) -> bool:
         name = host_name(host)
-        return bool(name) and (name in self.names or _is_ip(name))
+        if not name:
+            return False
+        address = _ip(name)
+        return name in self.names or (address is not None and (self.any_ip or (self.loopback and address.is_loopback)))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):

@@ -122,7 +122,7 @@ def test_a_cross_site_upload_is_refused(served):
     assert jobs_in(tmp / "jobs.db") == [] and not any((tmp / "spool" / "media").iterdir())
 
 
-@pytest.mark.parametrize("host", ["evil.example", "evil.example:9000", "localhost.evil.example", ""])
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:9000", "localhost.evil.example", "10.0.0.1", ""])
 def test_a_host_that_is_not_the_service_is_refused(served, host):
     """DNS rebinding: a name of the attacker's resolving to 127.0.0.1 reaches the service with
     its own Host; the page, the API and the media all refuse it."""
@@ -130,7 +130,8 @@ def test_a_host_that_is_not_the_service_is_refused(served, host):
     for path in ("/", "/api/jobs", "/media/1", "/openapi.json"):
         answer = requests.get(url + path, headers={"Host": host}, timeout=10)
         assert "not this service's" in one_json_line(answer, 421)
-    assert requests.get(url + "/api/jobs", headers={"Host": "localhost"}, timeout=10).status_code == 200
+    for ours in ("localhost", "localhost:9000", "127.0.0.1", "[::1]:9000"):
+        assert requests.get(url + "/api/jobs", headers={"Host": ours}, timeout=10).status_code == 200
 
 
 def test_the_page_sends_a_csp_and_every_answer_nosniff(served):
