@@ -16,7 +16,8 @@ The server's path is mapped to this machine's with ``--path-map SERVER=LOCAL`` (
 prefix wins), then resolved (symbolic links, ``..``): it must lie in a library (``--library``
 or a ``--path-map`` target), else 403 and nothing is queued. Any other body than those shapes
 (text/plain, a urlencoded form) is a 415. The job is in the store before the 202. Answers: 202 ``{"queued": path}``, 200 ``{"ignored": why}`` (another event, subtitles
-already there), 4xx ``{"error": why}`` (a payload without a file, a file not found here).
+already there), 4xx ``{"error": why}`` (a payload without a file, a file not found here, 403 a
+file outside the libraries, 415 a body of another shape).
 """
 
 from __future__ import annotations
