@@ -237,6 +237,7 @@ class Attempt:
         self.state: Optional[dict] = None  # the engine state of the last step, until committed
         self.position = 0.0  # seconds of the source decoded so far
         self.language, self.probability = job.language, job.language_probability
+        self.offset = 0.0  # the steps' (Step.offset: the audio track's start on the media's timeline)
 
     @property
     def owner(self) -> str:
@@ -284,6 +285,7 @@ class Attempt:
         resume = self.store.resume_point(job.id)
         self.bar = self.ledger.reporter.start(self.path.name, duration, resume.position)
         self.duration, self.committed, self.position = duration, list(resume.segments), resume.position
+        self.offset = transcriber.applied_offset(resume.state)
         self.language, self.probability = job.language, job.language_probability
         if job.words_complete:
             return None
@@ -334,7 +336,7 @@ class Attempt:
         """A step of the engine; with ``commit``, checkpoint it and every step before it in one
         transaction (a step streamed from a Ray worker carries its state only then)."""
         self.pending.extend(step.segments)
-        self.state, self.language = step.state, step.language
+        self.state, self.language, self.offset = step.state, step.language, step.offset
         if step.language_probability is not None:
             self.probability = step.language_probability
         self.warnings = step.warnings or self.warnings
@@ -393,7 +395,7 @@ class Attempt:
     def _transcript(self, segments: list[Segment]):
         # by name when used (numpy, the writers): a rerun that only skips files never imports them
         return transcriber.assemble(segments, self.language, self.duration, self.model or "", self.probability,
-                                    self.spec.task)
+                                    self.spec.task, self.offset)
 
     def _embed(self, transcript, in_place: bool) -> list[str]:
         """The subtitles muxed into the video (``--embed``, transcriber/embed.py): a copy beside
