@@ -46,7 +46,7 @@ from .discover import content_key
 from .domain import FAILED, Job, LeaseLost, Resume, StoreError, owner_id
 from .engines import EngineCache
 from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, CheckpointClock, Heartbeat
-from .outputs import OutputConflict, OutputOutside, check_ours, check_place, outputs_answer
+from .outputs import NO_SPEECH, OutputConflict, OutputOutside, check_ours, check_place, outputs_answer
 from .progress import FileBar, Reporter
 from .signals import StopFlag, Stopped, at_point
 from .spec import JobSpec
@@ -356,6 +356,8 @@ class Attempt:
     def complete(self) -> None:
         """The engine reached the end of the file: commit the rest, the words are complete."""
         self.check_source()
+        if not any(s.text.strip() for s in self.committed + self.pending):  # kept on the job: status says it
+            self.warnings = (*self.warnings, NO_SPEECH)
         self.store.checkpoint(self.job.id, self.owner, self.pending, self.state, self.position, self.language,
                               self.model, self.ledger.lease_seconds, complete=True,
                               language_probability=self.probability, warnings=self.warnings)
@@ -410,6 +412,9 @@ class Attempt:
             embed.container(video)
         except embed.EmbedError as e:
             self.ledger.reporter.info(f"note: {e}")
+            return []
+        if not transcript.has_speech:  # an empty subtitle track: ffmpeg refuses the SRT ("Invalid data")
+            self.ledger.reporter.info(f"note: {video}: {NO_SPEECH}, no subtitles embedded")
             return []
         text = transcriber.FORMATS["srt"].render(transcript, self.spec.output_options())
         if in_place:

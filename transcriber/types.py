@@ -106,6 +106,11 @@ class Transcript:
         return "".join(s.text for s in self.segments).strip()
 
     @property
+    def has_speech(self) -> bool:
+        """Whether any text was heard: without it, no subtitle file is written (writers.py)."""
+        return bool(self.text)
+
+    @property
     def words(self) -> list[Word]:
         return [w for s in self.segments for w in s.words]
 

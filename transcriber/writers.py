@@ -256,16 +256,19 @@ class Format(NamedTuple):
     extension: str
     render: Render
     options: tuple[Option, ...] = ()
+    # a subtitle format: no file of it for a transcript without speech (``render_outputs``)
+    subtitles: bool = False
 
 
 # format name -> Format, in the order --help lists them
 FORMATS: dict[str, Format] = {
-    "srt": Format(".srt", lambda t, o: write_srt(t, o.cues, highlight_words=o.highlight_words), (HIGHLIGHT_WORDS,)),
-    "vtt": Format(".vtt", lambda t, o: write_vtt(t, o.cues, karaoke=o.vtt_karaoke), (VTT_KARAOKE,)),
+    "srt": Format(".srt", lambda t, o: write_srt(t, o.cues, highlight_words=o.highlight_words), (HIGHLIGHT_WORDS,),
+                  True),
+    "vtt": Format(".vtt", lambda t, o: write_vtt(t, o.cues, karaoke=o.vtt_karaoke), (VTT_KARAOKE,), True),
     "json": Format(".json", lambda t, o: write_json(t, include_cues=o.json_cues, cue_options=o.cues), (JSON_CUES,)),
     "txt": Format(".txt", lambda t, o: write_txt(t)),
     "tsv": Format(".tsv", lambda t, o: write_tsv(t)),
-    "ass": Format(".ass", lambda t, o: write_ass(t, o.cues, karaoke=o.highlight_words), (HIGHLIGHT_WORDS,)),
+    "ass": Format(".ass", lambda t, o: write_ass(t, o.cues, karaoke=o.highlight_words), (HIGHLIGHT_WORDS,), True),
 }
 
 
@@ -382,7 +385,10 @@ def write_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[str
 
 def render_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[str],
                    options: Union[OutputOptions, CueOptions] = OutputOptions()) -> list[tuple[Path, str]]:
-    """``write_outputs``' first half: each format's (path, text), nothing written."""
+    """``write_outputs``' first half: each format's (path, text), nothing written. A transcript
+    without speech (``Transcript.has_speech``) gets no subtitle file (SRT, WebVTT, ASS): an empty
+    SRT is refused by ffmpeg, pysubs2 and players, and a cue-less one helps no one; its TXT, TSV
+    and JSON (``segments: []``) are written."""
     if isinstance(options, CueOptions):
         options = OutputOptions(cues=options)
     if isinstance(formats, str):
@@ -393,6 +399,8 @@ def render_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[st
                          f"choose from {', '.join(FORMATS)}")
     rendered = []
     for fmt in dict.fromkeys(formats):  # each format once, in the order asked
+        if FORMATS[fmt].subtitles and not transcript.has_speech:
+            continue
         path = output_path(stem_path, fmt)
         try:
             rendered.append((path, FORMATS[fmt].render(transcript, options)))

@@ -1,0 +1,172 @@
+"""Times on the media's timeline, and no file a player refuses (issue 48, items 2 and 3).
+
+A video whose audio stream starts 4 s after its video (ffmpeg ``-itsoffset 4``; MKV keeps the
+start in its first block, MP4 in an edit list): every word, cue and JSON time is 4 s later than
+the same audio's at 0, in both modes, in ``--embed``'s track and in ``/asr`` with
+``encode=true``; raw PCM (``encode=false``) has no timeline and starts at 0. A file with no
+speech gets TXT and JSON, no SRT/VTT, a ``done`` job saying "no speech", and ``--embed`` skips it.
+The media are made here, with the ffmpeg the library uses; the model is the real tiny.en.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import srt
+
+import transcriber
+from transcriber import embed
+from transcriber.engine import OnTimeline, applied_offset, on_timeline
+
+from .conftest import JFK, ROOT, ffmpeg
+
+pytestmark = pytest.mark.slow
+DELAY = 4.0
+
+
+def transcribe(*args: str, db: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jobs", *args, "--db", str(db)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+
+
+def delayed(path: Path) -> Path:
+    """jfk.flac starting ``DELAY`` s after a 16 s video: FLAC copied into MKV (a track seeked
+    exactly, were it not for its start), AAC in MP4."""
+    audio = ["-c:a", "copy"] if path.suffix == ".mkv" else ["-c:a", "aac"]
+    ffmpeg("-f", "lavfi", "-i", "color=c=black:s=64x64:r=10:d=16", "-itsoffset", str(DELAY), "-i", str(JFK),
+           "-map", "0:v", "-map", "1:a", "-c:v", "mpeg4", *audio, str(path))
+    return path
+
+
+def audio_start(path: Path) -> float:
+    from transcriber.ffmpegtool import ffprobe_binary
+
+    out = subprocess.run([ffprobe_binary(), "-v", "error", "-select_streams", "a", "-show_entries",
+                          "stream=start_time", "-of", "csv=p=0", str(path)], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip())
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("delayed")
+    files = {ext: delayed(folder / f"late.{ext}") for ext in ("mkv", "mp4")}
+    for path in files.values():  # what the test is about: the audio stream itself starts ~4 s in
+        assert abs(audio_start(path) - DELAY) < 0.1, path
+    return files
+
+
+def first_cue(srt_path: Path) -> float:
+    return next(srt.parse(srt_path.read_text())).start.total_seconds()
+
+
+@pytest.fixture(scope="module")
+def undelayed(tmp_path_factory) -> dict[str, float]:
+    """The first cue of jfk.flac itself (its audio at 0), per mode, by the same CLI."""
+    out = tmp_path_factory.mktemp("plain")
+    starts = {}
+    for mode in ("oneshot", "stream"):
+        run = transcribe(str(JFK), "--mode", mode, "--format", "srt", "--output-dir", str(out / mode), "-q",
+                         db=out / f"{mode}.db")
+        assert run.returncode == 0, run.stderr
+        starts[mode] = first_cue(out / mode / "jfk.srt")
+    return starts
+
+
+@pytest.mark.parametrize("mode", ["oneshot", "stream"])
+@pytest.mark.parametrize("ext", ["mkv", "mp4"])
+def test_delayed_audio_has_its_cues_on_the_video_timeline(media, undelayed, tmp_path, mode, ext):
+    run = transcribe(str(media[ext]), "--mode", mode, "--format", "srt,json", "--output-dir", str(tmp_path), "-q",
+                     db=tmp_path / "jobs.db")
+    assert run.returncode == 0, run.stderr
+    start = first_cue(tmp_path / f"late.{ext}.srt")
+    # on main: 0.04 s (one-shot), 0.5 s (streaming), the audio's own time
+    assert abs(start - (DELAY + undelayed[mode])) < 0.3 and abs(start - DELAY) < 0.6, (start, undelayed)
+    data = json.loads((tmp_path / f"late.{ext}.json").read_text())
+    assert abs(data["offset"] - audio_start(media[ext])) < 1e-3  # the JSON says what it applied
+    assert data["segments"][0]["words"][0]["start"] >= DELAY - 0.1
+    assert data["duration"] >= data["segments"][-1]["end"] > 14.0  # the words were not clamped to 11 s
+
+
+def test_embedded_track_is_read_back_at_the_delay(media, undelayed, tmp_path):
+    video = tmp_path / "late.mkv"
+    video.write_bytes(media["mkv"].read_bytes())
+    run = transcribe(str(video), "--embed", "-q", db=tmp_path / "jobs.db")
+    assert run.returncode == 0, run.stderr
+    copy = tmp_path / f"late{embed.SUFFIX}.mkv"
+    track = tmp_path / "track.srt"
+    ffmpeg("-i", str(copy), "-map", "0:s:0", str(track))
+    assert abs(first_cue(track) - (DELAY + undelayed["oneshot"])) < 0.3
+
+
+def test_a_resumed_stream_gives_the_times_of_an_uninterrupted_one(media, model):
+    engine = OnTimeline(transcriber.StreamingEngine(model, transcriber.StreamingOptions()))
+    steps = list(engine.steps(media["mkv"]))
+    whole = [w for s in steps for w in s.words]
+    assert whole and whole[0].start > DELAY - 0.1 and all(s.offset == DELAY for s in steps)
+    cut = len(steps) // 2
+    assert applied_offset(steps[cut].state) == DELAY
+    resumed = [w for s in steps[:cut + 1] for w in s.words] + [w for s in engine.steps(media["mkv"], steps[cut].state)
+                                                              for w in s.words]
+    assert resumed == whole
+
+
+def test_a_state_checkpointed_before_offsets_resumes_at_0():
+    """A job checkpointed before this change stored its words unmoved and a state without the
+    offset: it goes on with 0, its words consistent with those stored."""
+    step = transcriber.Step((), (), {"seek": 100}, 1.0, "en")
+    assert applied_offset(step.state) == 0.0 and on_timeline(step, 0.0) is step
+    moved = on_timeline(step, 2.5)
+    assert moved.position == 3.5 and applied_offset(moved.state) == 2.5 and moved.state["engine"] == {"seek": 100}
+
+
+@pytest.fixture(scope="module")
+def quiet_video(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("quiet")
+    path = folder / "quiet.mkv"
+    ffmpeg("-f", "lavfi", "-i", "color=c=black:s=64x64:r=10:d=8", "-f", "lavfi", "-i",
+           "anoisesrc=a=0.0005:c=pink:d=8:r=16000", "-c:v", "mpeg4", "-c:a", "aac", "-shortest", str(path))
+    return path
+
+
+def test_no_speech_writes_no_subtitle_file_and_says_so(quiet_video, tmp_path):
+    video = tmp_path / "quiet.mkv"
+    video.write_bytes(quiet_video.read_bytes())
+    db = tmp_path / "jobs.db"
+    run = transcribe(str(video), "--format", "srt,vtt,txt,json", "--embed", db=db)
+    assert run.returncode == 0, run.stderr
+    assert not list(tmp_path.glob("*.srt")) and not list(tmp_path.glob("*.vtt"))  # on main: a 0-byte SRT
+    assert json.loads((tmp_path / "quiet.json").read_text())["segments"] == []
+    assert (tmp_path / "quiet.txt").exists()
+    done = [line for line in run.stderr.splitlines() if line.startswith("done:")]
+    assert len(done) == 1 and "no speech" in done[0], run.stderr
+    assert "no speech, no subtitles embedded" in run.stderr  # on main: --embed exits 1 ("Invalid data")
+    assert not (tmp_path / f"quiet{embed.SUFFIX}.mkv").exists()
+    status = subprocess.run([sys.executable, "-m", "jobs", "status", "--db", str(db)], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    row = [line for line in status.stdout.splitlines() if "quiet.mkv" in line]
+    assert row and "done" in row[0] and "no speech" in row[0], status.stdout
+    again = transcribe(str(video), "--format", "srt,vtt,txt,json", "--embed", "-q", db=db)
+    assert again.returncode == 0 and "0 done, 1 skipped" in again.stderr, again.stderr  # done stays done
+
+
+def test_asr_encode_true_answers_on_the_media_timeline(media, undelayed, tmp_path):
+    requests = pytest.importorskip("requests")
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    from .test_serve import pcm16, service
+
+    with service(tmp_path) as url:
+        with open(media["mp4"], "rb") as f:
+            answer = requests.post(f"{url}/asr", params={"output": "srt", "encode": "true"},
+                                   files={"audio_file": ("late.mp4", f)}, timeout=300)
+        assert answer.status_code == 200, answer.text
+        start = next(srt.parse(answer.text)).start.total_seconds()
+        assert abs(start - (DELAY + undelayed["oneshot"])) < 0.3, start
+        raw = requests.post(f"{url}/asr", params={"output": "srt", "encode": "false", "language": "en"},
+                            files={"audio_file": ("late.pcm", pcm16(media["mp4"]))}, timeout=300)
+        assert raw.status_code == 200, raw.text
+        assert next(srt.parse(raw.text)).start.total_seconds() < 1.0  # raw PCM: no timeline, from 0
