@@ -256,20 +256,19 @@ class Format(NamedTuple):
     extension: str
     render: Render
     options: tuple[Option, ...] = ()
-    # a subtitle format: no file of it for a transcript without speech (``render_outputs``)
-    subtitles: bool = False
 
 
 # format name -> Format, in the order --help lists them
 FORMATS: dict[str, Format] = {
-    "srt": Format(".srt", lambda t, o: write_srt(t, o.cues, highlight_words=o.highlight_words), (HIGHLIGHT_WORDS,),
-                  True),
-    "vtt": Format(".vtt", lambda t, o: write_vtt(t, o.cues, karaoke=o.vtt_karaoke), (VTT_KARAOKE,), True),
+    "srt": Format(".srt", lambda t, o: write_srt(t, o.cues, highlight_words=o.highlight_words), (HIGHLIGHT_WORDS,)),
+    "vtt": Format(".vtt", lambda t, o: write_vtt(t, o.cues, karaoke=o.vtt_karaoke), (VTT_KARAOKE,)),
     "json": Format(".json", lambda t, o: write_json(t, include_cues=o.json_cues, cue_options=o.cues), (JSON_CUES,)),
     "txt": Format(".txt", lambda t, o: write_txt(t)),
     "tsv": Format(".tsv", lambda t, o: write_tsv(t)),
-    "ass": Format(".ass", lambda t, o: write_ass(t, o.cues, karaoke=o.highlight_words), (HIGHLIGHT_WORDS,), True),
+    "ass": Format(".ass", lambda t, o: write_ass(t, o.cues, karaoke=o.highlight_words), (HIGHLIGHT_WORDS,)),
 }
+# The subtitle formats: no file of them for a transcript without speech (``render_outputs``).
+SUBTITLE_FORMATS = ("srt", "vtt", "ass")
 
 
 @functools.lru_cache(maxsize=None)
@@ -399,7 +398,7 @@ def render_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[st
                          f"choose from {', '.join(FORMATS)}")
     rendered = []
     for fmt in dict.fromkeys(formats):  # each format once, in the order asked
-        if FORMATS[fmt].subtitles and not transcript.has_speech:
+        if fmt in SUBTITLE_FORMATS and not transcript.has_speech:
             continue
         path = output_path(stem_path, fmt)
         try:
