@@ -14,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,15 @@ def test_delayed_audio_has_its_cues_on_the_video_timeline(media, undelayed, tmp_
     assert abs(data["offset"] - audio_start(media[ext])) < 1e-3  # the JSON says what it applied
     assert data["segments"][0]["words"][0]["start"] >= DELAY - 0.1
     assert data["duration"] >= data["segments"][-1]["end"] > 14.0  # the words were not clamped to 11 s
+
+
+def test_files_decoded_side_by_side_are_each_on_their_own_timeline(media, undelayed, tmp_path):
+    """One-shot's batch (``--batch-files``): the delayed file beside jfk.flac at 0."""
+    run = transcribe(str(media["mkv"]), str(JFK), "--batch-files", "2", "-f", "srt", "-o", str(tmp_path), "-q",
+                     db=tmp_path / "jobs.db")
+    assert run.returncode == 0, run.stderr
+    assert abs(first_cue(tmp_path / "late.mkv.srt") - (DELAY + undelayed["oneshot"])) < 0.3
+    assert first_cue(tmp_path / "jfk.srt") == undelayed["oneshot"]
 
 
 def test_embedded_track_is_read_back_at_the_delay(media, undelayed, tmp_path):
@@ -170,3 +181,57 @@ def test_asr_encode_true_answers_on_the_media_timeline(media, undelayed, tmp_pat
                             files={"audio_file": ("late.pcm", pcm16(media["mp4"]))}, timeout=300)
         assert raw.status_code == 200, raw.text
         assert next(srt.parse(raw.text)).start.total_seconds() < 1.0  # raw PCM: no timeline, from 0
+
+
+def test_a_followed_growing_mkv_is_on_its_timeline_as_its_replay(media, undelayed, tmp_path):
+    """``transcribe follow`` of the MKV as it is written (in 8 pieces, 0.5 s apart): the audio
+    start is asked of the growing file once its first audio is out."""
+    data, live = media["mkv"].read_bytes(), tmp_path / "live.mkv"
+
+    def write():
+        with open(live, "wb") as f:
+            for i in range(8):
+                f.write(data[i * len(data) // 8:(i + 1) * len(data) // 8])
+                f.flush()
+                time.sleep(0.5)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    while not live.exists():
+        time.sleep(0.01)
+    try:
+        run = transcribe("follow", str(live), "-f", "srt,json", "-o", str(tmp_path / "out"), "--idle-seconds", "2",
+                         "-q", db=tmp_path / "follow.db")
+    finally:
+        writer.join()
+    assert run.returncode == 0, run.stderr
+    start = first_cue(tmp_path / "out" / "live.srt")
+    assert abs(start - (DELAY + undelayed["stream"])) < 0.3, start
+    assert json.loads((tmp_path / "out" / "live.json").read_text())["offset"] == DELAY
+    replay = transcribe(str(live), "--mode", "stream", "-f", "srt", "-o", str(tmp_path / "replay"), "-q",
+                        db=tmp_path / "replay.db")
+    assert replay.returncode == 0, replay.stderr
+    assert (tmp_path / "out" / "live.srt").read_text() == (tmp_path / "replay" / "live.srt").read_text()
+
+
+def test_no_format_writes_a_file_its_readers_refuse(tmp_path):
+    """Every subtitle file written for speech is read by pysubs2 and ffmpeg (WebVTT by webvtt-py
+    too); for no speech only TXT, TSV and JSON are written, and each is read back."""
+    import pysubs2
+    import webvtt
+
+    words = (transcriber.Word(4.0, 4.5, " And", 0.9), transcriber.Word(4.5, 5.0, " so.", 0.9))
+    speech = transcriber.assemble([transcriber.words_segment(words)], "en", 16.0, "tiny.en", offset=4.0)
+    written = transcriber.write_outputs(speech, tmp_path / "speech", list(transcriber.FORMATS))
+    assert len(written) == len(transcriber.FORMATS)
+    for path in written:
+        if path.suffix in (".srt", ".vtt", ".ass"):
+            assert [e.start for e in pysubs2.load(str(path))] == [4000], path
+            ffmpeg("-i", str(path), "-map", "0", "-c", "copy", str(path.with_suffix(".mkv")))
+    assert len(webvtt.read(str(tmp_path / "speech.vtt")).captions) == 1
+    assert json.loads((tmp_path / "speech.json").read_text())["offset"] == 4.0
+    silent = transcriber.assemble([], "en", 8.0, "tiny.en")
+    written = transcriber.write_outputs(silent, tmp_path / "silent", list(transcriber.FORMATS))
+    assert sorted(p.suffix for p in written) == [".json", ".tsv", ".txt"]
+    assert json.loads((tmp_path / "silent.json").read_text())["segments"] == []
+    assert "offset" not in json.loads((tmp_path / "silent.json").read_text())  # none applied: none said
