@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -124,6 +125,29 @@ def test_a_resumed_stream_gives_the_times_of_an_uninterrupted_one(media, model):
     resumed = [w for s in steps[:cut + 1] for w in s.words] + [w for s in engine.steps(media["mkv"], steps[cut].state)
                                                               for w in s.words]
     assert resumed == whole
+
+
+@pytest.mark.parametrize("kill_at", ["checkpoint:2", "outputs"])
+def test_a_killed_job_reruns_to_the_uninterrupted_times(media, tmp_path, kill_at):
+    """The CLI, streaming (checkpoints every 3 s), kill -9 after the second checkpoint, or with
+    the words complete and no output written: the rerun's SRT and JSON are the uninterrupted run's."""
+    from .test_jobs_e2e import transcribe as run_cli
+
+    args = ("--mode", "stream", "--checkpoint-seconds", "3", "-f", "srt,json", "-q")
+    for name in ("ref", "work"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "late.mkv").write_bytes(media["mkv"].read_bytes())
+    assert run_cli(tmp_path / "ref" / "late.mkv", *args, db=tmp_path / "ref.db").returncode == 0
+    work, db = tmp_path / "work" / "late.mkv", tmp_path / "work.db"
+    killed = run_cli(work, *args, db=db, TRANSCRIBER_TEST_KILL_AT=kill_at)
+    assert killed.returncode == -signal.SIGKILL
+    for written in work.parent.glob("late.*[nt]"):  # (at "outputs" they are written, the job not done)
+        written.unlink()
+    again = run_cli(work, *args, db=db)
+    assert again.returncode == 0, again.stderr
+    for suffix in (".srt", ".json"):
+        assert (tmp_path / "work" / f"late{suffix}").read_text() == (tmp_path / "ref" / f"late{suffix}").read_text()
+    assert json.loads((tmp_path / "work" / "late.json").read_text())["offset"] == DELAY
 
 
 def test_a_state_checkpointed_before_offsets_resumes_at_0():
