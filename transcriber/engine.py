@@ -98,6 +98,8 @@ class OnTimeline:
         self.engine = engine
 
     def __getattr__(self, name):
+        if name == "engine":  # (not set yet: an instance being unpickled)
+            raise AttributeError(name)
         return getattr(self.engine, name)
 
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
