@@ -136,7 +136,8 @@ class Ledger:
             self.reporter.end(attempt.bar, counts_as_file=final and not isinstance(error, RunFault))
         if error is None:
             warned = "".join(f" (warning: {w})" for w in result.done[-1].warnings)
-            self.reporter.info(f"done: {attempt.job.path} -> {', '.join(attempt.outputs)}{warned}")
+            written = ", ".join(attempt.outputs) or "no file"  # (no speech, and only subtitles asked for)
+            self.reporter.info(f"done: {attempt.job.path} -> {written}{warned}")
 
     def _book_error(self, job: Job, error: BaseException, result: RunResult) -> bool:
         """Book an attempt that ended on ``error``; whether the job is over (False: it is given

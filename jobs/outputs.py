@@ -212,6 +212,8 @@ def check_ours(store: "JobStore", job: Job, paths: list[Path], would_write: dict
     record that holds exactly what the job would write (``would_write``: SHA-256 by path) is the
     job's, written by a run whose database was lost.
     Also removes the temporary files a killed writer left in the outputs' folder."""
+    if not paths:  # (a file without speech, only subtitle formats asked: nothing to write)
+        return
     folder = paths[0].parent
     try:
         present = bounded(present_outputs, paths, folder if first_sweep(folder) else None, path=folder)
@@ -231,7 +233,8 @@ def outputs_answer(paths: list[str]):
     try:
         yield
     except ReadTimeout as e:
-        raise OutputsHung(f"cannot check the outputs in {os.path.dirname(paths[0])!r}: {e.strerror}") from None
+        raise OutputsHung(f"cannot check the outputs in {os.path.dirname(paths[0]) if paths else '?'!r}: "
+                          f"{e.strerror}") from None
 
 
 def _real_paths(paths: list[str]) -> list[str]:

@@ -189,7 +189,14 @@ def test_no_speech_writes_no_subtitle_file_and_says_so(quiet_video, tmp_path):
     assert again.returncode == 0 and "0 done, 1 skipped" in again.stderr, again.stderr  # done stays done
 
 
-def test_asr_encode_true_answers_on_the_media_timeline(media, undelayed, tmp_path):
+def test_no_speech_with_only_subtitles_asked_for_is_done_without_a_file(quiet_video, tmp_path):
+    run = transcribe(str(quiet_video), "-f", "srt", "-o", str(tmp_path / "out"), db=tmp_path / "jobs.db")
+    assert run.returncode == 0, run.stderr  # on main: a 0-byte SRT; before the fix here, an IndexError
+    assert "done:" in run.stderr and "no speech" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_asr_encode_true_answers_on_the_media_timeline(media, undelayed, quiet_video, tmp_path):
     requests = pytest.importorskip("requests")
     pytest.importorskip("fastapi", reason="the serve extra is not installed")
     from .test_serve import pcm16, service
@@ -205,6 +212,10 @@ def test_asr_encode_true_answers_on_the_media_timeline(media, undelayed, tmp_pat
                             files={"audio_file": ("late.pcm", pcm16(media["mp4"]))}, timeout=300)
         assert raw.status_code == 200, raw.text
         assert next(srt.parse(raw.text)).start.total_seconds() < 1.0  # raw PCM: no timeline, from 0
+        with open(quiet_video, "rb") as f:  # no speech: no SRT file, an empty answer (not a 500)
+            quiet = requests.post(f"{url}/asr", params={"output": "srt", "encode": "true"},
+                                  files={"audio_file": ("quiet.mkv", f)}, timeout=300)
+        assert quiet.status_code == 200 and quiet.text == "", quiet.text
 
 
 def test_a_followed_growing_mkv_is_on_its_timeline_as_its_replay(media, undelayed, tmp_path):
