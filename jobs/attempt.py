@@ -46,7 +46,7 @@ from .discover import content_key
 from .domain import FAILED, Job, LeaseLost, Resume, StoreError, owner_id
 from .engines import EngineCache
 from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, CheckpointClock, Heartbeat
-from .outputs import OutputConflict, OutputOutside, check_ours, check_place, outputs_answer
+from .outputs import NO_SPEECH, OutputConflict, OutputOutside, check_ours, check_place, outputs_answer
 from .progress import FileBar, Reporter
 from .signals import StopFlag, Stopped, at_point
 from .spec import JobSpec
@@ -136,7 +136,8 @@ class Ledger:
             self.reporter.end(attempt.bar, counts_as_file=final and not isinstance(error, RunFault))
         if error is None:
             warned = "".join(f" (warning: {w})" for w in result.done[-1].warnings)
-            self.reporter.info(f"done: {attempt.job.path} -> {', '.join(attempt.outputs)}{warned}")
+            written = ", ".join(attempt.outputs) or "no file"  # (no speech, and only subtitles asked for)
+            self.reporter.info(f"done: {attempt.job.path} -> {written}{warned}")
 
     def _book_error(self, job: Job, error: BaseException, result: RunResult) -> bool:
         """Book an attempt that ended on ``error``; whether the job is over (False: it is given
@@ -237,6 +238,7 @@ class Attempt:
         self.state: Optional[dict] = None  # the engine state of the last step, until committed
         self.position = 0.0  # seconds of the source decoded so far
         self.language, self.probability = job.language, job.language_probability
+        self.offset = 0.0  # the steps' (Step.offset: the audio track's start on the media's timeline)
 
     @property
     def owner(self) -> str:
@@ -284,6 +286,7 @@ class Attempt:
         resume = self.store.resume_point(job.id)
         self.bar = self.ledger.reporter.start(self.path.name, duration, resume.position)
         self.duration, self.committed, self.position = duration, list(resume.segments), resume.position
+        self.offset = transcriber.applied_offset(resume.state)
         self.language, self.probability = job.language, job.language_probability
         if job.words_complete:
             return None
@@ -334,7 +337,7 @@ class Attempt:
         """A step of the engine; with ``commit``, checkpoint it and every step before it in one
         transaction (a step streamed from a Ray worker carries its state only then)."""
         self.pending.extend(step.segments)
-        self.state, self.language = step.state, step.language
+        self.state, self.language, self.offset = step.state, step.language, step.offset
         if step.language_probability is not None:
             self.probability = step.language_probability
         self.warnings = step.warnings or self.warnings
@@ -354,6 +357,8 @@ class Attempt:
     def complete(self) -> None:
         """The engine reached the end of the file: commit the rest, the words are complete."""
         self.check_source()
+        if not any(s.text.strip() for s in self.committed + self.pending):  # kept on the job: status says it
+            self.warnings = (*self.warnings, NO_SPEECH)
         self.store.checkpoint(self.job.id, self.owner, self.pending, self.state, self.position, self.language,
                               self.model, self.ledger.lease_seconds, complete=True,
                               language_probability=self.probability, warnings=self.warnings)
@@ -393,7 +398,7 @@ class Attempt:
     def _transcript(self, segments: list[Segment]):
         # by name when used (numpy, the writers): a rerun that only skips files never imports them
         return transcriber.assemble(segments, self.language, self.duration, self.model or "", self.probability,
-                                    self.spec.task)
+                                    self.spec.task, self.offset)
 
     def _embed(self, transcript, in_place: bool) -> list[str]:
         """The subtitles muxed into the video (``--embed``, transcriber/embed.py): a copy beside
@@ -408,6 +413,9 @@ class Attempt:
             embed.container(video)
         except embed.EmbedError as e:
             self.ledger.reporter.info(f"note: {e}")
+            return []
+        if not transcript.has_speech:  # an empty subtitle track: ffmpeg refuses the SRT ("Invalid data")
+            self.ledger.reporter.info(f"note: {video}: {NO_SPEECH}, no subtitles embedded")
             return []
         text = transcriber.FORMATS["srt"].render(transcript, self.spec.output_options())
         if in_place:

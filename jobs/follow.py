@@ -234,8 +234,8 @@ class FollowAttempt(Attempt):
         """The finished file's duration as a replay of it reads it (probe), else the audio's."""
         if self.live.kind == "file":
             with contextlib.suppress(AudioError):
-                return probe(self.path) or self.live.position
-        return self.live.position
+                return probe(self.path) or self.live.position + self.offset
+        return self.live.position + self.offset  # (the audio's end on the media's timeline)
 
     def check_source(self) -> None:
         """Nothing to check: a followed file changes by design, and its key is its first seconds

@@ -40,6 +40,10 @@ _OUR_TEMPORARY = re.compile(r"\..{1,32}-[0-9a-f]{6}\.[a-z0-9_]{8}\.part|\..+\.(s
 STALE_SECONDS = 60.0
 _swept: set[str] = set()  # folders this process has swept already
 
+# The note a job without speech keeps (with the decoder's warnings): its run line and
+# ``transcribe status`` say it, and it has no subtitle file (transcriber.writers.render_outputs).
+NO_SPEECH = "no speech"
+
 
 def first_sweep(folder: Path) -> bool:
     """Whether ``folder`` is to be swept of stale temporaries now: once per process and folder."""
@@ -208,6 +212,8 @@ def check_ours(store: "JobStore", job: Job, paths: list[Path], would_write: dict
     record that holds exactly what the job would write (``would_write``: SHA-256 by path) is the
     job's, written by a run whose database was lost.
     Also removes the temporary files a killed writer left in the outputs' folder."""
+    if not paths:  # (a file without speech, only subtitle formats asked: nothing to write)
+        return
     folder = paths[0].parent
     try:
         present = bounded(present_outputs, paths, folder if first_sweep(folder) else None, path=folder)
@@ -227,7 +233,8 @@ def outputs_answer(paths: list[str]):
     try:
         yield
     except ReadTimeout as e:
-        raise OutputsHung(f"cannot check the outputs in {os.path.dirname(paths[0])!r}: {e.strerror}") from None
+        raise OutputsHung(f"cannot check the outputs in {os.path.dirname(paths[0]) if paths else '?'!r}: "
+                          f"{e.strerror}") from None
 
 
 def _real_paths(paths: list[str]) -> list[str]:

@@ -25,7 +25,7 @@ from .types import Segment, Transcript, Word, words_segment
 # are imported on first use, by name -> module. Loading a model binds MLX's sgemm to the fast
 # BLAS (``blas.bind_once``), not importing any of them.
 _LAZY = {"probe": ".audio", "CueOptions": ".cues", "doctor_report": ".doctor:report",
-         "Engine": ".engine", "Step": ".engine", "assemble": ".engine", "words_to_transcript": ".engine",
+         "Engine": ".engine", "Step": ".engine", "applied_offset": ".engine", "assemble": ".engine", "words_to_transcript": ".engine",
          "ModelStatus": ".model.catalog", "list_models": ".model.catalog", "OneShotEngine": ".oneshot",
          "StreamingEngine": ".streaming", "StreamingSession": ".streaming", "FORMATS": ".writers",
          "OutputOptions": ".writers", "output_option_table": ".writers", "write_outputs": ".writers",
@@ -94,34 +94,36 @@ def transcribe(path, model=DEFAULT_MODEL, *, language=None, task="transcribe", b
     """Transcribe one media file in one-shot mode. ``model`` is a name, a folder or a loaded
     model; ``on_progress(seconds)`` is called after every 30 s window."""
     model = _loaded(model)
-    from .engine import assemble
+    from .engine import OnTimeline, assemble
     from .oneshot import OneShotEngine
 
     if options is None:
         options = TranscribeOptions(
             decoding=DecodingOptions(task=task, language=language, beam_size=beam_size),
             word_timestamps=word_timestamps, initial_prompt=initial_prompt)
-    segments, language, probability = [], None, None
-    for step in OneShotEngine(model, options).steps(path):
+    segments, language, probability, offset = [], None, None, 0.0
+    for step in OnTimeline(OneShotEngine(model, options)).steps(path):
         segments += step.segments
-        language, probability = step.language, step.language_probability
+        language, probability, offset = step.language, step.language_probability, step.offset
         if on_progress:
             on_progress(step.position)
-    return assemble(segments, language, __getattr__("probe")(path), model.name, probability, options.decoding.task)
+    return assemble(segments, language, __getattr__("probe")(path), model.name, probability, options.decoding.task,
+                    offset)
 
 
 def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None, state: dict | None = None):
     """Replay one media file through the AlignAtt streaming decoder; yields each ``Word`` as it
     is committed (with ``emitted_at``). ``state``: a ``Step.state`` of ``StreamingEngine.steps``
     to resume from (the words committed before it are not yielded again)."""
+    from .engine import OnTimeline
     from .streaming.engine import StreamingEngine
 
-    for step in StreamingEngine(_loaded(model), options or StreamingOptions()).steps(path, state):
+    for step in OnTimeline(StreamingEngine(_loaded(model), options or StreamingOptions())).steps(path, state):
         yield from step.words
 
 
 __all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT_MODEL", "list_models", "ModelStatus", "probe",
-           "Transcript", "Segment", "Word", "words_segment", "Step", "Engine", "assemble", "words_to_transcript",
+           "Transcript", "Segment", "Word", "words_segment", "Step", "Engine", "assemble", "applied_offset", "words_to_transcript",
            "MODES", "DEFAULT_MODE", "engine_options", "make_engine", "option_table", "mode_default", "Option", "OptionError",
            "fingerprint_data",
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",

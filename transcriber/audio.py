@@ -33,17 +33,13 @@ Failure rules (all raise ``AudioError`` with one line naming the file and ffmpeg
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import math
 import os
-import re
 import select
 import stat
 import subprocess
 import threading
 import weakref
-from dataclasses import dataclass, replace
 from typing import Iterator, Union
 
 import ffmpeg
@@ -53,58 +49,15 @@ from transcriber import ffmpegtool
 from transcriber.bounded import ReadTimeout, bounded, read_timeout, timeout_error
 from transcriber.constants import SAMPLE_RATE
 from transcriber.errors import AudioError, ToolError
+# (the probe's parsers, by their old names here too: tests reach them as audio._parse_ffprobe_json...)
+from transcriber.mediainfo import (_MediaInfo, _parse_ffprobe_json, _probe_ffmpeg, _probe_ffprobe,  # noqa: F401
+                                   _select)
 
 _log = logging.getLogger(__name__)
 
 _SHORT_ABS_S, _SHORT_REL = 1.0, 0.01  # truncation tolerance, see the module docstring
 _SKIP_BLOCK = 30 * SAMPLE_RATE  # samples read at a time when decoding up to a resume point
 
-
-@dataclass(frozen=True)
-class _MediaInfo:
-    duration: float  # seconds; 0.0 when the file does not say
-    duration_estimated: bool  # guessed from the bitrate, not read from a header
-    has_video: bool  # a real video stream (cover art does not count)
-    seeks_exactly: bool = False  # seeking gives the samples of a decode from the start (see _exact)
-    tracks: tuple["_Track", ...] = ()  # the audio streams, in order
-    track: int = 0  # the audio stream decoded (index into tracks; ffmpeg's a:N)
-
-
-@dataclass(frozen=True)
-class _Track:
-    language: str  # the stream's language tag ("eng", "ger"...), "" when it has none
-    exact: bool  # seeks exactly (see _exact)
-
-
-def _select(name: str, info: _MediaInfo, track: Union[int, str, None]) -> _MediaInfo:
-    """``info`` for the audio track asked for: its number (1 = the first) or the first with that
-    language tag; AudioError naming the file's tracks when it has no such one."""
-    if track is None:
-        return info
-    tags = [t.language.lower() for t in info.tracks]
-    index = track - 1 if isinstance(track, int) else tags.index(track.lower()) if track.lower() in tags else -1
-    if not 0 <= index < len(info.tracks):
-        listed = ", ".join(f"{i} ({t.language or 'no language tag'})" for i, t in enumerate(info.tracks, 1))
-        wanted = f"audio track {track}" if isinstance(track, int) else f"audio track tagged {track!r}"
-        raise AudioError(ffmpegtool.message(name, f"no {wanted}: its audio tracks are {listed}"))
-    # The duration read is the container's (its longest stream): another track may be shorter
-    # without being cut, so the truncation rule cannot apply to it (as for an estimated one).
-    return replace(info, track=index, seeks_exactly=info.tracks[index].exact,
-                   duration_estimated=info.duration_estimated or len(info.tracks) > 1)
-
-
-# Audio whose seek is sample-exact: every sample is coded on its own (PCM) or in frames that
-# decode independently (FLAC), at our rate so that no resampler history is cut either.
-# Measured (ffmpeg 9.0, a 221.7 s reading, seeks to 60/100/100.02/140/180 s): WAV and FLAC at
-# 16 kHz identical to the decode from the start; the same FLAC at 44.1 kHz stereo differs by
-# up to 8e-3 (the resampler), MP3 by up to 0.67 and Opus by up to 0.62 (decoder warm-up, the
-# bit reservoir), AAC in M4A is 512 samples late (its priming is not dropped after a seek).
-_EXACT_CODECS = ("flac",)
-_EXACT_CODEC_PREFIX = "pcm_"
-
-
-def _exact(codec: str, sample_rate: int) -> bool:
-    return (codec in _EXACT_CODECS or codec.startswith(_EXACT_CODEC_PREFIX)) and sample_rate == SAMPLE_RATE
 
 
 def probe(path) -> float:
@@ -114,8 +67,17 @@ def probe(path) -> float:
     ADTS); callers treat 0.0 as "unknown". Without ffprobe the duration is the container's,
     which for a video can exceed the audio track's. Raises ``AudioError`` for a missing, empty,
     unreadable or non-media file and for a file without an audio stream.
+    Seconds on the media's timeline: the end of a track that starts late (``start_offset``).
     """
-    return _probe_info(path).duration
+    info = _probe_info(path)
+    return info.duration + info.offset if info.duration else 0.0
+
+
+def start_offset(path, track: Union[int, str, None] = None) -> float:
+    """Where sample 0 of ``iter_audio(path, track=track)`` lies on the media's timeline (s): the
+    audio stream's start past the container's (an MP4 edit list, MKV's first block), 0.0 for an
+    audio file, or where only ffmpeg (no ffprobe) is there to tell."""
+    return _select(os.fspath(path), _probe_info(path), track).offset
 
 
 def _probe_info(path) -> _MediaInfo:
@@ -160,76 +122,6 @@ def _probe_media(name: str) -> _MediaInfo:
     if ffmpegtool.ffprobe_binary():
         return _probe_ffprobe(name)
     return _probe_ffmpeg(name)
-
-
-def _probe_ffprobe(name: str) -> _MediaInfo:
-    cmd = [ffmpegtool.ffprobe_binary(), "-v", "error", "-show_entries",
-           "format=duration:stream=codec_type,codec_name,sample_rate,duration"
-           ":stream_disposition=attached_pic:stream_tags=language",
-           "-of", "json", ffmpegtool.input_path(name)]
-    proc = ffmpegtool.run_probe(cmd, name)
-    if proc.returncode != 0:
-        ffmpegtool.check_started(cmd[0], proc.returncode, proc.stderr)
-        cause = ffmpegtool.reason(proc.stderr, name) or "not a media file ffprobe can read"
-        raise AudioError(ffmpegtool.message(name, cause))
-    return _parse_ffprobe_json(name, proc.stdout)
-
-
-def _parse_ffprobe_json(name: str, text: str) -> _MediaInfo:
-    info = json.loads(text or "{}")
-    streams = info.get("streams", [])
-    audio = [s for s in streams if s.get("codec_type") == "audio"]
-    if not audio:
-        raise AudioError(ffmpegtool.message(name, "no audio stream"))
-    has_video = any(s.get("codec_type") == "video"
-                    and not s.get("disposition", {}).get("attached_pic") for s in streams)
-    rate = audio[0].get("sample_rate", "")
-    exact = _exact(str(audio[0].get("codec_name", "")), int(rate) if str(rate).isdigit() else 0)
-    tracks = tuple(_Track(str(a.get("tags", {}).get("language", "")), _exact(
-        str(a.get("codec_name", "")), int(a["sample_rate"]) if str(a.get("sample_rate", "")).isdigit() else 0))
-        for a in audio)
-    # Matroska stores no per-stream duration: fall back to the container's.
-    for value in (audio[0].get("duration"), info.get("format", {}).get("duration")):
-        try:
-            duration = float(value)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(duration):
-            return _MediaInfo(duration, False, has_video, exact, tracks)
-    return _MediaInfo(0.0, False, has_video, exact, tracks)
-
-
-_DURATION_RE = re.compile(r"^\s*Duration: (?:(\d+):(\d+):(\d+(?:\.\d+)?)|N/A)", re.M)
-# "  Stream #0:1(ger): Audio: flac, ..." (the language tag, when there is one, in parentheses)
-_STREAM_RE = re.compile(r"^\s*Stream #\d+:\d+(?:\[\w+\])?(?:\((\w+)\))?.*?: (Audio|Video): (.*)$", re.M)
-_CODEC_RE = re.compile(r"^(\w+)(?:.*?, (\d+) Hz)?")  # "flac, 16000 Hz, mono, s16" / "pcm_s16le (...)"
-
-
-def _probe_ffmpeg(name: str) -> _MediaInfo:
-    # `ffmpeg -i file` with no output always exits 1; the file's description is on stderr.
-    proc = ffmpegtool.run_probe([ffmpegtool.ffmpeg_binary(), "-nostdin", "-hide_banner", "-i", ffmpegtool.input_path(name)], name)
-    text = proc.stderr
-    duration = _DURATION_RE.search(text)
-    if "Input #0" not in text or not duration:
-        cause = ffmpegtool.reason(text, name) or "not a media file ffmpeg can read"
-        raise AudioError(ffmpegtool.message(name, cause))
-    streams = [(m.group(2), m.group(3), m.group(1) or "") for m in _STREAM_RE.finditer(text)]
-    audio = [(rest, language) for kind, rest, language in streams if kind == "Audio"]
-    if not audio:
-        raise AudioError(ffmpegtool.message(name, "no audio stream"))
-    has_video = any(kind == "Video" and "(attached pic)" not in rest for kind, rest, _ in streams)
-    tracks = tuple(_Track("" if language == "und" else language, _codec_exact(rest)) for rest, language in audio)
-    seconds = 0.0
-    if duration.group(1) is not None:
-        h, m, s = duration.groups()
-        seconds = int(h) * 3600 + int(m) * 60 + float(s)
-    estimated = "Estimating duration from bitrate" in text
-    return _MediaInfo(seconds, estimated, has_video, tracks[0].exact, tracks)
-
-
-def _codec_exact(description: str) -> bool:
-    codec = _CODEC_RE.match(description)
-    return bool(codec) and _exact(codec.group(1), int(codec.group(2) or 0))
 
 
 def iter_audio(path, chunk_seconds: float = 30.0, start: float = 0.0,
@@ -320,8 +212,9 @@ def _seek(info: _MediaInfo, start: float) -> float:
     """Where ffmpeg seeks to read from ``start``. A seek into compressed or resampled audio does
     not give the samples a decode from the start gives there (see _EXACT_CODECS), and a resumed
     job must see the very samples the first run saw: such a file is decoded from its start, and
-    what precedes ``start`` dropped (``_decode``)."""
-    return start if info.seeks_exactly else 0.0
+    what precedes ``start`` dropped (``_decode``). So is a track that starts late: ffmpeg's -ss
+    counts on the container's timeline, ``start`` from the track's first sample."""
+    return start if info.seeks_exactly and not info.offset else 0.0
 
 
 def _decode_command(name: str, track: int, seek: float, start: float, duration: float | None) -> list[str]:

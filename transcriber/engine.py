@@ -7,6 +7,8 @@
         step.state      # plain JSON data: engine.steps(path, step.state) continues right after
         step.position   # seconds of the source decoded so far
         step.language   # the language being transcribed
+        step.offset     # where the audio's first sample lies on the media's timeline (s): its
+                        # words, segments and position include it (``OnTimeline``)
         step.warnings   # what the media's decoder reported about audio it read in full
                         # (ffmpeg's errors on a damaged frame): known once the audio has been
                         # read to its end, so carried by the last steps; () for a clean file
@@ -16,10 +18,15 @@ once per replayed chunk (the session's state, and the words of the segment still
 ``transcriber.transcribe`` and ``transcriber.stream`` are short loops over it, and so is the job
 runner, which checkpoints whatever a step hands it and knows no mode. ``assemble`` turns the
 segments of every step into a ``Transcript``, the same way for both modes.
+
+Engines count time from the first sample ffmpeg decodes; ``OnTimeline`` (what ``make_engine``
+returns) moves their steps onto the media's timeline, for both modes in one place: a video whose
+audio track starts 4 s late has its first word near 4 s.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass, replace
 from typing import Iterator, Optional, Protocol, Union
 
@@ -39,6 +46,7 @@ class Step:
     language: str
     language_probability: Optional[float] = None  # when the language was detected, not given
     warnings: tuple[str, ...] = ()  # the audio stream's warnings (transcriber.audio.AudioStream)
+    offset: float = 0.0  # seconds on the media's timeline of the audio's first sample (OnTimeline)
 
 
 class SideBySide(Protocol):
@@ -71,6 +79,115 @@ class Engine(Protocol):
         """Up to ``width`` files decoded side by side, each given the steps ``steps`` would
         give it; None when this engine decodes one file at a time (then use ``steps``)."""
         ...
+
+
+# The key of a step's state that records the offset its words were moved by: a resumed job keeps
+# the offset its first steps had (and its words in the store). A state without it is an
+# offset of 0 (a file whose audio starts at 0, or a job checkpointed before offsets were applied).
+_OFFSET_KEY = "timeline_offset"
+
+
+class OnTimeline:
+    """``engine`` with its steps on the media's timeline (``Step.offset`` added to every time).
+
+    The offset is the audio track's start (``transcriber.audio.start_offset``, or the source's
+    own ``start_offset()``, a ``LiveSource``), asked once the first step is there (a followed
+    file holds its first audio by then). Anything else is the engine's."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def __getattr__(self, name):
+        if name == "engine":  # (not set yet: an instance being unpickled)
+            raise AttributeError(name)
+        return getattr(self.engine, name)
+
+    def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
+        offset, state = _unwrap(state)
+        with contextlib.closing(self.engine.steps(source, state)) as steps:  # closing stops ffmpeg
+            for step in steps:
+                if offset is None:
+                    offset = source_offset(source, self._track())
+                yield on_timeline(step, offset)
+
+    def side_by_side(self, width: int) -> Optional["_FilesOnTimeline"]:
+        files = self.engine.side_by_side(width)
+        return None if files is None else _FilesOnTimeline(files, self._track())
+
+    def _track(self):
+        return getattr(getattr(self.engine, "options", None), "audio_track", None)
+
+
+class _FilesOnTimeline:
+    """``SideBySide`` files whose steps are put on their media's timeline, as ``OnTimeline``'s."""
+
+    def __init__(self, files: SideBySide, track):
+        self.files, self.track, self.offsets = files, track, {}
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def add(self, key, source, state: Optional[dict] = None) -> None:
+        offset, state = _unwrap(state)
+        self.files.add(key, source, state)
+        self.offsets[key] = (offset, source)
+
+    def drop(self, key) -> None:
+        self.files.drop(key)
+        self.offsets.pop(key, None)
+
+    def events(self) -> Iterator[tuple[object, Union[Step, None, Exception]]]:
+        for key, event in self.files.events():
+            if isinstance(event, Step):
+                offset, source = self.offsets[key]
+                if offset is None:
+                    offset = source_offset(source, self.track)
+                    self.offsets[key] = (offset, source)
+                event = on_timeline(event, offset)
+            yield key, event
+
+    def close(self) -> None:
+        self.files.close()
+
+
+def source_offset(source, track=None) -> float:
+    """Where the first sample decoded of ``source`` lies on its media's timeline (s)."""
+    own = getattr(source, "start_offset", None)
+    if own is not None:
+        return own()
+    from .audio import start_offset
+
+    return start_offset(source, track)
+
+
+def _unwrap(state: Optional[dict]) -> tuple[Optional[float], Optional[dict]]:
+    """(the offset a state's steps had, None for a fresh start: not known yet; the engine's own state)."""
+    if state is None:
+        return None, None
+    if _OFFSET_KEY in state:
+        return float(state[_OFFSET_KEY]), state["engine"]
+    return 0.0, state
+
+
+def applied_offset(state: Optional[dict]) -> float:
+    """The offset of the steps a checkpointed state (``Step.state``) ended, 0.0 if it says none."""
+    return _unwrap(state)[0] or 0.0
+
+
+def on_timeline(step: Step, offset: float) -> Step:
+    """``step`` moved ``offset`` seconds later; unchanged (the same object) for 0."""
+    if not offset:
+        return step
+    state = None if step.state is None else {_OFFSET_KEY: offset, "engine": step.state}
+    return replace(step, words=tuple(_later(w, offset) for w in step.words),
+                   segments=tuple(replace(s, start=s.start + offset, end=s.end + offset,
+                                          words=tuple(_later(w, offset) for w in s.words)) for s in step.segments),
+                   state=state, position=step.position + offset, offset=offset)
+
+
+def _later(word: Word, offset: float) -> Word:
+    return replace(word, start=word.start + offset, end=word.end + offset,
+                   emitted_at=None if word.emitted_at is None else word.emitted_at + offset)
 
 
 def tidy(segments: list[Segment], duration: float) -> list[Segment]:
@@ -118,15 +235,17 @@ def attach_punctuation(segments: list[Segment], language: Optional[str] = None) 
 
 
 def assemble(segments, language: Optional[str], duration: Optional[float], model: str = "",
-             language_probability: Optional[float] = None, task: str = "transcribe") -> Transcript:
+             language_probability: Optional[float] = None, task: str = "transcribe",
+             offset: float = 0.0) -> Transcript:
     """The transcript of a file from the segments of all its steps. ``duration`` 0 or None
     (unknown from the container): the end of the last segment. ``task``: "translate" when the
-    text is the English translation of ``language``."""
+    text is the English translation of ``language``. ``offset``: the steps' (``Step.offset``),
+    said by the transcript."""
     segments = attach_punctuation(list(segments), language)
     if not duration or duration <= 0:
         duration = max([0.0] + [s.end for s in segments])
     return Transcript(language=language or "en", duration=duration, segments=tuple(tidy(segments, duration)),
-                      model=model, language_probability=language_probability, task=task)
+                      model=model, language_probability=language_probability, task=task, offset=offset)
 
 
 class SegmentGrouper:

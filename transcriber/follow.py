@@ -221,6 +221,19 @@ class LiveSource:
         """Seconds of the source handed out so far."""
         return self._served / SAMPLE_RATE
 
+    def start_offset(self) -> float:
+        """Where the audio's first sample lies on the media's timeline (s), as for a finished file
+        (``transcriber.engine.OnTimeline`` asks once the first audio is out, so the container's
+        head is written): a growing file's container, as ffprobe reads it now; 0.0 for a WAV or
+        FLAC (no timeline), standard input or another ffmpeg input (none to ask), or a file the
+        probe cannot read yet."""
+        if self.kind != "file" or self._layout in ("pcm", "wav", "flac"):
+            return 0.0
+        try:
+            return bounded(audio_io.start_offset, self.source, what="its probe got no answer")
+        except (AudioError, ReadTimeout):
+            return 0.0
+
     def _finish(self) -> None:
         """The audio has ended: ffmpeg's status and messages decide whether it ended well."""
         if self._pcm.timed_out:

@@ -86,4 +86,6 @@ def make_engine(mode: str, model, options=None):
     options_cls, where = _entry(mode)
     module, name = where.split(":")
     engine_class = getattr(importlib.import_module(module), name)
-    return engine_class(model, options if options is not None else options_cls())
+    from .engine import OnTimeline  # (its times on the media's timeline: the audio track's start)
+
+    return OnTimeline(engine_class(model, options if options is not None else options_cls()))

@@ -92,6 +92,9 @@ class Transcript:
     model: str = ""
     language_probability: Optional[float] = None  # detected languages only: the model's confidence
     task: str = "transcribe"  # "translate": the text is English, whatever language was spoken
+    # seconds on the media's timeline of the audio's first sample, included in every time above
+    # (the audio track of a video starts late: transcriber.engine.OnTimeline)
+    offset: float = 0.0
 
     @property
     def text_language(self) -> str:
@@ -103,6 +106,11 @@ class Transcript:
         return "".join(s.text for s in self.segments).strip()
 
     @property
+    def has_speech(self) -> bool:
+        """Whether any text was heard: without it, no subtitle file is written (writers.py)."""
+        return bool(self.text)
+
+    @property
     def words(self) -> list[Word]:
         return [w for s in self.segments for w in s.words]
 
@@ -112,14 +120,17 @@ class Transcript:
             d["language_probability"] = round(self.language_probability, 4)
         if self.task != "transcribe":
             d["task"] = self.task
-        return {"text": "".join(s.text for s in self.segments), **d, "duration": round(self.duration, 3), "model": self.model,
+        d["duration"] = round(self.duration, 3)
+        if self.offset:  # (said only when there is one: the JSON of other files stays as it was)
+            d["offset"] = round(self.offset, 3)
+        return {"text": "".join(s.text for s in self.segments), **d, "model": self.model,
                 "segments": [s.to_dict(i) for i, s in enumerate(self.segments)]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Transcript":
         return cls(language=d["language"], duration=float(d["duration"]),
                    model=d.get("model", ""), language_probability=d.get("language_probability"),
-                   task=d.get("task", "transcribe"),
+                   task=d.get("task", "transcribe"), offset=float(d.get("offset", 0.0)),
                    segments=tuple(Segment.from_dict(s) for s in d.get("segments", [])))
 
 

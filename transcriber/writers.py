@@ -267,6 +267,8 @@ FORMATS: dict[str, Format] = {
     "tsv": Format(".tsv", lambda t, o: write_tsv(t)),
     "ass": Format(".ass", lambda t, o: write_ass(t, o.cues, karaoke=o.highlight_words), (HIGHLIGHT_WORDS,)),
 }
+# The subtitle formats: no file of them for a transcript without speech (``render_outputs``).
+SUBTITLE_FORMATS = ("srt", "vtt", "ass")
 
 
 @functools.lru_cache(maxsize=None)
@@ -382,7 +384,10 @@ def write_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[str
 
 def render_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[str],
                    options: Union[OutputOptions, CueOptions] = OutputOptions()) -> list[tuple[Path, str]]:
-    """``write_outputs``' first half: each format's (path, text), nothing written."""
+    """``write_outputs``' first half: each format's (path, text), nothing written. A transcript
+    without speech (``Transcript.has_speech``) gets no subtitle file (SRT, WebVTT, ASS): an empty
+    SRT is refused by ffmpeg, pysubs2 and players, and a cue-less one helps no one; its TXT, TSV
+    and JSON (``segments: []``) are written."""
     if isinstance(options, CueOptions):
         options = OutputOptions(cues=options)
     if isinstance(formats, str):
@@ -393,6 +398,8 @@ def render_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[st
                          f"choose from {', '.join(FORMATS)}")
     rendered = []
     for fmt in dict.fromkeys(formats):  # each format once, in the order asked
+        if fmt in SUBTITLE_FORMATS and not transcript.has_speech:
+            continue
         path = output_path(stem_path, fmt)
         try:
             rendered.append((path, FORMATS[fmt].render(transcript, options)))

@@ -34,6 +34,7 @@ import transcriber
 from ..domain import DONE, QUEUED, RUNNING, Job
 from ..enqueue import enqueue_files
 from ..engines import EngineCache
+from ..outputs import NO_SPEECH
 from ..runner import Runner, StopFlag
 from ..spec import JobSpec
 from ..store import JobStore, connect
@@ -286,4 +287,6 @@ def answer(job: Optional[Job], output: str) -> str:
     for path in job.outputs:
         if path.endswith("." + output):
             return Path(path).read_text(encoding="utf-8")
+    if NO_SPEECH in job.warnings:  # no subtitle file for a file without speech: nothing to say
+        return ""
     raise RequestError(500, f"the job's {output} output is missing")
