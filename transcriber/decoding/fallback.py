@@ -86,7 +86,7 @@ class WindowDecoder:
         (``loops.loops``); without them (a stretch re-read alone), compressing is enough."""
         threshold = self.options.compression_ratio_threshold
         if loud is not None and tokenizer is not None:
-            return loops.loops(result, tokenizer, loud, len(loud) * SOUND_FRAME_S, threshold)
+            return loops.loops(result, tokenizer, loud, len(loud) * SOUND_FRAME_S)
         return ((threshold is not None and result.compression_ratio > threshold)
                 or GATE.repeats(result.text, len(result.text.split())))
 

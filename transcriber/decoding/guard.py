@@ -25,8 +25,8 @@ BRIDGE_S = 0.3  # quieter gaps this short inside a stretch do not end it (pauses
 # 20 ms frame: quiet background noise between the lines is not a stretch of its own.
 BELOW_PEAK_DB = 35.0
 PAD_S = 0.3  # audio kept either side of a stretch re-read (the onset and the end of its words)
-# A stretch holding this share of the window's voiced frames or more is what the window itself
-# decoded (a window of music, of one long voice): reading it alone again adds nothing.
+# A stretch (padded) this share of the window's audio or more is what the window itself decoded
+# (a window of music, of one long voice): reading it alone again adds nothing.
 MAX_SHARE = 0.8
 
 
@@ -57,11 +57,10 @@ def unheard(levels: np.ndarray, words: Sequence[tuple[float, float]], offset: fl
     next window) and that no word of ``words`` ((start, end) seconds) touches: (start, end)
     seconds of the audio to read again, padded by PAD_S within the window and its words."""
     loud = voiced(levels)
-    total = int(loud.sum())
     out = []
     for a, b in stretches(loud):
         start, end = offset + a * FRAME_S, offset + b * FRAME_S
-        if end > until + BRIDGE_S or (b - a) >= MAX_SHARE * total:
+        if end > until + BRIDGE_S or (b - a) * FRAME_S + 2 * PAD_S >= MAX_SHARE * len(levels) * FRAME_S:
             continue
         if any(w_start < end and w_end > start for w_start, w_end in words):
             continue

@@ -91,14 +91,15 @@ def _contains(said: list[str], words: list[str]) -> bool:
     return any(said[i:i + n] == head for i in range(len(said) - n + 1))
 
 
-def loops(result, tokenizer, loud: np.ndarray, audio_seconds: float, threshold: Optional[float]) -> bool:
+def loops(result, tokenizer, loud: np.ndarray, audio_seconds: float) -> bool:
     """The window's text (a ``DecodingResult``) loops beyond what the audio holds: a run of a
-    word or phrase past speech's (anywhere in it), or a zlib ratio over ``threshold`` whose
-    repeats the audio does not hold."""
+    word or phrase past speech's (anywhere in it), or a segment saying again what the window
+    said, where the audio does not hold it (``loop_start``). The zlib ratio alone no longer
+    decides: speech said twice compresses like a loop. A short line after 4-7 s of leading
+    silence read " 8. The Press Yard<|7.00|><|8.00|> 8. The Press Yard<|10.00|>" over 5.6 s of
+    audio: written twice, the second copy squeezed into its last frame."""
     if _RUNS_ONLY.repeats(result.text, len(result.text.split())):
         return True
-    if threshold is None or result.compression_ratio <= threshold:
-        return False
     return loop_start(result.tokens, tokenizer, tokenizer.decode, loud, audio_seconds) is not None
 
 
