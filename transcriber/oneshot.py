@@ -18,7 +18,7 @@ import numpy as np
 from . import audio as audio_io
 from .constants import FRAMES_PER_SECOND, HOP_LENGTH, INPUT_STRIDE, N_FRAMES, N_SAMPLES, SAMPLE_RATE, TIME_PRECISION
 from .context import WhisperContext
-from .decoding import guard
+from .decoding import guard, loops
 from .decoding.fallback import WindowDecoder
 from .decoding.side_by_side import WindowsSideBySide
 from .decoding.options import TranscribeOptions
@@ -166,7 +166,8 @@ class OneShotEngine(WindowDecoder):
         first = yield _Decode(task, base)
         loud = levels >= GATE.silence_db
         result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer, n_frames, first, loud)
-        if self.refuses(result, n_frames, tokenizer, loud) or self._runs_backwards(result, samples, n_frames):
+        said = loops.prompt_words(state.prompt_tokens, tokenizer)
+        if self.refuses(result, n_frames, tokenizer, loud, said) or self._runs_backwards(result, samples, n_frames):
             found = (yield from self._reread([], levels, samples, state, tokenizer, n_frames)) if guarded else []
             return found, replace(state, seek=state.seek + n_frames, last_speech=found[-1].end if found
                                   else state.last_speech)

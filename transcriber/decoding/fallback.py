@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -57,7 +57,7 @@ class WindowDecoder:
         return len(result.tokens) >= self._sample_len(n_frames)
 
     def _unreadable(self, result: DecodingResult, tokenizer: Optional[Tokenizer] = None,
-                    loud: Optional[np.ndarray] = None) -> bool:
+                    loud: Optional[np.ndarray] = None, said: Sequence[str] = ()) -> bool:
         """The whole temperature fallback ran and its last text is still unlikely or still loops
         (``_repetitive``): the model could not read the window. Over non-speech this is where its
         guesses come from (a generated whale-like call: " Oh! Oh! Yeah!" at temperature 1.0, mean
@@ -71,7 +71,7 @@ class WindowDecoder:
         opts = self.options
         if not (len(opts.temperatures) > 1 and result.temperature == opts.temperatures[-1]):
             return False
-        return self._unlikely(result) or self._repetitive(result, tokenizer, loud)
+        return self._unlikely(result) or self._repetitive(result, tokenizer, loud, said)
 
     def _unlikely(self, result: DecodingResult) -> bool:
         """The text's mean token log probability is under the fallback's threshold."""
@@ -79,19 +79,20 @@ class WindowDecoder:
         return threshold is not None and result.avg_logprob < threshold
 
     def _repetitive(self, result: DecodingResult, tokenizer: Optional[Tokenizer] = None,
-                    loud: Optional[np.ndarray] = None) -> bool:
+                    loud: Optional[np.ndarray] = None, said: Sequence[str] = ()) -> bool:
         """The text loops: it repeats a word or phrase past what speech does (``GATE.repeats``),
         or compresses past the threshold. With the window's ``loud`` frames ((F,) bool, 20 ms) a
         text that compresses so loops only where its repeats are beyond what the audio holds
-        (``loops.loops``); without them (a stretch re-read alone), compressing is enough."""
+        (``loops.loops``; ``said``: the prompt's words); without them (the streaming session's
+        re-reading of a stretch), compressing is enough."""
         threshold = self.options.compression_ratio_threshold
         if loud is not None and tokenizer is not None:
-            return loops.loops(result, tokenizer, loud, len(loud) * SOUND_FRAME_S)
+            return loops.loops(result, tokenizer, loud, len(loud) * SOUND_FRAME_S, said)
         return ((threshold is not None and result.compression_ratio > threshold)
                 or GATE.repeats(result.text, len(result.text.split())))
 
-    def _cut_loop(self, results: list[DecodingResult], tokenizer: Tokenizer,
-                  loud: Optional[np.ndarray]) -> Optional[DecodingResult]:
+    def _cut_loop(self, results: list[DecodingResult], tokenizer: Tokenizer, loud: Optional[np.ndarray],
+                  said: Sequence[str]) -> Optional[DecodingResult]:
         """The fallback's texts all loop: the first (coolest) one likely enough whose looping tail
         can be cut (``loops.cut``), without that tail; None if none can. The walk goes on at the
         cut, so the audio of the tail is read again by the next window: a loop costs its tail,
@@ -99,7 +100,7 @@ class WindowDecoder:
         if loud is None:
             return None
         for result in results:
-            cut = loops.cut(result, tokenizer, loud, len(loud) * SOUND_FRAME_S)
+            cut = loops.cut(result, tokenizer, loud, len(loud) * SOUND_FRAME_S, said)
             if cut is not None and not self._unlikely(cut) and GATE.has_words(cut.text):
                 return cut
         return None
@@ -117,13 +118,14 @@ class WindowDecoder:
         the window's 20 ms frames at ``GATE.silence_db`` or above, to judge repetition by."""
         opts = self.options
         result, tried = None, []
+        said = loops.prompt_words(prompt, tokenizer) if loud is not None else ()
         for i, t in enumerate(opts.temperatures):
             if i == 0 and first is not None:
                 result = first
             else:
                 result = self._task(t, prompt, tokenizer, n_frames).run(base, tokenizer.language)
             tried.append(result)
-            too_repetitive = self._repetitive(result, tokenizer, loud)
+            too_repetitive = self._repetitive(result, tokenizer, loud, said)
             too_unlikely = self._unlikely(result)
             looping = self._looping(result, n_frames)
             if (self._no_speech.is_likely(result.no_speech_prob) or not GATE.has_words(result.text)
@@ -132,18 +134,18 @@ class WindowDecoder:
             if looping and n_frames < FALLBACK_MIN_SECONDS * FRAMES_PER_SECOND:
                 break
         else:  # every temperature's text looped or was unlikely
-            if self._repetitive(result, tokenizer, loud):
-                return self._cut_loop(tried, tokenizer, loud) or result
+            if self._repetitive(result, tokenizer, loud, said):
+                return self._cut_loop(tried, tokenizer, loud, said) or result
         return result
 
     def refuses(self, result: DecodingResult, n_frames: int, tokenizer: Optional[Tokenizer] = None,
-                loud: Optional[np.ndarray] = None) -> bool:
+                loud: Optional[np.ndarray] = None, said: Sequence[str] = ()) -> bool:
         """Nothing of a window of ``n_frames`` mel frames decoded (with the fallback) as
         ``result`` is written: no speech, no word, a text still looping or unreadable at the
         last temperature, or a loop the no-speech probability ended the fallback on
         (``GATE.is_heard_loop``)."""
         return (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob) or not GATE.has_words(result.text)
-                or self._looping(result, n_frames) or self._unreadable(result, tokenizer, loud)  # (at every temperature)
+                or self._looping(result, n_frames) or self._unreadable(result, tokenizer, loud, said)  # (at every temperature)
                 or (self._no_speech.is_likely(result.no_speech_prob) and GATE.is_heard_loop(result.compression_ratio)))
 
     def _runs_backwards(self, result: DecodingResult, samples: np.ndarray, n_frames: int) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -67,21 +67,29 @@ def held_by_audio(start: float, end: float, n_tokens: int, loud: np.ndarray, aud
     return len(frames) > 0 and float(np.mean(frames)) >= MIN_LOUD_SHARE
 
 
-def loop_start(tokens, tokenizer, text_of, loud: np.ndarray, audio_seconds: float) -> Optional[int]:
-    """The index of the first token of the window's looping tail (``tokens``: text and timestamps;
-    ``text_of(token ids) -> str``), or None when nothing loops beyond what the audio holds."""
-    said: list[str] = []
+def judge(tokens, tokenizer, loud: np.ndarray, audio_seconds: float,
+          said_before: Sequence[str] = ()) -> tuple[list[tuple[int, int]], Optional[int]]:
+    """The looping parts of a window's tokens (text and timestamps): the token ranges (first,
+    stop) of the segments that say again what the window said before them, or what its prompt
+    said (``said_before``: the prompt's words), where the audio does not hold them; and the
+    first token of a segment that loops inside itself (the tail from there loops; None)."""
+    said, unheld = list(said_before), []
     for first, stop, start, end in segments(tokens, tokenizer.timestamp_begin, tokenizer.eot):
         text_tokens = [t for t in tokens[first:stop] if t < tokenizer.eot]
-        text = text_of(text_tokens)
+        text = tokenizer.decode(text_tokens)
         words = _words(text)
         if GATE.repeats(text, len(words)):
-            return first
+            return unheld, first
         repeat = len(words) >= MIN_REPEAT_WORDS and _contains(said, words)
         if repeat and not (end == end and held_by_audio(start, end, len(text_tokens), loud, audio_seconds)):
-            return first
-        said += words
-    return None
+            unheld.append((first, stop))
+        else:
+            said += words
+    return unheld, None
+
+
+def prompt_words(prompt: Sequence[int], tokenizer) -> list[str]:
+    return _words(tokenizer.decode([t for t in prompt if t < tokenizer.eot]))
 
 
 def _contains(said: list[str], words: list[str]) -> bool:
@@ -91,33 +99,43 @@ def _contains(said: list[str], words: list[str]) -> bool:
     return any(said[i:i + n] == head for i in range(len(said) - n + 1))
 
 
-def loops(result, tokenizer, loud: np.ndarray, audio_seconds: float) -> bool:
+def loops(result, tokenizer, loud: np.ndarray, audio_seconds: float, said_before: Sequence[str] = ()) -> bool:
     """The window's text (a ``DecodingResult``) loops beyond what the audio holds: a run of a
     word or phrase past speech's (anywhere in it), or a segment saying again what the window
-    said, where the audio does not hold it (``loop_start``). The zlib ratio alone no longer
-    decides: speech said twice compresses like a loop. A short line after 4-7 s of leading
-    silence read " 8. The Press Yard<|7.00|><|8.00|> 8. The Press Yard<|10.00|>" over 5.6 s of
-    audio: written twice, the second copy squeezed into its last frame."""
+    or its prompt said, where the audio does not hold it (``judge``). The zlib ratio alone no
+    longer decides: speech said twice compresses like a loop. A short line after 4-7 s of
+    leading silence read " 8. The Press Yard<|7.00|><|8.00|> 8. The Press Yard<|10.00|>" over
+    5.6 s of audio: written twice, the second copy squeezed into its last frame; a line after
+    20 s of quiet read the line before it again first, over the quiet (the prompt's words)."""
     if _RUNS_ONLY.repeats(result.text, len(result.text.split())):
         return True
-    return loop_start(result.tokens, tokenizer, tokenizer.decode, loud, audio_seconds) is not None
+    unheld, tail = judge(result.tokens, tokenizer, loud, audio_seconds, said_before)
+    return bool(unheld) or tail is not None
 
 
-def cut(result, tokenizer, loud: np.ndarray, audio_seconds: float):
-    """``result`` without its looping tail (``loop_start``), ending on its last kept segment's end
-    timestamp twice (so the walk resumes there and reads the cut audio again); None when the
-    tail is the whole text or there is no tail to cut."""
-    at = loop_start(result.tokens, tokenizer, tokenizer.decode, loud, audio_seconds)
-    if not at:
+def cut(result, tokenizer, loud: np.ndarray, audio_seconds: float, said_before: Sequence[str] = ()):
+    """``result`` without its looping parts (``judge``): its unheld repeats taken out, its tail
+    cut from a segment that loops inside itself, ending on the last kept segment's end
+    timestamp twice (so the walk resumes there and reads the cut audio again). None when
+    nothing is left, or nothing was cut."""
+    unheld, tail = judge(result.tokens, tokenizer, loud, audio_seconds, said_before)
+    if not unheld and tail is None:
         return None
-    tokens = list(result.tokens[:at])
-    while tokens and tokens[-1] >= tokenizer.timestamp_begin and len(tokens) >= 2 \
-            and tokens[-2] >= tokenizer.timestamp_begin:
-        tokens.pop()  # the looping segment's own start timestamp
-    if not tokens or tokens[-1] < tokenizer.timestamp_begin:
+    dropped = set()
+    for first, stop in unheld:  # the segment with its own timestamps
+        dropped |= set(range(first - 1 if first and result.tokens[first - 1] >= tokenizer.timestamp_begin
+                             else first, stop + 1))
+    keep = [i for i in range(len(result.tokens) if tail is None else tail) if i not in dropped]
+    tokens = [result.tokens[i] for i in keep]
+    logprobs = [result.token_logprobs[i] if i < len(result.token_logprobs) else 0.0 for i in keep]
+    while len(tokens) >= 2 and tokens[-1] >= tokenizer.timestamp_begin and tokens[-2] >= tokenizer.timestamp_begin:
+        tokens.pop()  # a dropped segment's or the tail's own start timestamp
+        logprobs.pop()
+    if not any(t < tokenizer.eot for t in tokens):
         return None
-    tokens.append(tokens[-1])
-    logprobs = list(result.token_logprobs[:len(tokens) - 1]) + [0.0]
+    if tokens[-1] >= tokenizer.timestamp_begin and (tail is not None or keep[-1] < len(result.tokens) - 1):
+        tokens.append(tokens[-1])
+        logprobs.append(0.0)
     text = tokenizer.decode([t for t in tokens if t < tokenizer.eot])
     kept = [p for t, p in zip(tokens, logprobs) if t < tokenizer.eot]
     return replace(result, tokens=tuple(tokens), text=text, token_logprobs=tuple(logprobs),
