@@ -306,18 +306,24 @@ class OneShotEngine(WindowDecoder):
                 seg["start"], seg["end"] = start, min(end, words[-1].end)
                 last_speech = seg["end"]
             out.append(_segment(seg, words))
-        tokens = np.array(result.tokens)
-        single_ending = len(tokens) >= 2 and tokens[-2] < tokenizer.timestamp_begin <= tokens[-1]
-        # A window holding the end of the audio read as one text with no end time (an initial
-        # prompt makes tiny.en end jfk so) read all it heard: resuming after its last word read
-        # the last 0.26 s alone, " Thank you." three times. What it left unread is the guard's.
-        read_to_end = n_frames < N_FRAMES and len(segments) == 1 and tokens[-1] < tokenizer.timestamp_begin
-        if (cut is None and not single_ending and not read_to_end and walked_to is not None
-                and walked_to > time_offset):
+        if cut is None and _resumes_mid_text(result, tokenizer, n_frames, len(segments)) and walked_to is not None \
+                and walked_to > time_offset:
             # the walk's own end, not the snapped one: moving the next window's start with the
             # times changed base's text (LJ001 6.8 -> 10.3% WER)
             next_seek = round(walked_to * FRAMES_PER_SECOND)
         return out, next_seek
+
+
+def _resumes_mid_text(result: DecodingResult, tokenizer: Tokenizer, n_frames: int, n_segments: int) -> bool:
+    """The walk goes on after the window's last word, not where its timestamps say: its text
+    does not end on a lone timestamp, nor is it the end of the audio read as one text with no
+    end time (an initial prompt makes tiny.en end jfk so: resuming after its last word read the
+    last 0.26 s alone, " Thank you." three times). What such a window left unread is the
+    guard's (``_reread``)."""
+    tokens = result.tokens
+    single_ending = len(tokens) >= 2 and tokens[-2] < tokenizer.timestamp_begin <= tokens[-1]
+    read_to_end = n_frames < N_FRAMES and n_segments == 1 and tokens[-1] < tokenizer.timestamp_begin
+    return not single_ending and not read_to_end
 
 
 CUT_WORD_EDGE_S = 0.1  # a full window's last word ending this close to its end was cut by it
