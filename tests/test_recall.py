@@ -25,6 +25,12 @@ from .conftest import JFK, JFK_TEXT, PRESS_YARD, audio_path
 pytestmark = pytest.mark.slow
 
 MODES = ("oneshot", "stream")
+# The streaming guard (a voiced stretch that got no word, decoded again on its own before its
+# audio leaves the buffer) is not built yet: the session keeps log-mel frames, not samples.
+# Over sparse dialogue a pass read " In 1813 in 1813 in 1813" (a loop: the pass is dropped) and
+# the buffer went quiet before another pass read the line; after jfk and a pause the 3.3 s
+# LibriSpeech line is lost the same way.
+STREAM_GUARD_MISSING = pytest.mark.xfail(strict=True, reason="streaming guard not built (issue 48 item 1)")
 PRESS_YARD_TEXT = "Eight. The press yard."
 
 
@@ -94,7 +100,7 @@ SPARSE_LINES = ("ls_1089-134691-0000.flac", "ljspeech_LJ002-0020.flac", "ls_61-7
 SPARSE_GAPS = (15.0, 45.0, 25.0, 35.0, 20.0)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ["oneshot", pytest.param("stream", marks=STREAM_GUARD_MISSING)])
 def test_sparse_dialogue_keeps_every_line(model, tmp_path, mode):
     """Short lines alone in 15-45 s of near-silence: each one is written, where it is said."""
     from .conftest import manifest
@@ -115,8 +121,10 @@ def test_sparse_dialogue_keeps_every_line(model, tmp_path, mode):
     assert len(words) <= sum(len(texts[n].split()) for n in SPARSE_LINES) + 3, said  # nothing doubled
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("line_name", ["ljspeech_LJ002-0035.flac", "ls_1089-134686-0001.flac"])
+@pytest.mark.parametrize("mode, line_name", [
+    ("oneshot", "ljspeech_LJ002-0035.flac"), ("oneshot", "ls_1089-134686-0001.flac"),
+    ("stream", "ljspeech_LJ002-0035.flac"),
+    pytest.param("stream", "ls_1089-134686-0001.flac", marks=STREAM_GUARD_MISSING)])
 def test_a_short_line_after_speech_and_a_pause_is_kept_in_place(model, tmp_path, mode, line_name):
     """Every 30 s block: jfk.flac (11 s), silence, a short line at +15 s. One-shot's windows
     ended their text after jfk and the walk skipped the line (none of 40 kept); with a 3.3 s
