@@ -168,7 +168,13 @@ class OneShotEngine(WindowDecoder):
         result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer, n_frames, first, loud)
         said = loops.prompt_words(state.prompt_tokens, tokenizer)
         if self.refuses(result, n_frames, tokenizer, loud, said) or self._runs_backwards(result, samples, n_frames):
-            found = (yield from self._reread([], levels, samples, state, tokenizer, n_frames)) if guarded else []
+            # a window refused as silence or as audio running backwards was judged not speech:
+            # its stretches read alone are too short for that judgement (the Harvard sentences
+            # played backwards: " No clauses this night." from a 1.5 s stretch)
+            judged = (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob)
+                      or self._runs_backwards(result, samples, n_frames))
+            found = (yield from self._reread([], levels, samples, state, tokenizer, n_frames)) \
+                if guarded and not judged else []
             return found, replace(state, seek=state.seek + n_frames, last_speech=found[-1].end if found
                                   else state.last_speech)
         pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
