@@ -216,8 +216,10 @@ class OneShotEngine(WindowDecoder):
             return []
         offset = state.seek / FRAMES_PER_SECOND
         words = [(w.start, w.end) for s in segments for w in s.words]
-        found = []
+        found, squeezed = [], guard.squeezed(words)
         for start, end in guard.unheard(levels, words, offset, offset + until / FRAMES_PER_SECOND):
+            if squeezed is not None and start >= squeezed:
+                continue  # its words are likely in the window's text, squeezed into one instant
             first = round((start - offset) * FRAMES_PER_SECOND)
             clip = samples[first * HOP_LENGTH:round((end - offset) * FRAMES_PER_SECOND) * HOP_LENGTH]
             if len(clip) < HOP_LENGTH:
