@@ -230,7 +230,7 @@ class OneShotEngine(WindowDecoder):
             base, n_frames = self.context.encode_window(clip)
             segs, _ = yield from self._decode_window(base, n_frames, alone, tokenizer, GATE.frame_levels(clip),
                                                      clip, guarded=False)
-            found += segs
+            found += [s for s in segs if not GATE.is_reread_guess(s.no_speech_prob, s.avg_logprob, s.temperature)]
         return found
 
     def _initial_prompt(self) -> list[int]:
