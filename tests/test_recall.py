@@ -5,13 +5,12 @@ The audio is built at test time from examples/ and the evaluation recordings."""
 
 from __future__ import annotations
 
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import transcriber
+from bench.nonspeech_set import write_wav
 from evalkit.scoring import normalize
 from transcriber.audio import load_audio
 from transcriber.constants import SAMPLE_RATE
@@ -32,15 +31,6 @@ MODES = ("oneshot", "stream")
 # LibriSpeech line is lost the same way.
 STREAM_GUARD_MISSING = pytest.mark.xfail(strict=True, reason="streaming guard not built (issue 48 item 1)")
 PRESS_YARD_TEXT = "Eight. The press yard."
-
-
-def write_wav(path: Path, samples: np.ndarray) -> Path:
-    with wave.open(str(path), "wb") as f:
-        f.setnchannels(1)
-        f.setsampwidth(2)
-        f.setframerate(SAMPLE_RATE)
-        f.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
 
 
 def quiet(seconds: float, seed: int = 0, db: float = -65.0) -> np.ndarray:
