@@ -168,15 +168,7 @@ class OneShotEngine(WindowDecoder):
         result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer, n_frames, first, loud)
         said = loops.prompt_words(state.prompt_tokens, tokenizer)
         if self.refuses(result, n_frames, tokenizer, loud, said) or self._runs_backwards(result, samples, n_frames):
-            # a window refused as silence or as audio running backwards was judged not speech:
-            # its stretches read alone are too short for that judgement (the Harvard sentences
-            # played backwards: " No clauses this night." from a 1.5 s stretch)
-            judged = (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob)
-                      or self._runs_backwards(result, samples, n_frames))
-            found = (yield from self._reread([], levels, samples, state, tokenizer, n_frames)) \
-                if guarded and not judged else []
-            return found, replace(state, seek=state.seek + n_frames, last_speech=found[-1].end if found
-                                  else state.last_speech)
+            return (yield from self._refused(result, levels, samples, state, tokenizer, n_frames, guarded))
         pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
         if opts.word_timestamps and pieces:
             segments, next_seek = self._add_words(pieces, tokenizer, base, n_frames, time_offset,
@@ -193,7 +185,7 @@ class OneShotEngine(WindowDecoder):
             # refused), the 3.5 s after it " you" again (0.30, kept).
             if decoded and not segments and n_frames < N_FRAMES:
                 next_seek = state.seek + n_frames
-        if guarded and opts.word_timestamps:
+        if guarded:
             found = yield from self._reread(segments, levels, samples, state, tokenizer, next_seek - state.seek)
             segments = sorted(segments + found, key=lambda s: s.start)
         prompt = state.prompt_tokens
@@ -205,6 +197,20 @@ class OneShotEngine(WindowDecoder):
         max_prompt = self.model.dims.n_text_ctx // 2 - 1
         return segments, replace(state, seek=max(next_seek, state.seek + 1), prompt_tokens=prompt[-max_prompt:],
                                  last_speech=last_speech)
+
+    def _refused(self, result: DecodingResult, levels: np.ndarray, samples: np.ndarray, state: SeekState,
+                 tokenizer: Tokenizer, n_frames: int, guarded: bool):
+        """A refused window: nothing of its text, but (``guarded``) what its voiced stretches
+        read alone yield; the walk goes on after it. A window refused as silence or as audio
+        running backwards was judged not speech: its stretches read alone are too short for that
+        judgement (the Harvard sentences played backwards: " No clauses this night." from a
+        1.5 s stretch). A generator, as ``_decode_window``."""
+        judged = (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob)
+                  or self._runs_backwards(result, samples, n_frames))
+        found = (yield from self._reread([], levels, samples, state, tokenizer, n_frames)) \
+            if guarded and not judged else []
+        return found, replace(state, seek=state.seek + n_frames,
+                              last_speech=found[-1].end if found else state.last_speech)
 
     def _reread(self, segments: list[Segment], levels: np.ndarray, samples: np.ndarray, state: SeekState,
                 tokenizer: Tokenizer, until: int):
