@@ -175,6 +175,21 @@ def needs_rereading(no_speech_prob: Optional[float], avg_logprob: Optional[float
     return _beyond(corners, no_speech_prob, avg_logprob)
 
 
+# A voiced stretch that got no word, read again alone (the guard: decoding/guard.py), has no
+# context to make its text likely, as the stream's first words: over the podcast's closing music
+# (a 6 s stretch read alone) tiny.en wrote " Thank you." at no-speech 0.33, log probability
+# -0.90, " Thank" 0.24 (over the isolated-guess floor). Short lines read alone measured: the
+# LJSpeech " 8. The Press Yard" after jfk and a pause or after leading silence, no-speech
+# 0.06-0.13, log probability -0.30 to -0.46, temperature 0.
+REREAD_CORNER = (0.2, -0.6)
+
+
+def is_reread_guess(no_speech_prob: Optional[float], avg_logprob: Optional[float], temperature: float) -> bool:
+    """A stretch read again alone (the guard) whose reading is a guess: sampled (temperature
+    over 0), a guess by ``is_unlikely_start``, or beyond ``REREAD_CORNER``."""
+    return temperature > 0 or _beyond((*GUESS_CORNERS, REREAD_CORNER), no_speech_prob, avg_logprob)
+
+
 def _beyond(corners, no_speech_prob: Optional[float], avg_logprob: Optional[float]) -> bool:
     """The scores are past one of ``corners`` (no-speech over, log probability under); False
     when either is not known."""
@@ -363,6 +378,7 @@ class NonSpeechGate:
     is_heard_loop = staticmethod(is_heard_loop)
     reads_again = staticmethod(reads_again)
     is_doubtful = staticmethod(is_doubtful)
+    is_reread_guess = staticmethod(is_reread_guess)
     runs_backwards = staticmethod(runs_backwards)
     leans_backwards = staticmethod(leans_backwards)
     speech_words = staticmethod(speech_words)

@@ -10,7 +10,6 @@ seek point, the prompt and the language) resumes the walk at the next window.
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Iterator, Optional, Union
 
@@ -19,11 +18,12 @@ import numpy as np
 from . import audio as audio_io
 from .constants import FRAMES_PER_SECOND, HOP_LENGTH, INPUT_STRIDE, N_FRAMES, N_SAMPLES, SAMPLE_RATE, TIME_PRECISION
 from .context import WhisperContext
+from .decoding import guard, loops
+from .decoding.fallback import WindowDecoder
 from .decoding.side_by_side import WindowsSideBySide
 from .decoding.options import TranscribeOptions
 from .decoding.task import DecodingResult, DecodingTask
 from .engine import Step
-from .mel import log_mel_spectrogram
 from .model.state import DecoderState
 from .model.whisper import Whisper
 from .nonspeech import GATE
@@ -34,20 +34,6 @@ from .tokenizer import Tokenizer
 from .types import Segment, Word
 
 READ_SECONDS = 10.0  # audio read from ffmpeg at a time
-# Tokens a window may sample (text and timestamps) per second of its audio, on top of
-# TOKEN_SLACK (the timestamps and a word): speech runs at 3-5 text tokens a second. A decode
-# past that is looping, and without the bound a 0.92 s clip cut from a reading wrote "org org
-# org ..." up to the 224-token cap at every temperature of the fallback, 43.6 s for under a
-# second of audio; another 0.92 s clip of the LJSpeech reading gave "not only for the entire
-# year, not only for the entire year, not only for the entire" (21 tokens).
-MAX_TOKENS_PER_SECOND = 12
-TOKEN_SLACK = 6
-# A window of less audio than this that loops at the first temperature is dropped without the
-# fallback: on that 0.92 s clip every temperature looped too, and sampling them (5 candidates
-# each) took 10 s on a loaded machine.
-FALLBACK_MIN_SECONDS = 2.0
-
-
 @dataclass
 class SeekState:
     """Where a one-shot run stands: enough to continue at the next window after a restart."""
@@ -94,7 +80,7 @@ class AudioBuffer:
         self.samples, self.offset = self.samples[cut:], self.offset + cut
 
 
-class OneShotEngine:
+class OneShotEngine(WindowDecoder):
     """Runs a model over files in one-shot mode. Holds the context and options, which depend
     only on the model and options, so many files reuse them."""
 
@@ -104,92 +90,6 @@ class OneShotEngine:
         self._time_offsets = time_offsets(model.name)
         self.context = WhisperContext(model, options.decoding.task, options.decoding.language)
         self._no_speech = options.no_speech
-
-    def _task(self, temperature: float, prompt: list[int], tokenizer: Tokenizer, n_frames: int) -> DecodingTask:
-        opts = self.options
-        decoding = replace(opts.decoding, temperature=temperature, prompt=tuple(prompt) or None,
-                           sample_len=self._sample_len(n_frames),
-                           beam_size=opts.decoding.beam_size if temperature == 0 else None,
-                           patience=opts.decoding.patience if temperature == 0 else None,
-                           best_of=opts.best_of if temperature > 0 else None)
-        return DecodingTask(self.model, tokenizer, decoding, self.model.info.suppress_ids,
-                            rng=np.random.default_rng(0))
-
-    def _sample_len(self, n_frames: int) -> int:
-        """The most tokens a window of ``n_frames`` mel frames may sample."""
-        budget = math.ceil(MAX_TOKENS_PER_SECOND * n_frames / FRAMES_PER_SECOND) + TOKEN_SLACK
-        return min(self.options.decoding.sample_len or self.model.dims.n_text_ctx // 2, budget)
-
-    def _looping(self, result: DecodingResult, n_frames: int) -> bool:
-        """The decode used its whole token budget: its text stopped making progress."""
-        return len(result.tokens) >= self._sample_len(n_frames)
-
-    def _unreadable(self, result: DecodingResult) -> bool:
-        """The whole temperature fallback ran and its last text is still unlikely or still loops
-        (``_repetitive``): the model could not read the window. Over non-speech this is where its
-        guesses come from (a generated whale-like call: " Oh! Oh! Yeah!" at temperature 1.0, mean
-        log probability -2.0; over the Brahms " APPLAUSE"; over pygame's whoosh, 30 s, " lines,
-        points, points, ..." at 1.0, compression ratio 6.2); no window of the dev set's speech
-        (short_en, long_en) ends below the log-probability threshold, at any temperature, and of
-        the speech measured (dev set, extra, the podcast) the windows that reach the last
-        temperature compress 1.28 at most (the Apollo 11 radio; refused as unlikely anyway)."""
-        opts = self.options
-        if not (len(opts.temperatures) > 1 and result.temperature == opts.temperatures[-1]):
-            return False
-        return self._unlikely(result) or self._repetitive(result)
-
-    def _unlikely(self, result: DecodingResult) -> bool:
-        """The text's mean token log probability is under the fallback's threshold."""
-        threshold = self.options.logprob_threshold
-        return threshold is not None and result.avg_logprob < threshold
-
-    def _repetitive(self, result: DecodingResult) -> bool:
-        """The text loops: it compresses past the threshold, or repeats a word or phrase past
-        what speech does (``GATE.repeats``)."""
-        threshold = self.options.compression_ratio_threshold
-        return ((threshold is not None and result.compression_ratio > threshold)
-                or GATE.repeats(result.text, len(result.text.split())))
-
-    def decode_with_fallback(self, base: DecoderState, prompt: list[int], tokenizer: Tokenizer, n_frames: int,
-                             first: Optional[DecodingResult] = None) -> DecodingResult:
-        """Decode a window of ``n_frames`` mel frames at the first temperature (``first``: its
-        result, already decoded elsewhere), then at the next ones while the text is too
-        repetitive or too unlikely. A reading without a word (``GATE.has_words``: " ...") ends
-        the fallback: the model heard nothing to write, and a hotter sample of it is a guess
-        (white noise, 20 s: " ..." at temperature 0, log probability -1.57, then
-        " Subs by www.zeoranger.co.uk" at 0.4). No window of the speech measured (dev set,
-        extra, the podcast: 50 windows) reads without a word at any temperature."""
-        opts = self.options
-        result = None
-        for i, t in enumerate(opts.temperatures):
-            if i == 0 and first is not None:
-                result = first
-            else:
-                result = self._task(t, prompt, tokenizer, n_frames).run(base, tokenizer.language)
-            too_repetitive = self._repetitive(result)
-            too_unlikely = self._unlikely(result)
-            looping = self._looping(result, n_frames)
-            if (self._no_speech.is_likely(result.no_speech_prob) or not GATE.has_words(result.text)
-                    or not (too_repetitive or too_unlikely or looping)):
-                break
-            if looping and n_frames < FALLBACK_MIN_SECONDS * FRAMES_PER_SECOND:
-                break
-        return result
-
-    def refuses(self, result: DecodingResult, n_frames: int) -> bool:
-        """Nothing of a window of ``n_frames`` mel frames decoded (with the fallback) as
-        ``result`` is written: no speech, no word, a text still looping or unreadable at the
-        last temperature, or a loop the no-speech probability ended the fallback on
-        (``GATE.is_heard_loop``)."""
-        return (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob) or not GATE.has_words(result.text)
-                or self._looping(result, n_frames) or self._unreadable(result)  # (at every temperature)
-                or (self._no_speech.is_likely(result.no_speech_prob) and GATE.is_heard_loop(result.compression_ratio)))
-
-    def _runs_backwards(self, result: DecodingResult, samples: np.ndarray, n_frames: int) -> bool:
-        """A reading the model is unsure of (``GATE.is_doubtful``) of audio (``samples``, its first
-        ``n_frames`` mel frames) that runs backwards (``GATE.runs_backwards``): not speech."""
-        return (GATE.is_doubtful(result.no_speech_prob, result.avg_logprob) and GATE.runs_backwards(
-            np.asarray(log_mel_spectrogram(samples, self.model.dims.n_mels))[:n_frames]))
 
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
         """Decode ``source`` window by window from ``state``: one ``Step`` per window."""
@@ -254,18 +154,21 @@ class OneShotEngine:
         return None
 
     def _decode_window(self, base: DecoderState, n_frames: int, state: SeekState, tokenizer: Tokenizer,
-                       levels: np.ndarray, samples: np.ndarray):
+                       levels: np.ndarray, samples: np.ndarray, guarded: bool = True):
         """One encoded window -> its segments (with words) and the state after it. A generator
         (``yield from`` it): it asks its driver for the first decoding (a ``_Decode``).
         levels: (F,) the level (dBFS) of the window's 20 ms frames (``GATE.frame_levels``) of
-        ``samples``, its audio."""
+        ``samples``, its audio. ``guarded``: its voiced stretches that got no word are decoded again
+        on their own (``_reread``); not for such a stretch itself."""
         opts = self.options
         time_offset = state.seek / FRAMES_PER_SECOND
         task = self._task(opts.temperatures[0], state.prompt_tokens, tokenizer, n_frames)
         first = yield _Decode(task, base)
-        result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer, n_frames, first)
-        if self.refuses(result, n_frames) or self._runs_backwards(result, samples, n_frames):
-            return [], replace(state, seek=state.seek + n_frames)
+        loud = levels >= GATE.silence_db
+        result = self.decode_with_fallback(base, state.prompt_tokens, tokenizer, n_frames, first, loud)
+        said = loops.prompt_words(state.prompt_tokens, tokenizer)
+        if self.refuses(result, n_frames, tokenizer, loud, said) or self._runs_backwards(result, samples, n_frames):
+            return (yield from self._refused(result, levels, samples, state, tokenizer, n_frames, guarded))
         pieces, next_seek = self._split(result, tokenizer, time_offset, state.seek, n_frames)
         if opts.word_timestamps and pieces:
             segments, next_seek = self._add_words(pieces, tokenizer, base, n_frames, time_offset,
@@ -282,6 +185,9 @@ class OneShotEngine:
             # refused), the 3.5 s after it " you" again (0.30, kept).
             if decoded and not segments and n_frames < N_FRAMES:
                 next_seek = state.seek + n_frames
+        if guarded:
+            found = yield from self._reread(segments, levels, samples, state, tokenizer, next_seek - state.seek)
+            segments = sorted(segments + found, key=lambda s: s.start)
         prompt = state.prompt_tokens
         if not opts.condition_on_previous_text or result.temperature > 0.5:
             prompt = []
@@ -291,6 +197,47 @@ class OneShotEngine:
         max_prompt = self.model.dims.n_text_ctx // 2 - 1
         return segments, replace(state, seek=max(next_seek, state.seek + 1), prompt_tokens=prompt[-max_prompt:],
                                  last_speech=last_speech)
+
+    def _refused(self, result: DecodingResult, levels: np.ndarray, samples: np.ndarray, state: SeekState,
+                 tokenizer: Tokenizer, n_frames: int, guarded: bool):
+        """A refused window: nothing of its text, but (``guarded``) what its voiced stretches
+        read alone yield; the walk goes on after it. A window refused as silence or as audio
+        running backwards was judged not speech: its stretches read alone are too short for that
+        judgement (the Harvard sentences played backwards: " No clauses this night." from a
+        1.5 s stretch). A generator, as ``_decode_window``."""
+        judged = (self._no_speech.is_silence(result.no_speech_prob, result.avg_logprob)
+                  or self._runs_backwards(result, samples, n_frames))
+        found = (yield from self._reread([], levels, samples, state, tokenizer, n_frames)) \
+            if guarded and not judged else []
+        return found, replace(state, seek=state.seek + n_frames,
+                              last_speech=found[-1].end if found else state.last_speech)
+
+    def _reread(self, segments: list[Segment], levels: np.ndarray, samples: np.ndarray, state: SeekState,
+                tokenizer: Tokenizer, until: int):
+        """The segments of the window's voiced stretches before ``until`` (mel frames into the
+        window: where the walk goes on) that no word of ``segments`` touches
+        (``guard.unheard``), each decoded alone, unprompted, at its own time, and kept by the
+        same rules as any window's text. A generator, as ``_decode_window``."""
+        if not self.options.word_timestamps:
+            return []
+        offset = state.seek / FRAMES_PER_SECOND
+        words = [(w.start, w.end) for s in segments for w in s.words]
+        found, squeezed = [], guard.squeezed(words)
+        for start, end in guard.unheard(levels, words, offset, offset + until / FRAMES_PER_SECOND):
+            if squeezed is not None and start >= squeezed:
+                continue  # its words are likely in the window's text, squeezed into one instant
+            first = round((start - offset) * FRAMES_PER_SECOND)
+            clip = samples[first * HOP_LENGTH:round((end - offset) * FRAMES_PER_SECOND) * HOP_LENGTH]
+            if len(clip) < HOP_LENGTH:
+                continue
+            spoken = [e for s, e in words if e <= start]
+            alone = replace(state, seek=state.seek + first, prompt_tokens=[],
+                            last_speech=max(spoken) if spoken else state.last_speech)
+            base, n_frames = self.context.encode_window(clip)
+            segs, _ = yield from self._decode_window(base, n_frames, alone, tokenizer, GATE.frame_levels(clip),
+                                                     clip, guarded=False)
+            found += [s for s in segs if not GATE.is_reread_guess(s.no_speech_prob, s.avg_logprob, s.temperature)]
+        return found
 
     def _initial_prompt(self) -> list[int]:
         if not self.options.initial_prompt:
@@ -373,13 +320,24 @@ class OneShotEngine:
                 seg["start"], seg["end"] = start, min(end, words[-1].end)
                 last_speech = seg["end"]
             out.append(_segment(seg, words))
-        tokens = np.array(result.tokens)
-        single_ending = len(tokens) >= 2 and tokens[-2] < tokenizer.timestamp_begin <= tokens[-1]
-        if cut is None and not single_ending and walked_to is not None and walked_to > time_offset:
+        if cut is None and _resumes_mid_text(result, tokenizer, n_frames, len(segments)) and walked_to is not None \
+                and walked_to > time_offset:
             # the walk's own end, not the snapped one: moving the next window's start with the
             # times changed base's text (LJ001 6.8 -> 10.3% WER)
             next_seek = round(walked_to * FRAMES_PER_SECOND)
         return out, next_seek
+
+
+def _resumes_mid_text(result: DecodingResult, tokenizer: Tokenizer, n_frames: int, n_segments: int) -> bool:
+    """The walk goes on after the window's last word, not where its timestamps say: its text
+    does not end on a lone timestamp, nor is it the end of the audio read as one text with no
+    end time (an initial prompt makes tiny.en end jfk so: resuming after its last word read the
+    last 0.26 s alone, " Thank you." three times). What such a window left unread is the
+    guard's (``_reread``)."""
+    tokens = result.tokens
+    single_ending = len(tokens) >= 2 and tokens[-2] < tokenizer.timestamp_begin <= tokens[-1]
+    read_to_end = n_frames < N_FRAMES and n_segments == 1 and tokens[-1] < tokenizer.timestamp_begin
+    return not single_ending and not read_to_end
 
 
 CUT_WORD_EDGE_S = 0.1  # a full window's last word ending this close to its end was cut by it
