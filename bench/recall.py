@@ -5,6 +5,7 @@
     .venv/bin/python bench/recall.py --quick                          # a subset (see --quick)
     .venv/bin/python bench/recall.py --compare before.json after.json # the verdict of a change
     .venv/bin/python bench/recall.py --ours /work/wt-x --json after.json  # another checkout's code
+    .venv/bin/python bench/recall.py --json all.json --merge base.json    # runs split over processes
 
 ``--ours CHECKOUT`` runs CHECKOUT's own interpreter and worker (CHECKOUT/.venv/bin/python
 CHECKOUT/bench/_worker_ours.py, so its transcriber is the one measured); the peers, the stress
@@ -142,7 +143,7 @@ def systems(args, model: str, folder: Path, ffmpeg: str) -> list[tuple[str, Path
 def run_all(args, files: list[dict], folder: Path, ffmpeg: str, saved: dict) -> dict:
     runs = saved.setdefault("runs", {})
     for model in args.models:
-        for name, python, worker, fields in systems(args, model, folder, ffmpeg):
+        for name, python, worker, fields in systems(args, model, folder, ffmpeg) if args.modes or not args.no_peers else []:
             if name in runs.get(model, {}):
                 print(f"  {model} {name}: kept from {args.json}", file=sys.stderr)
                 continue
@@ -316,6 +317,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=7200)
     ap.add_argument("--json", type=Path, help="write the hypotheses, scores and summary here")
     ap.add_argument("--resume", action="store_true", help="keep the systems --json already holds")
+    ap.add_argument("--merge", nargs="+", type=Path, default=[], metavar="JSON",
+                    help="add these runs' systems to --json's (runs split over processes), then score")
+    ap.add_argument("--score-only", action="store_true", help="decode nothing: score what --json holds")
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
     args = ap.parse_args()
     if args.compare:
@@ -329,7 +333,13 @@ def main() -> None:
     from transcriber.native.blas.probe import cpu_model
 
     ffmpeg = shutil.which("ffmpeg") or ffmpeg_binary()
-    saved = json.loads(args.json.read_text()) if args.resume and args.json and args.json.exists() else {}
+    saved = json.loads(args.json.read_text()) if (args.resume or args.score_only) and args.json.exists() else {}
+    for other in args.merge:
+        for model, rs in json.loads(other.read_text())["runs"].items():
+            saved.setdefault("runs", {}).setdefault(model, {}).update(rs)
+    if args.score_only or args.merge:
+        args.models = [m for m in args.models if m in saved.get("runs", {})]
+        args.modes, args.no_peers = [], True
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
