@@ -170,7 +170,8 @@ def words_of(hyp: dict) -> list[tuple[float, float, str]]:
 def score(files: list[dict], hyps: list[dict], word_times: bool, onsets: dict) -> dict:
     """Every figure of one system on one model (plain JSON)."""
     out = {"wer": {}, "lost": [], "judged": 0, "nonspeech": {}, "sparse": None, "repeated": {},
-           "leading": {}, "delayed": {}, "starts": {"A": [], "B": []}}
+           "leading": {}, "delayed": {}, "starts": {"A": [], "B": []}, "starts_by_source": {}}
+    by_source = lambda src, half: out["starts_by_source"].setdefault(src, {"A": [], "B": []})[half]  # noqa: E731
     aligned_seen = 0
     for f, hyp in zip(files, hyps):
         words, name = words_of(hyp), Path(f["file"]).name
@@ -184,7 +185,9 @@ def score(files: list[dict], hyps: list[dict], word_times: bool, onsets: dict) -
                 if word_times:
                     for i, p in enumerate(pieces):
                         half = "AB"[i % 2]
-                        out["starts"][half] += rc.first_word_offsets([(onsets[f["file"]][i], p.text)], words)
+                        got = rc.first_word_offsets([(onsets[f["file"]][i], p.text)], words)
+                        out["starts"][half] += got
+                        by_source(Path(f["file"]).stem, half).extend(got)
         elif f["kind"] == "nospeech":
             out["nonspeech"][name] = len(words)
         elif f["kind"] == "aligned":
@@ -192,7 +195,9 @@ def score(files: list[dict], hyps: list[dict], word_times: bool, onsets: dict) -
                 from evalkit.scoring import word_start_offsets
 
                 ref = aligned_starts(DATA / f["word_alignment"])
-                out["starts"]["AB"[aligned_seen % 2]] += word_start_offsets(ref, [(w[2], w[0]) for w in words])
+                got = word_start_offsets(ref, [(w[2], w[0]) for w in words])
+                out["starts"]["AB"[aligned_seen % 2]] += got
+                by_source("forced alignments", "AB"[aligned_seen % 2]).extend(got)
             aligned_seen += 1
         else:
             pieces = [rc.Piece(*p) for p in f["pieces"]]
@@ -280,6 +285,11 @@ def print_tables(summaries: dict, files: list[dict], scores: dict) -> None:
             for c in cols:
                 for line in scores[model][c]["lost"]:
                     print(f"- {c} lost: {line}")
+                src = scores[model][c].get("starts_by_source", {})
+                if any(v["B"] for v in src.values()):
+                    print(f"- {c} word starts on B by source, median / p90 (words): " + "; ".join(
+                        "{} {:.3f} / {:.3f} ({})".format(k, *rc.quantiles(v["B"]), len(v["B"]))
+                        for k, v in src.items() if v["B"]))
                 ns = {f: n for f, n in scores[model][c]["nonspeech"].items() if n}
                 if ns:
                     print(f"- {c} words over non-speech: " + ", ".join(f"{f} {n}" for f, n in ns.items()))
