@@ -294,8 +294,8 @@ def print_tables(summaries: dict, files: list[dict], scores: dict) -> None:
                 if ns:
                     print(f"- {c} words over non-speech: " + ", ".join(f"{f} {n}" for f, n in ns.items()))
         names = list(rows)
-        print(f"\n{model}, per file WER % | " + " | ".join(names))
-        print("|file|s|" + "|".join(names) + "|\n|---|---:|" + "---:|" * len(names))
+        print(f"\n{model}, WER % per long_en file:\n")
+        print("| file | s | " + " | ".join(names) + " |\n|---|---:|" + "---:|" * len(names))
         for f in files:
             if f["kind"] == "long":
                 n = Path(f["file"]).name
