@@ -348,7 +348,8 @@ def main() -> None:
     from transcriber.native.blas.probe import cpu_model
 
     ffmpeg = shutil.which("ffmpeg") or ffmpeg_binary()
-    saved = json.loads(args.json.read_text()) if (args.resume or args.score_only) and args.json.exists() else {}
+    keep = args.resume or args.score_only or args.merge  # merging into --json keeps what it holds
+    saved = json.loads(args.json.read_text()) if keep and args.json.exists() else {}
     for other in args.merge:
         for model, rs in json.loads(other.read_text())["runs"].items():
             saved.setdefault("runs", {}).setdefault(model, {}).update(rs)
