@@ -4,7 +4,10 @@ Run with bench/.venvs/whispercpp/bin/python (see bench/setup_peers.sh); job and 
 _worker_common.py. Job fields: "model_path" (the ggml file), "ffmpeg" (the binary that decodes
 each file to 16 kHz mono float32, inside the timed span as our decode and faster-whisper's are),
 "params" (whisper.cpp decode parameters over its defaults, e.g. {"no_context": false}),
-"language" (default "en"). ``word_timestamps`` turns on whisper.cpp's token timestamps.
+"language" (default "en"), "detail" (each result is {"text", "language", "language_probability":
+null, "words"}: the words of each segment, [start, end, text, null], spread over the segment's
+span in proportion to their length, since the wheel's defaults give segment times only).
+``word_timestamps`` turns on whisper.cpp's token timestamps.
 Greedy with whisper.cpp's own temperature fallback, as the wheel sets it up.
 """
 import subprocess
@@ -32,7 +35,22 @@ def decode(path):
 
 def transcribe(model, path, word_timestamps):
     segments = model.transcribe(decode(path), language=JOB.get("language", "en"), token_timestamps=word_timestamps)
-    return "".join(s.text for s in segments).strip()
+    text = "".join(s.text for s in segments).strip()
+    if JOB.get("detail"):
+        return {"text": text, "language": JOB.get("language", "en"), "language_probability": None,
+                "words": [w for s in segments for w in spread(s.t0 / 100, s.t1 / 100, s.text)]}
+    return text
+
+
+def spread(start, end, text):
+    """[start, end, word, None] of each word of a segment, its span shared by characters."""
+    words = text.split()
+    total, out, t = sum(len(w) for w in words) or 1, [], start
+    for w in words:
+        step = (end - start) * len(w) / total
+        out.append([t, t + step, w, None])
+        t += step
+    return out
 
 
 def info():

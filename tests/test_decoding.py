@@ -258,9 +258,10 @@ def test_a_word_in_a_pause_goes_with_the_word_it_is_nearer_not_the_nearer_sound(
 
 
 def test_time_offsets_are_the_models_own_else_tiny_ens():
-    from transcriber.timing import ONSET_LEAD, TimeOffsets, time_offsets
+    from transcriber.timing import ONSET_LEAD, TIME_OFFSETS, time_offsets
 
-    assert time_offsets("tiny.en") == TimeOffsets(ONSET_LEAD, 0.0) == time_offsets("my-converted-folder")
+    assert time_offsets("tiny.en") == TIME_OFFSETS["tiny.en"] == time_offsets("my-converted-folder")
+    assert time_offsets("tiny.en").onset_lead == ONSET_LEAD
     assert time_offsets("base").onset_lead == 0.0 and time_offsets("base").stream_delay > 0
 
 

@@ -15,8 +15,12 @@ from .conftest import scored_entries
 pytestmark = pytest.mark.slow
 
 # (median, p90) bounds in seconds; achieved on avx512 (AMD EPYC): one-shot 0.050 / 0.080,
-# streaming 0.060 / 0.180
-BOUNDS = {"oneshot": (0.07, 0.12), "stream": (0.08, 0.195)}
+# streaming 0.060 / 0.180. Streaming since tiny.en's stream_delay of -0.03 s (timing.TIME_OFFSETS,
+# fitted on half A of issue 48's split, bench/recall.py; 14 of these 24 words are in A):
+# 0.070 / 0.210 here (Intel Xeon, avx512), 0.060 / 0.180 with no delay. These 24 words are where
+# the old offsets were fitted; on half B (84 words) the delay takes the median from 0.100 to
+# 0.080 s and p90 from 0.319 to 0.289.
+BOUNDS = {"oneshot": (0.07, 0.12), "stream": (0.08, 0.22)}
 
 
 # base (``timing.TIME_OFFSETS``): one-shot 0.060 / 0.150, streaming 0.030 / 0.060; with tiny.en's
