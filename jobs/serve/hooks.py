@@ -121,7 +121,7 @@ async def _payload(kind: str, request: Request) -> dict:
     elif kind_of_body == "application/json" and kind != "plex":
         text = (await request.body()).decode("utf-8", errors="replace")
     else:
-        raise RequestError(415, f"a {kind} webhook is {SHAPES[kind]}, not {kind_of_body or 'a body of no type'}")
+        raise RequestError(415, f"the {kind} webhook takes {SHAPES[kind]}, not {kind_of_body or 'a body of no type'}")
     try:
         payload = json.loads(text) if isinstance(text, str) and text.strip() else None
     except json.JSONDecodeError:
