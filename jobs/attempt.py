@@ -43,10 +43,10 @@ if TYPE_CHECKING:
     from transcriber import Step
 
 from .discover import content_key
-from .domain import FAILED, Job, LeaseLost, Resume, StoreError, owner_id
+from .domain import FAILED, NO_SPEECH, Job, LeaseLost, Resume, StoreError, owner_id
 from .engines import EngineCache
 from .lease import DEFAULT_CHECKPOINT_SECONDS, DEFAULT_LEASE_SECONDS, CheckpointClock, Heartbeat
-from .outputs import NO_SPEECH, OutputConflict, OutputOutside, check_ours, check_place, outputs_answer
+from .outputs import OutputConflict, OutputOutside, check_ours, check_place, outputs_answer
 from .progress import FileBar, Reporter
 from .signals import StopFlag, Stopped, at_point
 from .spec import JobSpec

@@ -33,6 +33,9 @@ FAILED_BEFORE = "failed"  # failed on its input (unreadable media); retried when
 BUSY = "busy"  # running under another runner's live lease
 REFUSED = "refused"  # would replace an output that is not its own (enqueue_many's ``vet``): left as it was
 DEFAULT_TIMEOUT = 30.0  # seconds the store waits for another process's lock (--db-timeout)
+# The note a job without speech keeps (with the decoder's warnings): its run line and
+# ``transcribe status`` say it, and it has no subtitle file (transcriber.writers.render_outputs).
+NO_SPEECH = "no speech"
 PENDING = ""  # the signature of an output being written (``JobStore.expect_outputs``)
 
 

@@ -40,10 +40,6 @@ _OUR_TEMPORARY = re.compile(r"\..{1,32}-[0-9a-f]{6}\.[a-z0-9_]{8}\.part|\..+\.(s
 STALE_SECONDS = 60.0
 _swept: set[str] = set()  # folders this process has swept already
 
-# The note a job without speech keeps (with the decoder's warnings): its run line and
-# ``transcribe status`` say it, and it has no subtitle file (transcriber.writers.render_outputs).
-NO_SPEECH = "no speech"
-
 
 def first_sweep(folder: Path) -> bool:
     """Whether ``folder`` is to be swept of stale temporaries now: once per process and folder."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from .domain import (BUSY, DONE, FAILED, FAILED_BEFORE, FOLLOWING, GONE, OUTPUTS, QUEUED, REDO,
+from .domain import (BUSY, DONE, FAILED, FAILED_BEFORE, FOLLOWING, GONE, NO_SPEECH, OUTPUTS, QUEUED, REDO,
                      RESUME, RUNNING, SKIP, STALLED, STATUSES, Job, OutputRecord, Request)
 
 
@@ -29,7 +29,9 @@ def decide(job: Job, request: Request, force: bool, outputs_present: Callable[[I
         return REDO
     same_outputs = job.spec == request.spec  # (dicts: no JSON made per job)
     if job.status == DONE:
-        return SKIP if same_outputs and outputs_present(job.outputs) else OUTPUTS
+        # a file without speech, only subtitles asked for: no file was written, none is missing
+        present = outputs_present(job.outputs) or (not job.outputs and NO_SPEECH in job.warnings)
+        return SKIP if same_outputs and present else OUTPUTS
     if job.status == FAILED and not job.retryable:
         return FAILED_BEFORE
     return RESUME  # queued, stalled, or failed for a reason that may have gone away

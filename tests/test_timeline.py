@@ -194,6 +194,8 @@ def test_no_speech_with_only_subtitles_asked_for_is_done_without_a_file(quiet_vi
     assert run.returncode == 0, run.stderr  # on main: a 0-byte SRT; before the fix here, an IndexError
     assert "done:" in run.stderr and "no speech" in run.stderr and "Traceback" not in run.stderr
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+    again = transcribe(str(quiet_video), "-f", "srt", "-o", str(tmp_path / "out"), db=tmp_path / "jobs.db")
+    assert again.returncode == 0 and "0 done, 1 skipped" in again.stderr, again.stderr  # not rendered again
 
 
 def test_asr_encode_true_answers_on_the_media_timeline(media, undelayed, quiet_video, tmp_path):

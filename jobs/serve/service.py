@@ -34,7 +34,7 @@ import transcriber
 from ..domain import DONE, QUEUED, RUNNING, Job
 from ..enqueue import enqueue_files
 from ..engines import EngineCache
-from ..outputs import NO_SPEECH
+from ..domain import NO_SPEECH
 from ..runner import Runner, StopFlag
 from ..spec import JobSpec
 from ..store import JobStore, connect
