@@ -20,12 +20,16 @@ pytestmark = pytest.mark.slow
 
 
 def test_pooled_wer_within_target(oneshot_transcripts):
+    """The bound follows the dev set: 7% until the data grew by three LibriSpeech test-other
+    chapters and a 9-minute reading (2026-12-06); over the 23 files now, 9.27% measured (the
+    same on the code before issue 48's changes), and on the long_en files faster-whisper int8
+    on the same weights 9.70% against our 9.57% (bench/recall.py)."""
     entries = scored_entries()
     refs = [e["text"] for e in entries]
     hyps = [oneshot_transcripts[e["file"]].text for e in entries]
     score = wer(refs, hyps)
     print(f"one-shot greedy WER over {len(entries)} files: {score:.2%}")
-    assert score <= 0.07
+    assert score <= 0.10
 
 
 def test_word_starts_match_forced_alignments(oneshot_transcripts, data_dir):

@@ -53,12 +53,14 @@ def checkpoints(path, model, options=StreamingOptions(), every=5.0):
 
 @pytest.mark.slow
 def test_wer_close_to_one_shot(streamed, oneshot_transcripts):
+    """Bound 7.5% until the dev set grew (2026-12-06, see test_oneshot's pooled WER): over its 23
+    files now, streaming 10.42% against one-shot's 9.27%; closeness to one-shot is the rule."""
     entries = scored_entries()
     refs = [e["text"] for e in entries]
     stream_wer = wer(refs, [text(streamed[e["file"]]) for e in entries])
     oneshot_wer = wer(refs, [oneshot_transcripts[e["file"]].text for e in entries])
     print(f"WER over {len(entries)} files: streaming {stream_wer:.2%}, one-shot {oneshot_wer:.2%}")
-    assert stream_wer <= 0.075
+    assert stream_wer <= 0.11
     assert stream_wer <= oneshot_wer + 0.015
 
 
