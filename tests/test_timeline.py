@@ -23,7 +23,7 @@ import pytest
 import srt
 
 import transcriber
-from transcriber import embed
+from transcriber import audio, embed
 from transcriber.engine import OnTimeline, applied_offset, on_timeline
 
 from .conftest import JFK, ROOT, ffmpeg
@@ -148,6 +148,21 @@ def test_a_killed_job_reruns_to_the_uninterrupted_times(media, tmp_path, kill_at
     for suffix in (".srt", ".json"):
         assert (tmp_path / "work" / f"late{suffix}").read_text() == (tmp_path / "ref" / f"late{suffix}").read_text()
     assert json.loads((tmp_path / "work" / "late.json").read_text())["offset"] == DELAY
+
+
+@pytest.mark.parametrize("ext", ["mkv", "mp4"])
+def test_audio_starting_after_the_probed_seconds_is_on_its_timeline(tmp_path, ext, model):
+    """jfk.flac 20 s into a 12 s video, as bench/recall.py builds it: ffprobe's stream start_time
+    comes from the packets its probe reads, and gave 0.0 for the MKV (ffmpeg 5.1), and its
+    duration tag (31 s, the stream's end) for its length: the first packet says 19.936."""
+    path = tmp_path / f"late20.{ext}"
+    ffmpeg("-f", "lavfi", "-i", "color=c=black:s=64x64:r=10:d=12", "-itsoffset", "20", "-i", str(JFK),
+           "-map", "0:v", "-map", "1:a", "-c:v", "mpeg4", "-c:a", "aac", str(path))
+    offset = audio.start_offset(path)
+    assert abs(offset - 20.0) < 0.1, offset
+    assert abs(transcriber.probe(path) - 31.0) < 0.1  # where the audio ends on the timeline
+    words = transcriber.transcribe(path, model).words
+    assert words and abs(words[0].start - 20.0) < 0.3, words[:1]
 
 
 def test_a_state_checkpointed_before_offsets_resumes_at_0():

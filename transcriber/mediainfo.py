@@ -71,7 +71,7 @@ def _exact(codec: str, sample_rate: int) -> bool:
 
 def _probe_ffprobe(name: str) -> _MediaInfo:
     cmd = [ffmpegtool.ffprobe_binary(), "-v", "error", "-show_entries",
-           "format=duration,start_time:stream=codec_type,codec_name,sample_rate,duration,start_time"
+           "format=format_name,duration,start_time:stream=codec_type,codec_name,sample_rate,duration,start_time"
            ":stream_disposition=attached_pic:stream_tags=language",
            "-of", "json", ffmpegtool.input_path(name)]
     proc = ffmpegtool.run_probe(cmd, name)
@@ -79,10 +79,24 @@ def _probe_ffprobe(name: str) -> _MediaInfo:
         ffmpegtool.check_started(cmd[0], proc.returncode, proc.stderr)
         cause = ffmpegtool.reason(proc.stderr, name) or "not a media file ffprobe can read"
         raise AudioError(ffmpegtool.message(name, cause))
-    return _parse_ffprobe_json(name, proc.stdout)
+    return _parse_ffprobe_json(name, proc.stdout, lambda index: _first_packet(name, index))
 
 
-def _parse_ffprobe_json(name: str, text: str) -> _MediaInfo:
+def _first_packet(name: str, index: int) -> float | None:
+    """The time of audio track ``index``'s first packet (s), read from the packets themselves;
+    None when ffprobe gives none."""
+    cmd = [ffmpegtool.ffprobe_binary(), "-v", "error", "-select_streams", f"a:{index}", "-show_entries",
+           "packet=pts_time", "-read_intervals", "%+#1", "-of", "csv=p=0", ffmpegtool.input_path(name)]
+    proc = ffmpegtool.run_probe(cmd, name)
+    lines = proc.stdout.split() if proc.returncode == 0 else []
+    return _seconds(lines[0].split(",")[0]) if lines else None
+
+
+def _parse_ffprobe_json(name: str, text: str, first_packet=None) -> _MediaInfo:
+    """``first_packet(index)``: an audio track's first packet time, asked for files with video.
+    The streams' start_time comes from the packets ffprobe's probe reads (the file's first
+    seconds): an audio track that starts later than those (an MKV whose audio begins 20 s in,
+    measured with ffprobe 5.1) is given 0 there, so it is read from its own first packet."""
     info = json.loads(text or "{}")
     streams = info.get("streams", [])
     audio = [s for s in streams if s.get("codec_type") == "audio"]
@@ -93,12 +107,18 @@ def _parse_ffprobe_json(name: str, text: str) -> _MediaInfo:
     rate = audio[0].get("sample_rate", "")
     exact = _exact(str(audio[0].get("codec_name", "")), int(rate) if str(rate).isdigit() else 0)
     origin = _seconds(info.get("format", {}).get("start_time")) or 0.0
+    starts = [_seconds(a.get("start_time")) for a in audio]
+    if has_video and first_packet is not None:
+        starts = [first if (first := first_packet(i)) is not None else start for i, start in enumerate(starts)]
     tracks = tuple(_Track(str(a.get("tags", {}).get("language", "")), _exact(
         str(a.get("codec_name", "")), int(a["sample_rate"]) if str(a.get("sample_rate", "")).isdigit() else 0),
-        max(0.0, round((_seconds(a.get("start_time")) or origin) - origin, 6))) for a in audio)
-    # Matroska stores no per-stream duration: fall back to the container's, which counts from
+        max(0.0, round((start or origin) - origin, 6))) for a, start in zip(audio, starts))
+    # A Matroska stream often has no duration of its own: fall back to the container's, which counts from
     # the container's start, not from the audio's (``duration`` is the decoded track's).
     duration = _seconds(audio[0].get("duration"))
+    if duration is not None and "matroska" in info.get("format", {}).get("format_name", ""):
+        # a Matroska stream's duration is its DURATION tag: where the stream ends on the timeline
+        duration = max(0.0, duration - tracks[0].start)
     if duration is None:
         duration = max(0.0, (_seconds(info.get("format", {}).get("duration")) or 0.0) - tracks[0].start)
     return _MediaInfo(duration, False, has_video, exact, tracks)
