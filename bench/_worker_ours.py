@@ -12,6 +12,7 @@ import sys
 
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 import transcriber  # noqa: E402  (binds MLX to the fastest BLAS measured here)
+from transcriber.engine import OnTimeline  # noqa: E402
 import mlx.core as mx  # noqa: E402
 
 from _worker_common import run  # noqa: E402
@@ -29,7 +30,8 @@ def transcribe(model, path, word_timestamps):
     if JOB.get("mode") == "stream":
         options = transcriber.StreamingOptions(chunk_seconds=JOB.get("chunk_seconds", 1.0), language=language)
         words, detected, probability = [], language, None
-        for step in transcriber.StreamingEngine(model, options).steps(path):
+        # on the media's timeline, as the CLI's (transcriber.engine.OnTimeline: a late audio track)
+        for step in OnTimeline(transcriber.StreamingEngine(model, options)).steps(path):
             words += step.words
             detected, probability = step.language, step.language_probability
         text = "".join(w.text for w in words).strip()
