@@ -119,7 +119,7 @@ def test_jfk_on_the_emulated_cpu_is_the_native_transcript(tmp_path, path):
             proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env,
                                   timeout=600, stdin=subprocess.DEVNULL)
         else:
-            proc = _emulated(args, path)
+            proc = _emulated(args, path, timeout=1500)
         assert proc.returncode == 0, f"{where}: {proc.stderr[-2000:]}"
         outputs[where] = (out / "jfk.json").read_text()
     assert outputs["emulated"] == outputs["native"]
