@@ -4,7 +4,7 @@
     .venv/bin/python bench/recall.py --json before.json > before.md   # full: tiny.en and base
     .venv/bin/python bench/recall.py --quick                          # a subset (see --quick)
     .venv/bin/python bench/recall.py --compare before.json after.json # the verdict of a change
-    .venv/bin/python bench/recall.py --ours /work/wt-x --json after.json  # another checkout's code
+    .venv/bin/python bench/recall.py --ours ../other-checkout --json after.json  # another checkout's code
     .venv/bin/python bench/recall.py --json all.json --merge base.json    # runs split over processes
 
 ``--ours CHECKOUT`` runs CHECKOUT's own interpreter and worker (CHECKOUT/.venv/bin/python
