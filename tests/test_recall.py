@@ -24,12 +24,6 @@ from .conftest import JFK, JFK_TEXT, PRESS_YARD, audio_path
 pytestmark = pytest.mark.slow
 
 MODES = ("oneshot", "stream")
-# The streaming guard (a voiced stretch that got no word, decoded again on its own before its
-# audio leaves the buffer) is not built yet: the session keeps log-mel frames, not samples.
-# Over sparse dialogue a pass read " In 1813 in 1813 in 1813" (a loop: the pass is dropped) and
-# the buffer went quiet before another pass read the line; after jfk and a pause the 3.3 s
-# LibriSpeech line is lost the same way.
-STREAM_GUARD_MISSING = pytest.mark.xfail(strict=True, reason="streaming guard not built (issue 48 item 1)")
 PRESS_YARD_TEXT = "Eight. The press yard."
 
 
@@ -90,7 +84,7 @@ SPARSE_LINES = ("ls_1089-134691-0000.flac", "ljspeech_LJ002-0020.flac", "ls_61-7
 SPARSE_GAPS = (15.0, 45.0, 25.0, 35.0, 20.0)
 
 
-@pytest.mark.parametrize("mode", ["oneshot", pytest.param("stream", marks=STREAM_GUARD_MISSING)])
+@pytest.mark.parametrize("mode", MODES)
 def test_sparse_dialogue_keeps_every_line(model, tmp_path, mode):
     """Short lines alone in 15-45 s of near-silence: each one is written, where it is said."""
     from .conftest import manifest
@@ -113,8 +107,7 @@ def test_sparse_dialogue_keeps_every_line(model, tmp_path, mode):
 
 @pytest.mark.parametrize("mode, line_name", [
     ("oneshot", "ljspeech_LJ002-0035.flac"), ("oneshot", "ls_1089-134686-0001.flac"),
-    ("stream", "ljspeech_LJ002-0035.flac"),
-    pytest.param("stream", "ls_1089-134686-0001.flac", marks=STREAM_GUARD_MISSING)])
+    ("stream", "ljspeech_LJ002-0035.flac"), ("stream", "ls_1089-134686-0001.flac")])
 def test_a_short_line_after_speech_and_a_pause_is_kept_in_place(model, tmp_path, mode, line_name):
     """Every 30 s block: jfk.flac (11 s), silence, a short line at +15 s. One-shot's windows
     ended their text after jfk and the walk skipped the line (none of 40 kept); with a 3.3 s
@@ -160,3 +153,26 @@ def test_an_initial_prompt_adds_no_words_after_the_speech(model, mode, prompt):
     assert kept_share(words, JFK_TEXT) >= 0.9
     assert words[-1].end <= 11.0 and "thank" not in normalize("".join(w.text for w in words))
     assert normalize("".join(w.text for w in words)).split()[-1] == "country"
+
+
+def test_a_streaming_replay_resumed_around_the_guard_gives_the_same_words(model, tmp_path):
+    """The guard reads from the samples the session keeps after its committed words: they are
+    in the checkpoint, so a replay resumed at any step (before the line, while the buffer holds
+    it unheard, after the guard read it) writes the uninterrupted words."""
+    import json
+
+    jfk, line = load_audio(JFK), load_audio(audio_path("ls_1089-134686-0001.flac"))
+    block = np.concatenate([jfk, np.zeros(round(15 * SAMPLE_RATE) - len(jfk), np.float32), line,
+                            np.zeros(round(7 * SAMPLE_RATE), np.float32)])
+    path = write_wav(tmp_path / "block.wav", block)
+    from transcriber.streaming.options import StreamingOptions
+
+    engine = StreamingEngine(model, StreamingOptions())
+    steps = list(engine.steps(path))
+    expected = [(w.start, w.text) for s in steps for w in s.words]
+    assert kept_share([w for s in steps for w in s.words if w.start > 14], "".join(
+        w.text for w in words_of("oneshot", model, path) if w.start > 14)) >= 0.6
+    for i in range(12, len(steps) - 1, 2):  # 12 s on: the pause, the line, the quiet after it
+        state = json.loads(json.dumps(steps[i].state))  # as the job store keeps it
+        resumed = [(w.start, w.text) for s in engine.steps(path, state) for w in s.words]
+        assert [(w.start, w.text) for s in steps[: i + 1] for w in s.words] + resumed == expected, i

@@ -233,11 +233,37 @@ class OneShotEngine(WindowDecoder):
             spoken = [e for s, e in words if e <= start]
             alone = replace(state, seek=state.seek + first, prompt_tokens=[],
                             last_speech=max(spoken) if spoken else state.last_speech)
-            base, n_frames = self.context.encode_window(clip)
-            segs, _ = yield from self._decode_window(base, n_frames, alone, tokenizer, GATE.frame_levels(clip),
-                                                     clip, guarded=False)
-            found += [s for s in segs if not GATE.is_reread_guess(s.no_speech_prob, s.avg_logprob, s.temperature)]
+            found += yield from self._alone(clip, alone, tokenizer)
         return found
+
+    def _alone(self, clip: np.ndarray, state: SeekState, tokenizer: Tokenizer):
+        """The segments of ``clip`` (a voiced stretch starting at ``state.seek``) decoded alone,
+        unguarded, that are not guesses (``GATE.is_reread_guess``). A generator, as
+        ``_decode_window``."""
+        base, n_frames = self.context.encode_window(clip)
+        segs, _ = yield from self._decode_window(base, n_frames, state, tokenizer, GATE.frame_levels(clip),
+                                                 clip, guarded=False)
+        kept = [s for s in segs if not GATE.is_reread_guess(s.no_speech_prob, s.avg_logprob, s.temperature)]
+        for s in segs:  # (bench/reread_corner.py fits nonspeech.REREAD_CORNER on these)
+            guard.log.debug("%.2f-%.2f s read alone: %r, no-speech %.2f, log probability %.2f, temperature %g%s",
+                            s.start, s.end, s.text, s.no_speech_prob, s.avg_logprob, s.temperature,
+                            "" if s in kept else " (a guess)", extra={"reread": {
+                                "start": s.start, "end": s.end, "text": s.text, "no_speech_prob": s.no_speech_prob,
+                                "avg_logprob": s.avg_logprob, "temperature": s.temperature}})
+        return kept
+
+    def read_alone(self, clip: np.ndarray, seek: int, last_speech: float, tokenizer: Tokenizer) -> list[Segment]:
+        """A voiced stretch that got no word elsewhere (the streaming guard), read as one-shot's
+        guard reads one: ``clip`` starts at mel frame ``seek`` of the source, after speech that
+        ended at ``last_speech`` seconds; unprompted, its guesses dropped."""
+        walk = self._alone(clip, SeekState(seek, [], last_speech, tokenizer.language), tokenizer)
+        reply = None
+        while True:
+            try:
+                item = walk.send(reply)
+            except StopIteration as done:
+                return done.value
+            reply = item.task.run(item.base, item.task.tokenizer.language)
 
     def _initial_prompt(self) -> list[int]:
         if not self.options.initial_prompt:

@@ -12,12 +12,14 @@ Pure numpy over the window's 20 ms frame levels (``NonSpeechGate.frame_levels``)
 
 from __future__ import annotations
 
+import logging
 from typing import Optional, Sequence
 
 import numpy as np
 
 from ..nonspeech import GATE
 
+log = logging.getLogger("transcriber.guard")  # each reading of a stretch, with its scores
 FRAME_S = 0.02  # seconds of one level frame
 MIN_STRETCH_S = 1.0  # a voiced stretch this long that got no word is decoded again
 BRIDGE_S = 0.3  # quieter gaps this short inside a stretch do not end it (pauses between words)
@@ -51,16 +53,19 @@ def stretches(loud: np.ndarray) -> list[tuple[int, int]]:
 
 
 def unheard(levels: np.ndarray, words: Sequence[tuple[float, float]], offset: float,
-            until: float) -> list[tuple[float, float]]:
+            until: float, window_seconds: Optional[float] = None) -> list[tuple[float, float]]:
     """The voiced stretches of a window (``levels``: (F,) dBFS of its 20 ms frames, the first at
     ``offset`` seconds) that end by ``until`` (where the walk goes on: the rest is read by the
     next window) and that no word of ``words`` ((start, end) seconds) touches: (start, end)
-    seconds of the audio to read again, padded by PAD_S within the window and its words."""
+    seconds of the audio to read again, padded by PAD_S within the window and its words.
+    ``window_seconds``: the audio the decoder saw (MAX_SHARE), when ``levels`` is only a part
+    of it (streaming: the buffer after its committed words)."""
     loud = voiced(levels)
+    seen = len(levels) * FRAME_S if window_seconds is None else window_seconds
     out = []
     for a, b in stretches(loud):
         start, end = offset + a * FRAME_S, offset + b * FRAME_S
-        if end > until + BRIDGE_S or (b - a) * FRAME_S + 2 * PAD_S >= MAX_SHARE * len(levels) * FRAME_S:
+        if end > until + BRIDGE_S or (b - a) * FRAME_S + 2 * PAD_S >= MAX_SHARE * seen:
             continue
         if any(w_start < end and w_end > start for w_start, w_end in words):
             continue

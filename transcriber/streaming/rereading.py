@@ -30,16 +30,20 @@ Two rules go further, for the multilingual base model (bench/nonspeech_set.py):
 from __future__ import annotations
 
 import logging
+import math
 from typing import Callable, Optional
 
 import numpy as np
 
+from ..constants import FRAMES_PER_SECOND, HOP_LENGTH, SAMPLE_RATE
+from ..decoding import guard
 from ..decoding.options import DecodingOptions, TranscribeOptions
 from ..decoding.task import DecodingResult
 from ..model.whisper import Whisper
 from ..nonspeech import GATE, is_sound_tag, is_vocables
 from ..oneshot import OneShotEngine
 from ..tokenizer import Tokenizer
+from ..types import Word
 from .alignatt import PassResult
 
 _log = logging.getLogger(__name__)
@@ -54,12 +58,37 @@ class OneShotReading:
         self._model, self._task, self._encode = model, task, encode
         self._engine: Optional[OneShotEngine] = None
 
-    def read(self, n_mel: int, tokenizer: Tokenizer, language: Optional[str]) -> DecodingResult:
-        """The reading of the buffer's first ``n_mel`` frames."""
+    def _one_shot(self, language: Optional[str]) -> OneShotEngine:
         if self._engine is None:
             self._engine = OneShotEngine(self._model, TranscribeOptions(
                 decoding=DecodingOptions(task=self._task, language=language)))
-        return self._engine.decode_with_fallback(self._encode(n_mel), [], tokenizer, n_mel)
+        return self._engine
+
+    def read(self, n_mel: int, tokenizer: Tokenizer, language: Optional[str]) -> DecodingResult:
+        """The reading of the buffer's first ``n_mel`` frames."""
+        return self._one_shot(language).decode_with_fallback(self._encode(n_mel), [], tokenizer, n_mel)
+
+    def unheard(self, samples: np.ndarray, offset: float, seen: float, last_end: float,
+                tokenizer: Tokenizer) -> list[Word]:
+        """The guard (``decoding/guard.py``): the voiced stretches of ``samples`` (the buffer
+        after its committed words, from ``offset`` seconds of the source; the pass saw ``seen``
+        seconds) each read alone as one-shot's guard reads one (``OneShotEngine.read_alone``),
+        after ``last_end`` (the last word emitted): their words."""
+        levels = GATE.frame_levels(samples)
+        out: list[Word] = []
+        for start, end in guard.unheard(levels, [], offset, offset + len(levels) * guard.FRAME_S, seen):
+            seek = math.ceil(max(start, last_end) * FRAMES_PER_SECOND)
+            clip = samples[max(0, round((seek / FRAMES_PER_SECOND - offset) * SAMPLE_RATE)):
+                           max(0, round((end - offset) * SAMPLE_RATE))]
+            if len(clip) < HOP_LENGTH:
+                continue
+            segments = self._one_shot(tokenizer.language).read_alone(clip, seek, last_end, tokenizer)
+            words = [w for s in segments for w in s.words if w.start >= last_end]
+            _log.debug("guard: %.2f-%.2f s read alone: %r", start, end, "".join(w.text for w in words))
+            if words:
+                out += words
+                last_end = words[-1].end
+        return out
 
     def refuses(self, window: DecodingResult, n_mel: int) -> bool:
         """One-shot writes nothing of this reading (no speech, no word, looping, unreadable, a

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Optional
 
 import numpy as np
@@ -41,6 +41,7 @@ from .alignatt import AlignAttPass, PassResult
 from .melbuffer import SILENCE, MelBuffer
 from .options import StreamingOptions
 from .rereading import OneShotReading
+from .state import SessionState
 from .words import CommittedWord, commit_count, context_tail, cut_frame, punctuated_context, word_frames
 
 _log = logging.getLogger(__name__)
@@ -81,22 +82,6 @@ SPEECH_GAP = ISOLATION  # seconds: a pass starting this soon after the last emit
 REPEAT_CONTEXT = 48  # prompt tokens a pass's text is judged with for repetition
 
 
-@dataclass
-class _State:
-    """Everything a session knows besides its model and options (see ``StreamingSession.state``)."""
-
-    buffer: MelBuffer
-    language: Optional[str]
-    prompt: list[int] = field(default_factory=list)  # prompt text tokens (static prompt apart); state key "context"
-    words: list[CommittedWord] = field(default_factory=list)  # committed words still in the buffer
-    last_frame: Optional[int] = None  # stream frame the last committed token attended
-    last_end: float = 0.0  # end of the last emitted word, seconds of the source
-    finished: bool = False
-    last_sound: Optional[int] = None  # stream frame just after the last loud audio (GATE)
-    backwards_until: Optional[int] = None  # stream frame where the audio last judged backwards ends
-    caption_end: Optional[float] = None  # end of the last sound caption written over the audio, seconds
-
-
 class StreamingSession:
     """One stream's AlignAtt decoder. Not thread-safe; one session per stream."""
 
@@ -105,7 +90,7 @@ class StreamingSession:
         """A session whose first sample is ``start_sample`` of the source (times are source time)."""
         self.model, self.options = model, options
         self._whisper = WhisperContext(model, options.task, options.language)
-        self._s = _State(MelBuffer(model.dims.n_mels, start_sample), self._whisper.language)
+        self._s = SessionState(MelBuffer(model.dims.n_mels, start_sample), self._whisper.language)
         self._tokenizer = self._whisper.tokenizer()
         self._delay = time_offsets(model.name).stream_delay  # the words' times, not their frames
         self._static = self._encode(options.static_init_prompt)
@@ -114,6 +99,7 @@ class StreamingSession:
         # reads a doubted pass's buffer again (``_speech``)
         self._one_shot = OneShotReading(model, options.task, lambda n_mel: self._whisper.encode(self._mel(n_mel, True)))
         self._saved_options = (options, options.to_dict())  # state() runs every chunk: asdict once
+        self._judged = False  # the last pass judged the buffer not speech (``_decode``)
 
     # -- setup ------------------------------------------------------------------------------------
 
@@ -150,9 +136,11 @@ class StreamingSession:
         ``process()`` calls: audio that leaves the buffer undecoded is not transcribed."""
         if self._s.finished:
             raise RuntimeError("insert_audio() after finish()")
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
         loud = GATE.last_loud(samples)
         if loud is not None:
             self._s.last_sound = (self._s.buffer.received + loud) // HOP_LENGTH
+        self._s.audio = np.concatenate([self._s.audio, samples])
         # silence is likely dropped unencoded (``_quiet``): its log-mel waits until a pass needs it
         self._s.buffer.append(samples, defer=loud is None)
         self._slide(hard_only=True)
@@ -168,15 +156,31 @@ class StreamingSession:
         if self._s.finished:
             return []
         words = self._step(is_last=True)
+        if not self._judged:
+            words += self._guard()
         self._s.finished = True
         return words
 
     # -- one step ---------------------------------------------------------------------------------
 
     def _step(self, is_last: bool) -> list[Word]:
+        self._judged = False
+        if self._s.buffer.n_frames < self._min_frames(is_last):
+            return []
+        if self._is_quiet(is_last):
+            words = [] if is_last else self._close()
+            self._settle_quiet()
+            return words
+        words = self._decode(is_last)
+        self._keep_audio()
+        return words
+
+    def _decode(self, is_last: bool) -> list[Word]:
+        """One AlignAtt pass over the buffer: the words it commits. ``_judged`` tells whether
+        it judged the buffer not speech (no speech, or audio running backwards)."""
         s, buf = self._s, self._s.buffer
         n_mel = buf.n_frames - buf.n_frames % 2  # whole encoder positions
-        if n_mel < self._min_frames(is_last) or self._quiet(is_last):
+        if n_mel < self._min_frames(is_last):
             return []
         base = self._whisper.encode(self._mel(n_mel, is_last))
         n_positions = n_mel // 2  # 20 ms encoder positions
@@ -187,6 +191,7 @@ class StreamingSession:
                    result.reason, self._tokenizer.decode(result.tokens), result.next_token,
                    result.no_speech_prob)
         if result.reason is Ending.NO_SPEECH or (result.reason is Ending.EOT and not result.tokens):
+            self._judged = result.reason is Ending.NO_SPEECH
             if not s.words:  # only silence, noise or music in the buffer: keep just its end
                 buf.drop_until(buf.end - NO_SPEECH_KEEP)
             return []
@@ -196,6 +201,7 @@ class StreamingSession:
             self._restart()
             return []
         if self._backwards(result, n_mel, is_last):
+            self._judged = True
             return []
         words = self._commit(result, n_positions, is_last)
         self._slide(hard_only=False)
@@ -212,23 +218,59 @@ class StreamingSession:
         s = self._s
         return not (s.words or s.prompt or s.last_end)
 
-    def _quiet(self, is_last: bool) -> bool:
+    def _covered(self) -> int:
+        """Stream frame where the committed words in the buffer end (its start without)."""
+        return self._s.words[-1].end if self._s.words else self._s.buffer.start
+
+    def _is_quiet(self, is_last: bool) -> bool:
         """Nothing to decode: silence since the last committed word for ``QUIET_FRAMES`` (on the
-        last pass: a buffer with no sound at all). A silent buffer that holds no committed word
-        keeps only its end; one that does may still drop committed sentences."""
+        last pass: a buffer with no sound at all)."""
         s, buf = self._s, self._s.buffer
-        covered = s.words[-1].end if s.words else buf.start
         sound = -1 if s.last_sound is None else s.last_sound
-        if is_last:
-            quiet = sound <= buf.start
+        return sound <= buf.start if is_last else buf.end - max(sound, self._covered()) >= QUIET_FRAMES
+
+    def _settle_quiet(self) -> None:
+        """A silent buffer without committed words keeps only its end; one with may drop sentences."""
+        if self._s.words:
+            self._slide(hard_only=False)
         else:
-            quiet = buf.end - max(sound, covered) >= QUIET_FRAMES
-        if quiet:
-            if s.words:
-                self._slide(hard_only=False)
-            else:
-                buf.drop_until(max(buf.start, buf.end - QUIET_KEEP))
-        return quiet
+            self._s.buffer.drop_until(max(self._s.buffer.start, self._s.buffer.end - QUIET_KEEP))
+        self._keep_audio()
+
+    def _close(self) -> list[Word]:
+        """The audio went quiet after sound no committed word holds: the speech before the pause
+        is over: decoded as the last pass decodes the end (padded, every word committed), once
+        per pause, then what is still unheard is read alone (``_guard``). A line's last word was
+        held back for the next pass and the quiet came first (" He could wait no", " longer."
+        lost); a line whose pass looped (" In 1813 in 1813 in 1813") was lost whole."""
+        s = self._s
+        if s.last_sound is None or s.closed_at == s.last_sound or s.last_sound <= self._covered():
+            return []
+        s.closed_at = s.last_sound
+        words = self._decode(is_last=True)
+        found = [] if self._judged else self._guard()
+        if found:  # their audio is read: the next pass goes on after them, with them as its prompt
+            buf = s.buffer
+            s.prompt = context_tail(self._tokenizer, s.prompt + [t for w in s.words for t in w.tokens]
+                                    + [t for w in found for t in w.tokens], self.model.dims.n_text_ctx // 2)
+            s.words, s.last_frame = [], None
+            buf.drop_until(min(buf.end, round((found[-1].end - buf.seconds(0)) * FRAMES_PER_SECOND)))
+        return words + found
+
+    def _guard(self) -> list[Word]:
+        """The voiced stretches after the committed words that no pass gave a word, read alone
+        (``OneShotReading.unheard``); their words are emitted."""
+        s, buf = self._s, self._s.buffer
+        self._keep_audio()
+        words = self._one_shot.unheard(s.audio, buf.seconds(s.audio_start / HOP_LENGTH), buf.n_frames / FRAMES_PER_SECOND,
+                                       s.last_end, self._tokenizer)
+        words = [replace(w, emitted_at=buf.end_time) for w in words]
+        s.last_end = words[-1].end if words else s.last_end
+        return words
+
+    def _keep_audio(self) -> None:
+        """Forget the samples before the committed words' end (``SessionState.audio``)."""
+        self._s.keep_audio_from(max(self._covered(), self._s.buffer.start) * HOP_LENGTH)
 
     def _repeats(self, result: PassResult) -> bool:
         """The pass's text repeats a word or phrase past what speech does (``GATE.repeats``),
@@ -437,23 +479,8 @@ class StreamingSession:
     def state(self) -> dict:
         """Everything needed to resume: JSON-able values and numpy arrays (``buffer.final``,
         ``buffer.tail``). ``audio_offset`` is the source sample where the replay resumes."""
-        s = self._s
-        return {
-            "version": STATE_VERSION,
-            "model": self.model.name,
-            "options": self._options_dict(),
-            "audio_offset": self.audio_offset,
-            "language": s.language,
-            "context": list(s.prompt),
-            "words": [w.to_dict() for w in s.words],
-            "last_frame": s.last_frame,
-            "last_end": s.last_end,
-            "finished": s.finished,
-            "last_sound": s.last_sound,
-            "backwards_until": s.backwards_until,
-            "caption_end": s.caption_end,
-            "buffer": s.buffer.state(),
-        }
+        return {"version": STATE_VERSION, "model": self.model.name, "options": self._options_dict(),
+                "audio_offset": self.audio_offset, **self._s.to_dict()}
 
     def _options_dict(self) -> dict:
         if self._saved_options[0] is not self.options:
@@ -469,19 +496,5 @@ class StreamingSession:
             raise ValueError(f"state was saved with model {state['model']!r}, not {model.name!r}")
         session = cls(model, replace(options, language=state["language"] or options.language))
         session.options = options
-        s = session._s
-        s.buffer = MelBuffer.from_state(state["buffer"])
-        s.language = state["language"]
-        s.prompt = [int(t) for t in state["context"]]
-        s.words = [CommittedWord.from_dict(w) for w in state["words"]]
-        s.last_frame = None if state["last_frame"] is None else int(state["last_frame"])
-        s.last_end = float(state["last_end"])
-        s.finished = bool(state["finished"])
-        # a state saved before the silence gate: take its buffer for sound, so none of it is dropped
-        sound = state["last_sound"] if "last_sound" in state else s.buffer.end
-        s.last_sound = None if sound is None else int(sound)
-        until = state.get("backwards_until")  # (a state saved before the rule has none)
-        s.backwards_until = None if until is None else int(until)
-        caption = state.get("caption_end")  # (nor a caption)
-        s.caption_end = None if caption is None else float(caption)
+        session._s = SessionState.from_dict(state)
         return session
