@@ -77,8 +77,9 @@ CONDITION_ON_PREVIOUS_TEXT = Option("condition_on_previous_text", "Decode each w
                                                                   "before (--no-...: each on its own, which stops "
                                                                   "a repetition from carrying on, at some cost in "
                                                                   "consistency).", bool, example="false")
-CLIP_TIMESTAMPS = Option("clip_timestamps", "Transcribe only these spans: start,end,start,end,... in seconds (a "
-                                            "last start without an end runs to the end of the file).", tuple,
+CLIP_TIMESTAMPS = Option("clip_timestamps", "Transcribe only these spans: start,end,start,end,... in seconds of "
+                                            "the audio track, from its first sample (a last start without an "
+                                            "end runs to the end of the file).", tuple,
                          low=0, metavar="S,E[,S,E...]", example="0,5", added_later=True)
 
 
