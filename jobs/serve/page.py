@@ -42,22 +42,25 @@ def _row(job, status: str) -> dict:
             "updated": job.updated_at, "has_words": job.progress > 0 or status == "done"}
 
 
-def job_rows(db: Path) -> list[dict]:
+def job_rows(db: Path, roots) -> list[dict]:
+    """The service's jobs (of files in its spool or libraries: ``roots``), newest first; the
+    database's other jobs (a CLI run's on the same machine) are not the service's to show."""
     with connect(db) as store:
-        jobs = sorted(store.jobs(), key=lambda j: j.id, reverse=True)[:MAX_JOBS]
-        return [_row(job, status) for job, status in shown_jobs(jobs, time.time(), lambda line: None)]
+        jobs = sorted((j for j in store.jobs() if under_roots(j.path, roots)), key=lambda j: j.id, reverse=True)
+        return [_row(job, status) for job, status in shown_jobs(jobs[:MAX_JOBS], time.time(), lambda line: None)]
 
 
-def _job(db: Path, job_id: int):
+def _job(db: Path, job_id: int, roots):
+    """A job of the service (``job_rows``) and its segments so far; else 404, as for no job."""
     with connect(db) as store:
         job = store.get(job_id)
-        if job is None:
+        if job is None or not under_roots(job.path, roots):
             raise RequestError(404, f"no job {job_id}")
         return job, store.resume_point(job_id).segments
 
 
-def vtt_of(db: Path, job_id: int) -> str:
-    job, segments = _job(db, job_id)
+def vtt_of(db: Path, job_id: int, roots) -> str:
+    job, segments = _job(db, job_id, roots)
     task = JobSpec.from_dict(job.spec).option("task") or "transcribe"
     transcript = Transcript(language=job.language or "en", duration=job.duration or 0.0, segments=tuple(segments),
                             task=task)
@@ -76,11 +79,11 @@ def routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/api/jobs", tags=["Status"])
     async def jobs():
-        return await asyncio.to_thread(job_rows, db)
+        return await asyncio.to_thread(job_rows, db, service.roots)
 
     @app.get("/media/{job_id}", tags=["Status"])
     async def media(job_id: int):
-        job, _ = await asyncio.to_thread(_job, db, job_id)
+        job, _ = await asyncio.to_thread(_job, db, job_id, service.roots)
         path, kind = await asyncio.to_thread(servable, job.path, service.roots)
         if kind is None:
             raise RequestError(404, f"job {job_id}'s file is not media this service serves")
@@ -89,7 +92,7 @@ def routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/subtitles/{job_id}.vtt", tags=["Status"])
     async def subtitles(job_id: int):
-        return Response(await asyncio.to_thread(vtt_of, db, job_id), media_type="text/vtt",
+        return Response(await asyncio.to_thread(vtt_of, db, job_id, service.roots), media_type="text/vtt",
                         headers={"Content-Security-Policy": SANDBOX})
 
 

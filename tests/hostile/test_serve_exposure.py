@@ -197,3 +197,22 @@ def test_uploads_are_decoded_without_their_name_and_played_back_as_media(served,
         (job,) = [j for j in requests.get(f"{url}/api/jobs", timeout=10).json() if j["status"] == "done"
                   and requests.get(f"{url}/media/{j['id']}", timeout=10).content == made.read_bytes()]
         assert requests.get(f"{url}/media/{job['id']}", timeout=10).headers["content-type"] == kind, ext
+
+
+def test_the_databases_other_jobs_are_not_listed_nor_their_words_served(tmp_path):
+    """The store a service shares with the CLI holds jobs of files outside its folders: their
+    names, paths and words are not the service's to show (the page's list, /subtitles, /media)."""
+    (tmp_path / "library").mkdir()
+    private = tmp_path / "private"
+    private.mkdir()
+    shutil.copy(JFK, private / "diary.flac")
+    subprocess.run([sys.executable, "-m", "jobs", str(private / "diary.flac"), "-f", "txt", "--db",
+                    str(tmp_path / "jobs.db"), "-q"], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                   timeout=300)
+    (job,) = jobs_in(tmp_path / "jobs.db")
+    assert job["status"] == "done"
+    with service(tmp_path, "--library", str(tmp_path / "library")) as url:
+        assert requests.get(f"{url}/api/jobs", timeout=10).json() == []
+        for route in (f"/subtitles/{job['id']}.vtt", f"/media/{job['id']}"):
+            answer = requests.get(url + route, timeout=10)
+            assert answer.status_code == 404 and "diary" not in answer.text and "fellow" not in answer.text, route
