@@ -194,6 +194,7 @@ class OneShotEngine(WindowDecoder):
         for s in segments:  # with their timestamps, as openai-whisper's and faster-whisper's prompts
             prompt = prompt + list(s.tokens)
         last_speech = segments[-1].end if segments else state.last_speech
+        next_seek = state.seek + self._walk_on(levels, n_frames, next_seek - state.seek, last_speech - time_offset)
         max_prompt = self.model.dims.n_text_ctx // 2 - 1
         return segments, replace(state, seek=max(next_seek, state.seek + 1), prompt_tokens=prompt[-max_prompt:],
                                  last_speech=last_speech)
@@ -209,8 +210,19 @@ class OneShotEngine(WindowDecoder):
                   or self._runs_backwards(result, samples, n_frames))
         found = (yield from self._reread([], levels, samples, state, tokenizer, n_frames)) \
             if guarded and not judged else []
-        return found, replace(state, seek=state.seek + n_frames,
-                              last_speech=found[-1].end if found else state.last_speech)
+        last_speech = found[-1].end if found else state.last_speech
+        return found, replace(state, seek=state.seek + self._walk_on(levels, n_frames, n_frames,
+                                                                     last_speech - state.seek / FRAMES_PER_SECOND),
+                              last_speech=last_speech)
+
+    @staticmethod
+    def _walk_on(levels: np.ndarray, n_frames: int, walk: int, after: float) -> int:
+        """Mel frames the walk moves on past a full window (``n_frames``) that would go on
+        ``walk`` frames in: no further than the start of a voiced run its end cuts, when none
+        of its words (the last ends ``after`` seconds into it) reached it
+        (``guard.cut_by_the_end``), so the next window hears it whole."""
+        at = guard.cut_by_the_end(levels, after) if n_frames >= N_FRAMES else None
+        return walk if at is None else min(walk, max(1, round(at * FRAMES_PER_SECOND)))
 
     def _reread(self, segments: list[Segment], levels: np.ndarray, samples: np.ndarray, state: SeekState,
                 tokenizer: Tokenizer, until: int):

@@ -22,7 +22,8 @@ from ..nonspeech import GATE
 log = logging.getLogger("transcriber.guard")  # each reading of a stretch, with its scores
 FRAME_S = 0.02  # seconds of one level frame
 MIN_STRETCH_S = 1.0  # a voiced stretch this long that got no word is decoded again
-BRIDGE_S = 0.3  # quieter gaps this short inside a stretch do not end it (pauses between words)
+BRIDGE_S = 0.6  # quieter gaps this short inside a stretch do not end it (pauses between words: " one, two,
+# three" counted with 0.5 s between its words is one line, not three stretches under MIN_STRETCH_S)
 # A frame is voiced when it is above silence and within this many dB of the window's loudest
 # 20 ms frame: quiet background noise between the lines is not a stretch of its own.
 BELOW_PEAK_DB = 35.0
@@ -30,18 +31,24 @@ PAD_S = 0.3  # audio kept either side of a stretch re-read (the onset and the en
 # A stretch (padded) this share of the window's audio or more is what the window itself decoded
 # (a window of music, of one long voice): reading it alone again adds nothing.
 MAX_SHARE = 0.8
+# ... and this many dB above the window's noise floor (its FLOOR_PERCENTILE level): a line in
+# white noise at -50 dBFS (the silence threshold itself) made every frame of the noise "voiced",
+# one stretch as long as the window, and the line was never read again.
+ABOVE_FLOOR_DB = 10.0
+FLOOR_PERCENTILE = 10
 
 
 def voiced(levels: np.ndarray) -> np.ndarray:
     """(F,) bool: the 20 ms frames of ``levels`` (F,) (dBFS) that are voiced."""
     if not len(levels):
         return np.zeros(0, dtype=bool)
-    return levels >= max(GATE.silence_db, float(np.max(levels)) - BELOW_PEAK_DB)
+    floor = float(np.percentile(levels, FLOOR_PERCENTILE)) + ABOVE_FLOOR_DB
+    return levels >= max(GATE.silence_db, float(np.max(levels)) - BELOW_PEAK_DB, floor)
 
 
-def stretches(loud: np.ndarray) -> list[tuple[int, int]]:
-    """The runs of voiced frames in ``loud`` (F,) bool, gaps under BRIDGE_S bridged, at least
-    MIN_STRETCH_S long: (first frame, end frame) pairs."""
+def runs(loud: np.ndarray) -> list[tuple[int, int]]:
+    """The runs of voiced frames in ``loud`` (F,) bool, gaps under BRIDGE_S bridged: (first
+    frame, end frame) pairs."""
     idx = np.flatnonzero(loud)
     if not len(idx):
         return []
@@ -49,7 +56,26 @@ def stretches(loud: np.ndarray) -> list[tuple[int, int]]:
     breaks = np.flatnonzero(np.diff(idx) > bridge)
     starts = np.concatenate([[idx[0]], idx[breaks + 1]])
     ends = np.concatenate([idx[breaks], [idx[-1]]]) + 1
-    return [(int(a), int(b)) for a, b in zip(starts, ends) if (b - a) * FRAME_S >= MIN_STRETCH_S]
+    return [(int(a), int(b)) for a, b in zip(starts, ends)]
+
+
+def stretches(loud: np.ndarray) -> list[tuple[int, int]]:
+    """``runs`` at least MIN_STRETCH_S long."""
+    return [(a, b) for a, b in runs(loud) if (b - a) * FRAME_S >= MIN_STRETCH_S]
+
+
+def cut_by_the_end(levels: np.ndarray, after: float = 0.0) -> Optional[float]:
+    """Where (seconds into the window) a voiced run starts that the window's end cuts (it
+    reaches the last BRIDGE_S), when it starts in the window's second half and after ``after``
+    (seconds: the window's last word), less PAD_S; else None. A window that wrote nothing of
+    it goes on from there, not from its end: a line in noise after 30 s of it began 0.34 s
+    before a window's end, that window was judged no speech, the next one began inside "one"
+    of "one two three" and was judged no speech too, and the line was lost (base)."""
+    found = [(a, b) for a, b in runs(voiced(levels)) if b >= len(levels) - round(BRIDGE_S / FRAME_S)]
+    if not found:
+        return None
+    start = found[-1][0] * FRAME_S
+    return start - PAD_S if start >= max(len(levels) * FRAME_S / 2, after) else None
 
 
 def unheard(levels: np.ndarray, words: Sequence[tuple[float, float]], offset: float,
