@@ -13,6 +13,23 @@ def test_sound_tags_in_any_dress():
         assert is_sound_tag(text), text
     for text in (" Music is my life.", " Applause for the speaker", " Harrison", ""):
         assert not is_sound_tag(text), text
+    # any text wholly in brackets is a caption: Whisper brackets no speech
+    for text in (" [♪ Music playing in background ♪]", " (door closes)", " [SOUND]."):
+        assert is_sound_tag(text), text
+    assert not is_sound_tag(" He said (quietly) no.") and not is_sound_tag(" [Music] Hello")
+
+
+def test_the_words_of_a_bracketed_caption_are_not_speech_across_passes():
+    """base over a celesta, streaming: " [♪ Music playing in background, playing in background,"
+    in one pass, " playing", " in", " background," in the next ones (the caption never closed)."""
+    from transcriber.nonspeech import caption_open, outside_captions
+
+    pass_one = [" [♪", " Music", " playing", " in", " background,"]
+    assert outside_captions(pass_one) == ([False] * 5, True)
+    assert caption_open("".join(pass_one)) and not caption_open(" [Music] so")
+    assert outside_captions([" playing", " in"], inside=True) == ([False, False], True)
+    assert outside_captions([" music]", " Ask", " not"], inside=True) == ([False, True, True], False)
+    assert outside_captions([" Ask", " (softly)", " not"]) == ([True, False, True], False)
 
 
 def test_segments_and_words_that_are_kept():

@@ -139,8 +139,35 @@ _VOCABLE = re.compile(r"(o+h*|w+h?o+[ah]*|a+h+|u+h+|u+m+|h*m+|h+m+|l+a+|n+a+|d+a
 
 
 def is_sound_tag(text: str) -> bool:
-    """" Applause.", "[MUSIC]", "(laughter)": a caption of a sound, not speech."""
-    return " ".join(_NOT_LETTERS.sub(" ", text).lower().split()) in SOUND_TAGS
+    """" Applause.", "[MUSIC]", "(laughter)", "[Music playing in background]": a caption of a
+    sound, not speech (a known tag, or any text wholly in brackets: Whisper brackets no speech)."""
+    return (" ".join(_NOT_LETTERS.sub(" ", text).lower().split()) in SOUND_TAGS
+            or bool(_BRACKETED.fullmatch(text.strip())))
+
+
+# Text in brackets is a caption: base over a Tchaikovsky celesta, streaming, wrote " [♪ Music
+# playing in background, playing in background," (the caption never closed) and its words after
+# "[♪" were written as speech.
+_BRACKETED = re.compile(r"[\[(].*[\])][.!?,]*", re.DOTALL)
+_OPEN, _CLOSE = "[(", "])"
+
+
+def caption_open(text: str) -> bool:
+    """``text`` ends inside a bracketed caption (an opened "[" or "(" not closed)."""
+    return outside_captions([text])[1]
+
+
+def outside_captions(texts: Sequence[str], inside: bool = False) -> tuple[list[bool], bool]:
+    """Whether each of ``texts`` (words, in order) lies outside bracketed captions (a word
+    holding a bracket is inside), ``inside``: a caption opened before the first; and whether
+    one is still open after the last."""
+    out = []
+    for text in texts:
+        marks = [c for c in text if c in _OPEN or c in _CLOSE]
+        out.append(not inside and not marks)
+        for c in marks:
+            inside = c in _OPEN
+    return out, inside
 
 
 def is_vocables(text: str) -> bool:

@@ -34,7 +34,7 @@ from ..decoding.ending import Ending
 from ..mel import normalize
 from ..text import is_attached_mark
 from ..model.whisper import Whisper
-from ..nonspeech import GATE, ISOLATION, MIN_JUDGED_FRAMES, is_sound_tag
+from ..nonspeech import GATE, ISOLATION, MIN_JUDGED_FRAMES, caption_open, is_sound_tag, outside_captions
 from ..timing import start_at_onsets, time_offsets
 from ..types import Word
 from .alignatt import AlignAttPass, PassResult
@@ -432,11 +432,13 @@ class StreamingSession:
         (``OneShotReading.refuses_doubted``; on the ``is_last`` pass, from the same audio)."""
         s = self._s
         after_speech = bool(out) and s.last_end > 0 and out[0].start - s.last_end < SPEECH_GAP
-        captions = [w.end for w in out if is_sound_tag(w.text)]
+        said = self._tokenizer.decode(s.prompt[-REPEAT_CONTEXT:] + [t for w in s.words[:before] for t in w.tokens])
+        outside, _ = outside_captions([w.text for w in out], caption_open(said))  # "[Music playing ...]"
+        captions = [w.end for w, o in zip(out, outside) if not o or is_sound_tag(w.text)]
         s.caption_end = captions[-1] if captions else s.caption_end
         after_caption = (bool(out) and s.caption_end is not None and s.caption_end >= s.last_end
                          and out[0].start - s.caption_end < ISOLATION)
-        kept = GATE.speech_words(out, after_speech=after_speech, after_caption=after_caption)
+        kept = GATE.speech_words([w for w, o in zip(out, outside) if o], after_speech, after_caption)
         if kept and not after_speech and self._one_shot.refuses_doubted(
                 result, "".join(w.text for w in kept), first, is_last, 2 * n_positions, self._tokenizer, s.language):
             kept = []
