@@ -209,14 +209,11 @@ class StreamingSession:
 
     def _min_frames(self, is_last: bool) -> int:
         """Mel frames a pass needs; the stream's first words (nothing committed yet) wait longer."""
-        if is_last:
-            return MIN_PASS_FRAMES
-        return FIRST_PASS_FRAMES if self._first() else MIN_EARLY_PASS_FRAMES
+        return MIN_PASS_FRAMES if is_last else FIRST_PASS_FRAMES if self._first() else MIN_EARLY_PASS_FRAMES
 
     def _first(self) -> bool:
         """Nothing committed yet in this stream (nor a prompt given)."""
-        s = self._s
-        return not (s.words or s.prompt or s.last_end)
+        return not (self._s.words or self._s.prompt or self._s.last_end)
 
     def _covered(self) -> int:
         """Stream frame where the committed words in the buffer end (its start without)."""
@@ -268,8 +265,7 @@ class StreamingSession:
         s.last_end = words[-1].end if words else s.last_end
         return words
 
-    def _keep_audio(self) -> None:
-        """Forget the samples before the committed words' end (``SessionState.audio``)."""
+    def _keep_audio(self) -> None:  # the samples after the committed words (``SessionState.audio``)
         self._s.keep_audio_from(max(self._covered(), self._s.buffer.start) * HOP_LENGTH)
 
     def _repeats(self, result: PassResult) -> bool:
@@ -432,8 +428,8 @@ class StreamingSession:
         (``OneShotReading.refuses_doubted``; on the ``is_last`` pass, from the same audio)."""
         s = self._s
         after_speech = bool(out) and s.last_end > 0 and out[0].start - s.last_end < SPEECH_GAP
-        said = self._tokenizer.decode(s.prompt[-REPEAT_CONTEXT:] + [t for w in s.words[:before] for t in w.tokens])
-        outside, _ = outside_captions([w.text for w in out], caption_open(said))  # "[Music playing ...]"
+        outside, _ = outside_captions([w.text for w in out], caption_open(self._tokenizer.decode(  # "[Music ...]"
+            s.prompt[-REPEAT_CONTEXT:] + [t for w in s.words[:before] for t in w.tokens])))
         captions = [w.end for w, o in zip(out, outside) if not o or is_sound_tag(w.text)]
         s.caption_end = captions[-1] if captions else s.caption_end
         after_caption = (bool(out) and s.caption_end is not None and s.caption_end >= s.last_end
