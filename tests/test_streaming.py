@@ -191,6 +191,14 @@ def test_no_speech_gives_no_words(model, name):
     assert list(stream(audio_path(name), model)) == []
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["music_sugar_plum_fairy_a.flac", "music_sugar_plum_fairy_b.flac"])
+def test_base_writes_no_caption_words_and_no_last_you_over_a_celesta(base_model, name):
+    """base streamed " [♪ Music playing in background, playing in background," over one (the
+    caption's words written as speech) and a last pass's " you" over the other's end."""
+    assert list(stream(audio_path(name), base_model)) == []
+
+
 def test_live_use_with_uneven_chunks(model):
     """Chunks of any size: words grow, every one is committed once, finish() flushes the rest."""
     audio = load_audio(JFK)

@@ -92,8 +92,14 @@ class OneShotReading:
 
     def refuses(self, window: DecodingResult, n_mel: int) -> bool:
         """One-shot writes nothing of this reading (no speech, no word, looping, unreadable, a
-        loop heard in a sound), or it is a sound caption or vocables as a whole."""
-        return self._engine.refuses(window, n_mel) or is_sound_tag(window.text) or is_vocables(window.text)
+        loop heard in a sound), or it is a sound caption or vocables as a whole, or, likely no
+        speech by its no-speech probability alone (where one-shot's fallback stops), an unlikely
+        start, which one-shot refuses after a pause (``GATE.is_unlikely_start``): base's last
+        pass over the end of a celesta piece wrote " you" (no-speech 0.85), read again " you"
+        (0.85, -0.91), and agreeing kept it. (Its German " Hans Jakob Christi", 0.55, is kept.)"""
+        ns, lp = window.no_speech_prob, window.avg_logprob
+        return (self._engine.refuses(window, n_mel) or is_sound_tag(window.text) or is_vocables(window.text)
+                or (self._engine.options.no_speech.is_likely(ns) and GATE.is_unlikely_start(ns, lp)))
 
     def refuses_doubted(self, result: PassResult, said: str, first: bool, is_last: bool, n_mel: int,
                         tokenizer: Tokenizer, language: Optional[str]) -> bool:
