@@ -5,8 +5,10 @@ Run with the repository's .venv/bin/python; job and result as in _worker_common.
 ("compute_type" is ignored). Optional job fields: "model" (default tiny.en), "language"
 (default "en"; null: detect), "detail" (each result is {"text", "language",
 "language_probability"} instead of the text), "words" (with "detail": each result also has
-"words", [start, end, text, probability] of every word).
+"words", [start, end, text, probability] of every word, and "rereads": each stretch the guard
+read alone, with its scores, for bench/reread_corner.py).
 """
+import logging
 import os
 import sys
 
@@ -25,7 +27,33 @@ def load(job):
     return transcriber.load_model(job.get("model", "tiny.en"))
 
 
+class Rereads(logging.Handler):
+    """The guard's readings of stretches alone (``transcriber.guard``'s records), per file."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.found = []
+
+    def emit(self, record):
+        if hasattr(record, "reread"):
+            self.found.append(record.reread)
+
+
 def transcribe(model, path, word_timestamps):
+    rereads = Rereads()
+    log = logging.getLogger("transcriber.guard")
+    log.setLevel(logging.DEBUG)
+    log.addHandler(rereads)
+    try:
+        out = _transcribe(model, path, word_timestamps)
+    finally:
+        log.removeHandler(rereads)
+    if JOB.get("detail"):
+        out["rereads"] = rereads.found
+    return out
+
+
+def _transcribe(model, path, word_timestamps):
     language = JOB.get("language", "en")
     if JOB.get("mode") == "stream":
         options = transcriber.StreamingOptions(chunk_seconds=JOB.get("chunk_seconds", 1.0), language=language)
