@@ -194,7 +194,8 @@ class OneShotEngine(WindowDecoder):
         for s in segments:  # with their timestamps, as openai-whisper's and faster-whisper's prompts
             prompt = prompt + list(s.tokens)
         last_speech = segments[-1].end if segments else state.last_speech
-        next_seek = state.seek + self._walk_on(levels, n_frames, next_seek - state.seek, last_speech - time_offset)
+        if not segments:  # (nor what its stretches read alone wrote)
+            next_seek = state.seek + self._walk_on(levels, n_frames, next_seek - state.seek)
         max_prompt = self.model.dims.n_text_ctx // 2 - 1
         return segments, replace(state, seek=max(next_seek, state.seek + 1), prompt_tokens=prompt[-max_prompt:],
                                  last_speech=last_speech)
@@ -210,19 +211,20 @@ class OneShotEngine(WindowDecoder):
                   or self._runs_backwards(result, samples, n_frames))
         found = (yield from self._reread([], levels, samples, state, tokenizer, n_frames)) \
             if guarded and not judged else []
-        last_speech = found[-1].end if found else state.last_speech
-        return found, replace(state, seek=state.seek + self._walk_on(levels, n_frames, n_frames,
-                                                                     last_speech - state.seek / FRAMES_PER_SECOND),
-                              last_speech=last_speech)
+        walk = self._walk_on(levels, n_frames, n_frames) if not found else n_frames
+        return found, replace(state, seek=state.seek + walk, last_speech=found[-1].end if found else state.last_speech)
 
     @staticmethod
-    def _walk_on(levels: np.ndarray, n_frames: int, walk: int, after: float) -> int:
-        """Mel frames the walk moves on past a full window (``n_frames``) that would go on
-        ``walk`` frames in: no further than the start of a voiced run its end cuts, when none
-        of its words (the last ends ``after`` seconds into it) reached it
-        (``guard.cut_by_the_end``), so the next window hears it whole."""
-        at = guard.cut_by_the_end(levels, after) if n_frames >= N_FRAMES else None
-        return walk if at is None else min(walk, max(1, round(at * FRAMES_PER_SECOND)))
+    def _walk_on(levels: np.ndarray, n_frames: int, walk: int) -> int:
+        """Mel frames the walk moves on past a full window (``n_frames``) that wrote no word and
+        would go on ``walk`` frames in: not into a voiced run its end cuts, but to where that
+        run starts (``guard.cut_by_the_end``), so the next window hears it whole. (Not after a
+        window that wrote words: moving the podcast's window after the end of a reading to the
+        music's start moved the next reading's windows, and a cue ended 0.52 s into music.)"""
+        at = guard.cut_by_the_end(levels) if n_frames >= N_FRAMES else None
+        if at is None or walk <= round((at + guard.PAD_S) * FRAMES_PER_SECOND):
+            return walk
+        return max(1, round(at * FRAMES_PER_SECOND))
 
     def _reread(self, segments: list[Segment], levels: np.ndarray, samples: np.ndarray, state: SeekState,
                 tokenizer: Tokenizer, until: int):
