@@ -351,8 +351,9 @@ def follow_options(f):
 
     for decorator in reversed([
         click.option("--idle-seconds", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-                     help="A file has ended when it has not grown for this long (a URL or device: no "
-                          "audio for this long; one that gives none this long after its start fails)."),
+                     help="A file has ended when it has not grown for this long and no process holds it "
+                          "open for writing (Linux) (a URL or device: no audio for this long; one that "
+                          "gives none this long after its start fails)."),
         click.option("--update-seconds", type=click.FloatRange(min=0), default=2.0, show_default=True,
                      help="Rewrite the outputs at most this often while words are committed."),
         click.option("--input-format", default=None,

@@ -10,6 +10,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -72,3 +73,41 @@ def test_a_followed_flac_ends_as_its_replay_under_load(tmp_path):
     assert replay.returncode == 0, replay.stderr
     for name in ("rec.json", "rec.srt"):
         assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "replay" / name).read_bytes(), name
+
+
+def test_a_writer_that_stalls_past_the_idle_time_is_waited_for(tmp_path):
+    """A busy machine holds the recorder back longer than --idle-seconds while it keeps the
+    file open: the follow waits for it (the file is held for writing) and ends with every
+    sample; once the writer closes the file, the idle time ends it as before."""
+    from transcriber.growingfile import held_for_writing
+
+    whole = tmp_path / "whole.wav"
+    whole.write_bytes(jfk_wav_bytes(tmp_path))
+    data, source = whole.read_bytes(), tmp_path / "rec.wav"
+    half = len(data) // 2
+
+    def write():
+        with open(source, "wb") as f:
+            f.write(data[:half])
+            f.flush()
+            time.sleep(3.0)  # the stall: three idle times
+            f.write(data[half:])
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    while not source.exists():
+        time.sleep(0.01)
+    assert held_for_writing(str(source))
+    got = np.concatenate([s for _, s in LiveSource(str(source), FollowOptions(idle_seconds=1.0)).iter_audio(1.0)])
+    writer.join()
+    assert not held_for_writing(str(source))
+    assert np.array_equal(got, load_audio(whole))
+
+
+def jfk_wav_bytes(folder: Path) -> bytes:
+    """jfk.flac as a 16-bit WAV's bytes (header sizes final, as a recorder's first write is not)."""
+    from transcriber.ffmpegtool import ffmpeg_binary
+
+    out = folder / "jfk.wav"
+    subprocess.run([ffmpeg_binary(), "-v", "error", "-y", "-i", str(JFK), "-ar", "16000", "-ac", "1", str(out)], check=True)
+    return out.read_bytes()

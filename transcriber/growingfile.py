@@ -4,7 +4,8 @@ from its first bytes, and its bytes handed to ffmpeg as they come.
 - ``check_followable``: whether a growing file can be decoded while it is written, and how it
   is fed ("pcm", "wav", "flac", "fine"); a plain MP4 cannot (its index comes after the audio).
 - ``Feeder``: a thread copying the file's new bytes into ffmpeg's stdin, ``tail -f`` style,
-  until it has not grown for ``idle_seconds``.
+  until it has not grown for ``idle_seconds`` and no process holds it open for writing
+  (``held_for_writing``: Linux's /proc, the processes this user may look at).
 - ``WavFeed``: what of a WAV ffmpeg is given (its samples in Matroska blocks, or the WAV with
   its header's stale data size zeroed); a FLAC goes through ``transcriber.flacogg`` instead.
 
@@ -84,11 +85,41 @@ class Feeder(threading.Thread):
             if size < fed:
                 self.error = f"the file shrank while being followed ({size} bytes, {fed} read)"
                 return
-            if looked - last_growth >= self.idle_seconds:
+            if looked - last_growth >= self.idle_seconds and not bounded(held_for_writing, self.path):
                 if not fed:
                     self.error = f"nothing was written to it in {self.idle_seconds:g} s"
                 return
             self._stopping.wait(self.poll_seconds)
+
+
+def held_for_writing(path: str) -> bool:
+    """A process holds ``path`` open for writing (``/proc/PID/fdinfo``'s flags: write-only or
+    read-write), among those /proc shows this user: a recorder still at it, however long it
+    stalls. Its idle time alone ended a follow whose writer a busy machine held back longer
+    than ``--idle-seconds``, and the transcript lost its last words (57 of the replay's 59).
+    False where there is no /proc (macOS: the idle time decides)."""
+    try:
+        target = os.stat(path)
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return False
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                found = os.stat(f"/proc/{pid}/fd/{fd}")
+                if (found.st_dev, found.st_ino) != (target.st_dev, target.st_ino):
+                    continue
+                with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+                    flags = next(int(line.split()[1], 8) for line in info if line.startswith("flags:"))
+            except (OSError, StopIteration, ValueError, IndexError):
+                continue
+            if flags & (os.O_WRONLY | os.O_RDWR):
+                return True
+    return False
 
 
 def read_at(path: str, offset: int, size: int) -> tuple[bytes, int]:
