@@ -97,9 +97,11 @@ def held_for_writing(path: str) -> bool:
     read-write), among those /proc shows this user: a recorder still at it, however long it
     stalls. Its idle time alone ended a follow whose writer a busy machine held back longer
     than ``--idle-seconds``, and the transcript lost its last words (57 of the replay's 59).
-    False where there is no /proc (macOS: the idle time decides)."""
+    False where there is no /proc (macOS: the idle time decides). The descriptors are matched by
+    the path /proc gives them (``readlink``), which touches no other file system: a stat of each
+    would hang on another process's file on a hung mount."""
     try:
-        target = os.stat(path)
+        real = os.path.realpath(path)
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
         return False
@@ -110,8 +112,7 @@ def held_for_writing(path: str) -> bool:
             continue
         for fd in fds:
             try:
-                found = os.stat(f"/proc/{pid}/fd/{fd}")
-                if (found.st_dev, found.st_ino) != (target.st_dev, target.st_ino):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") != real:
                     continue
                 with open(f"/proc/{pid}/fdinfo/{fd}") as info:
                     flags = next(int(line.split()[1], 8) for line in info if line.startswith("flags:"))
