@@ -6,7 +6,8 @@ that keep a browser on the same machine, or a web page it visits, from using the
   421): a DNS-rebinding page reaches the service under its own name, never under an IP literal; a state-changing request
   (anything but GET/HEAD/OPTIONS) that a browser marks as from another origin (``Origin``,
   ``Sec-Fetch-Site``) is a 403. Every answer carries ``X-Content-Type-Options: nosniff``.
-- ``under_roots``: whether a path, its symbolic links and ``..`` resolved, lies in a library.
+- ``under_roots``: whether a path, its symbolic links and ``..`` resolved, lies in a library;
+  ``inside_roots``: the same of a path already resolved (a job's stored path), by its name alone.
 - ``media_type``: an audio/video content type from the file's first bytes (an allow-list), or
   None: a file that is not media is never served (an upload named x.html is not a page).
 - ``page_policy``: the status page's Content-Security-Policy (its inline script and style by
@@ -104,10 +105,14 @@ def under_roots(path: str, roots: Iterable[str]) -> Optional[str]:
     """``path`` resolved (symbolic links, ``..``) when it lies in one of ``roots`` (resolved
     folders), else None."""
     real = os.path.realpath(path)
-    for root in roots:
-        if os.path.commonpath([root, real]) == root:
-            return real
-    return None
+    return real if inside_roots(real, roots) else None
+
+
+def inside_roots(real: str, roots: Iterable[str]) -> bool:
+    """``real`` (a resolved path: a job's stored path is resolved when it is queued) lies in one
+    of ``roots``, told from the names alone: no file system is asked (a page polling the job
+    list would resolve every job's path on a possibly hung mount)."""
+    return any(os.path.commonpath([root, real]) == root for root in roots)
 
 
 # (offset, magic bytes, content type): the media the service plays back, from the file's own bytes

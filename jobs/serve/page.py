@@ -29,7 +29,7 @@ from transcriber import FORMATS, OutputOptions, Transcript
 from ..report import shown_jobs
 from ..spec import JobSpec
 from ..store import connect
-from .guard import SANDBOX, media_type, page_policy, under_roots
+from .guard import SANDBOX, inside_roots, media_type, page_policy, under_roots
 from .service import RequestError, Service
 
 MAX_JOBS = 500  # the newest jobs on the page
@@ -46,7 +46,7 @@ def job_rows(db: Path, roots) -> list[dict]:
     """The service's jobs (of files in its spool or libraries: ``roots``), newest first; the
     database's other jobs (a CLI run's on the same machine) are not the service's to show."""
     with connect(db) as store:
-        jobs = sorted((j for j in store.jobs() if under_roots(j.path, roots)), key=lambda j: j.id, reverse=True)
+        jobs = sorted((j for j in store.jobs() if inside_roots(j.path, roots)), key=lambda j: j.id, reverse=True)
         return [_row(job, status) for job, status in shown_jobs(jobs[:MAX_JOBS], time.time(), lambda line: None)]
 
 
@@ -54,7 +54,7 @@ def _job(db: Path, job_id: int, roots):
     """A job of the service (``job_rows``) and its segments so far; else 404, as for no job."""
     with connect(db) as store:
         job = store.get(job_id)
-        if job is None or not under_roots(job.path, roots):
+        if job is None or not inside_roots(job.path, roots):
             raise RequestError(404, f"no job {job_id}")
         return job, store.resume_point(job_id).segments
 

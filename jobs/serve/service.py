@@ -37,7 +37,7 @@ from ..engines import EngineCache
 from ..runner import Runner, StopFlag
 from ..spec import JobSpec
 from ..store import JobStore, connect
-from .guard import under_roots
+from .guard import inside_roots
 
 SAMPLE_RATE = 16000  # encode=false: the body is 16 kHz mono s16le PCM (whisper-asr-webservice's rule)
 CHUNK = 1 << 20
@@ -258,7 +258,7 @@ class Service:
         """The service's jobs (of its uploads and libraries) that are queued or running: a
         running one is claimed only once its lease is dead (a stopped or killed service's)."""
         return [job.id for job in store.jobs(statuses=(QUEUED, RUNNING))
-                if under_roots(job.path, self.roots)]
+                if inside_roots(job.path, self.roots)]
 
     def _refuse_all(self, error: Exception) -> None:
         while True:
