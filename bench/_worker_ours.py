@@ -6,7 +6,7 @@ Run with the repository's .venv/bin/python; job and result as in _worker_common.
 (default "en"; null: detect), "detail" (each result is {"text", "language",
 "language_probability"} instead of the text), "words" (with "detail": each result also has
 "words", [start, end, text, probability] of every word, and "rereads": each stretch the guard
-read alone, with its scores, for bench/reread_corner.py).
+read alone, with its scores, for bench/peers/reread_corner.py).
 """
 import logging
 import os
@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 import transcriber  # noqa: E402  (binds MLX to the fastest BLAS measured here)
-from transcriber.engine import OnTimeline  # noqa: E402
+from transcriber.engines.engine import OnTimeline  # noqa: E402
 import mlx.core as mx  # noqa: E402
 
 from _worker_common import run  # noqa: E402
@@ -58,7 +58,7 @@ def _transcribe(model, path, word_timestamps):
     if JOB.get("mode") == "stream":
         options = transcriber.StreamingOptions(chunk_seconds=JOB.get("chunk_seconds", 1.0), language=language)
         words, detected, probability = [], language, None
-        # on the media's timeline, as the CLI's (transcriber.engine.OnTimeline: a late audio track)
+        # on the media's timeline, as the CLI's (transcriber.engines.engine.OnTimeline: a late audio track)
         for step in OnTimeline(transcriber.StreamingEngine(model, options)).steps(path):
             words += step.words
             detected, probability = step.language, step.language_probability

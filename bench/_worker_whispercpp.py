@@ -1,4 +1,4 @@
-"""Peer worker: whisper.cpp (pywhispercpp's wheel) on a ggml file written by bench/ggml_convert.py.
+"""Peer worker: whisper.cpp (pywhispercpp's wheel) on a ggml file written by bench/kernels/ggml_convert.py.
 
 Run with bench/.venvs/whispercpp/bin/python (see bench/setup_peers.sh); job and result as in
 _worker_common.py. Job fields: "model_path" (the ggml file), "ffmpeg" (the binary that decodes

@@ -12,7 +12,7 @@ the scorecard can say, per system:
 - ``wer``: pooled over the speech, every word compared with the references in order;
 - ``words_in_nonspeech``: words whose middle lies inside music or silence, further than
   ``EDGE_TOLERANCE`` from any speech (a reading's own leading and trailing pauses count as speech);
-- ``cue_intrusion``: how far cues (``transcriber.cues``) reach into music or silence past that
+- ``cue_intrusion``: how far cues (``transcriber.subtitles.cues``) reach into music or silence past that
   tolerance, worst case, seconds; ``cues_in_nonspeech``: cues lying wholly in it;
 - ``lost_at_boundaries``: reference words deleted among the ``BOUNDARY_WORDS`` first words of a
   reading after music and the last ones before music;
@@ -33,11 +33,11 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from evalkit.scoring import normalize
-from transcriber.audio import load_audio
+from transcriber.media.audio import load_audio
 from transcriber.constants import SAMPLE_RATE
-from transcriber.cues import transcript_cues
-from transcriber.engine import words_to_transcript
-from transcriber.types import Word
+from transcriber.subtitles.cues import transcript_cues
+from transcriber.engines.engine import words_to_transcript
+from transcriber.transcript.types import Word
 
 MUSIC_FILE = "audio/no_speech/music_brahms_hungarian_dance5.flac"
 EDGE_TOLERANCE = 0.5  # seconds: word or cue timing this close to speech is timing, not invention
@@ -207,7 +207,7 @@ def _nearest_reading(t: float, speech: Sequence[Region]) -> int:
 
 def score(podcast: Podcast, words: Sequence[Word]) -> Scorecard:
     """The scorecard of a system's timed words over ``podcast`` (see the module docstring), as
-    the writers lay them out (``engine.assemble``: a mark alone joins the word before it)."""
+    the writers lay them out (``transcript.transforms.assemble``: a mark alone joins the word before it)."""
     speech, blocks = podcast.speech, nonspeech_blocks(podcast)
     transcript = words_to_transcript(list(words), duration=podcast.duration)
     past_end = sum(1 for w in words if w.end > podcast.duration + 0.05)

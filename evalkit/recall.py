@@ -1,7 +1,7 @@
-"""Recall and timing scores of issue 48's evaluation (``bench/recall.py``), and its stress sets.
+"""Recall and timing scores of issue 48's evaluation (``bench/peers/recall.py``), and its stress sets.
 
 Everything here is plain data in, numbers out, so it is unit-tested without a model
-(tests/test_evaluation.py). A hypothesis is a list of timed words ``(start, end, text)``.
+(tests/engines/test_evaluation.py). A hypothesis is a list of timed words ``(start, end, text)``.
 
 - ``lost_pieces``: the rule of ``../shared/tools/lost.py``: a piece of a segments file with at
   least 3 reference words is lost when fewer than ``LOST_SHARE`` (30%) of its reference-word

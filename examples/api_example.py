@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import transcriber
-from transcriber.cues import CueOptions
-from transcriber.writers import write_srt
+from transcriber.subtitles.cues import CueOptions
+from transcriber.subtitles.formats import write_srt
 
 path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("jfk.flac")
 model = transcriber.load_model("tiny.en")  # converted once from the PyPI package, then cached

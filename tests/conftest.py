@@ -95,7 +95,7 @@ FFMPEG_VARIANTS = ("imageio", "system")
 
 def clear_ffmpeg_caches() -> None:
     """Forget which ffmpeg (and ffprobe) the library found, and what it asked of them."""
-    from transcriber import ffmpegtool, follow
+    from transcriber.media import ffmpegtool, follow
 
     for cached in (ffmpegtool.ffmpeg_binary, ffmpegtool.ffprobe_binary, follow.wav_packet):
         cached.cache_clear()
@@ -156,7 +156,7 @@ def any_ffmpeg(request, ffmpeg_paths, monkeypatch):
 
 def ffmpeg(*args: str) -> None:
     """Run the same ffmpeg binary the library uses (quietly; raise on failure)."""
-    from transcriber.ffmpegtool import ffmpeg_binary
+    from transcriber.media.ffmpegtool import ffmpeg_binary
 
     subprocess.run([ffmpeg_binary(), "-nostdin", "-v", "error", "-y", *args], check=True)
 

@@ -1,5 +1,5 @@
 """The shape of the code, read from its source (nothing is imported): no import cycle among the
-modules of transcriber/ and jobs/, and no function longer than MAX_FUNCTION_LINES.
+modules of transcriber/ (the library and its app, transcriber/app/), and no function longer than MAX_FUNCTION_LINES.
 
 What counts as an import: every ``import``/``from ... import`` in a module, at its top or inside
 a function. A lazy import inside a function still runs the other module, and when it is there
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("transcriber", "jobs")
+PACKAGES = ("transcriber",)
 MAX_FUNCTION_LINES = 50
 
 
@@ -145,9 +145,9 @@ def test_the_graph_reads_the_imports_it_should():
     """The reader itself: relative and absolute forms, submodules named in ``from . import``,
     and lazy imports inside functions are edges."""
     graph = import_graph()
-    assert "transcriber.modes" in graph["transcriber"]  # from .modes import ... in __init__
-    assert "transcriber" in graph["jobs.store"]  # from transcriber import ...
-    assert "jobs.store" in graph["jobs.enqueue"]  # from .store import ...
+    assert "transcriber.engines.modes" in graph["transcriber"]  # from transcriber.engines.modes import ... in __init__
+    assert "transcriber" in graph["transcriber.app.store.jobstore"]  # from transcriber import ...
+    assert "transcriber.app.store.jobstore" in graph["transcriber.app.run.enqueue"]  # from transcriber.app.store.jobstore import ...
     assert all(module.startswith(PACKAGES) for edges in graph.values() for module in edges)
 
 
@@ -181,7 +181,7 @@ def test_no_module_over_500_lines():
     assert not found, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(found)
 
 
-LIFECYCLE = "jobs.attempt"  # the one module that writes an attempt's life
+LIFECYCLE = "transcriber.app.run.attempt"  # the one module that writes an attempt's life
 LIFECYCLE_PARTS = ("Heartbeat", "CheckpointClock")
 
 
@@ -199,7 +199,7 @@ def constructed(names: tuple[str, ...]) -> dict[str, list[str]]:
 
 def test_only_the_attempt_builds_a_heartbeat_or_a_checkpoint_clock():
     """An attempt's life (its lease's heartbeat, the clock that says when to checkpoint, the stop
-    check, the commits, the end booked) is written once, in jobs/attempt.py, and every runner
+    check, the commits, the end booked) is written once, in transcriber/app/run/attempt.py, and every runner
     (in process, side by side, Ray, follow; the Ray worker's clock too) only hands it its steps.
     A runner that built its own heartbeat or clock would be a second copy of that life, and a
     fix to one (how a lost lease or a stop is handled) would have to be made in each."""
@@ -226,7 +226,7 @@ def _imported_top_names(path: Path) -> Iterator[tuple[str, int]]:
 
 
 def test_the_product_imports_nothing_from_the_tests_or_bench():
-    """transcriber/ and jobs/ are what the wheel ships; evalkit/ (scoring, the test podcast),
+    """transcriber/ is what the wheel ships; evalkit/ (scoring, the test podcast),
     tests/ and bench/ are not in it. A product module importing one of them would work in the
     repository and fail when installed, so none does; and the wheel's package list
     (pyproject.toml) takes none of them in."""
@@ -243,7 +243,8 @@ def test_the_product_imports_nothing_from_the_tests_or_bench():
     assert not [name for name in SUPPORT if any(fnmatch.fnmatch(name, pattern) for pattern in include)], include
 
 
-# The environment is read in transcriber/settings.py alone: there each variable is named,
+# The environment is read in the two settings modules alone (the library's transcriber/settings.py,
+# the application's transcriber/app/settings.py): there each variable is named,
 # checked and documented once (``transcribe doctor``, the CLI's check before any work). What
 # cannot go there, by (file, variable), and why:
 ENVIRONMENT_READS_ALLOWED = {
@@ -304,13 +305,14 @@ def test_the_reader_of_environment_reads_finds_them():
 
 
 def test_no_environment_read_outside_the_settings_module():
-    """Every environment variable the product reads is read in transcriber/settings.py, where
+    """Every environment variable the product reads is read in a settings module (the library's
+    transcriber/settings.py, the application's transcriber/app/settings.py), where
     it is checked, documented and listed once; a read deep in a module is a setting a newcomer
     cannot find. The few that cannot go there are named above, each with its reason."""
-    settings = ROOT / "transcriber" / "settings.py"
+    settings = (ROOT / "transcriber" / "settings.py", ROOT / "transcriber" / "app" / "settings.py")
     found = []
     for path in modules().values():
-        if path == settings:
+        if path in settings:
             continue
         where = str(path.relative_to(ROOT))
         for line, variable in _environment_reads(path):

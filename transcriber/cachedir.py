@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Union
 
-from . import settings
+from transcriber import settings
 
 DIR_MODE, FILE_MODE = 0o700, 0o600
 

@@ -1,7 +1,7 @@
 """What this installation runs on, as plain text for bug reports (``transcribe doctor``).
 
 Everything is looked up the way the library itself does it (ffmpeg through
-``transcriber.ffmpegtool.ffmpeg_binary``, models through the loader's package table, the BLAS through
+``transcriber.media.ffmpegtool.ffmpeg_binary``, models through the loader's package table, the BLAS through
 ``transcriber.blas``, the native kernels through ``transcriber.native``), so the report shows what a transcription would actually use.
 """
 
@@ -22,7 +22,7 @@ def _version(dist: str) -> str:
 
 
 def _ffmpeg() -> str:
-    from .ffmpegtool import ffmpeg_binary
+    from transcriber.media.ffmpegtool import ffmpeg_binary
 
     try:
         path = ffmpeg_binary()
@@ -34,7 +34,7 @@ def _ffmpeg() -> str:
 
 
 def _blas(probe: bool) -> list[str]:
-    from .native import blas
+    from transcriber.native import blas
 
     if probe:
         blas.apply(reprobe=True)
@@ -63,8 +63,8 @@ def _blas(probe: bool) -> list[str]:
 
 def _kernels() -> list[str]:
     """The native kernels: the path serving each kind and its self-check, or why MLX's ops."""
-    from . import native
-    from .native import loader
+    from transcriber import native
+    from transcriber.native import loader
 
     status = native.status()
     lines = [status.line()]
@@ -84,7 +84,7 @@ def _kernels() -> list[str]:
 
 
 def _models() -> list[str]:
-    from .model.catalog import list_models
+    from transcriber.model.catalog import list_models
 
     models = list_models().models
     lines = []
@@ -104,8 +104,8 @@ def report(probe: bool = False) -> str:
     import mlx.core as mx
     import numpy as np
 
-    from .native import blas
-    from .model.loader import cache_root
+    from transcriber.native import blas
+    from transcriber.model.loader import cache_root
 
     lines = [
         f"transcriber {_version('transcriber')}",

@@ -6,11 +6,11 @@ with dashes) and attached to a dataclass field of each options class that takes 
     beam_size: Optional[int] = BEAM_SIZE.field(None)  # None: greedy
 
 The options classes (``DecodingOptions``/``TranscribeOptions`` for one-shot, ``StreamingOptions``)
-check their fields through ``check_fields``; ``transcriber.modes`` builds them from plain data
+check their fields through ``check_fields``; ``transcriber.engines.modes`` builds them from plain data
 (``{"beam_size": 5}``) and refuses an option the mode does not have; the CLI makes one flag per
 option and names the flag in every error (``OptionError.named``), with no table of its own.
-The output options are Options too: the cue layout's (``CueOptions``, transcriber/cues.py) and
-each output format's own (``OutputOptions``, listed by ``writers.output_option_table``).
+The output options are Options too: the cue layout's (``CueOptions``, transcriber/subtitles/cues.py) and
+each output format's own (``OutputOptions``, listed by ``subtitles.formats.output_option_table``).
 
 Light on purpose (no numpy, no MLX): ``transcribe --help`` imports it.
 """

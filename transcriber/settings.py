@@ -1,10 +1,12 @@
-"""Every ``TRANSCRIBER_*`` environment variable: read here, and only here, each checked (type,
-bounds, no nan or inf) by ``get``. A bad value is a ``SettingError`` naming the variable, the
+"""The library's ``TRANSCRIBER_*`` environment variables (the cache, reads' deadline, the BLAS and
+the kernels): read here, and only here, each checked (type, bounds, no nan or inf) by ``get``.
+The application declares its own (the job database, serve's tokens, debug) the same way, with
+``Setting``, in transcriber/app/settings.py. A bad value is a ``SettingError`` naming the variable, the
 value and what it takes; the CLI checks them all before any work (``check_all``: a usage error,
 exit 2), so a job never fails on a setting and a value is never silently ignored.
 
-The few other variables the package reads (``XDG_CACHE_HOME``) are read here too: no module
-reads the environment but this one (tests/test_structure.py).
+The few other variables the library reads (``XDG_CACHE_HOME``) are read here too: no module of
+the library reads the environment but this one (tests/test_structure.py).
 
 No imports beyond the standard library: every module may read its settings from here.
 """
@@ -13,9 +15,7 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional, Union
 
 Value = Union[str, int, float, bool]
@@ -41,6 +41,12 @@ class Setting:
     high: Optional[float] = None  # None: the cores this process may use
     choices: tuple[str, ...] = ()  # the words a str setting takes (compared in lower case)
     doc: str = ""
+
+    def value(self) -> Optional[Value]:
+        """The variable's value in this process, parsed and checked; None when it is unset or
+        empty (the default applies). SettingError for a value it cannot take."""
+        text = os.environ.get(self.name, "")
+        return self.parse(text) if text.strip() else None
 
     def parse(self, text: str) -> Value:
         if self.kind is bool:
@@ -84,12 +90,7 @@ def xdg_cache_home() -> Optional[str]:
 DAY = 86400.0
 
 SETTINGS = {s.name: s for s in (
-    Setting("TRANSCRIBER_DB", doc="the job database's path"),
-    Setting("TRANSCRIBER_SERVE_TOKEN", doc="the secret of transcribe serve's requests"),
-    Setting("TRANSCRIBER_SERVER_TOKEN", doc="the media server's API key (transcribe serve's webhooks)"),
-    Setting("TRANSCRIBER_DB_TIMEOUT", float, 0, DAY, doc="seconds to wait for another process's lock"),
     Setting("TRANSCRIBER_CACHE", doc="the cache folder (converted models, the BLAS probe's verdict)"),
-    Setting("TRANSCRIBER_DEBUG", bool, doc="an unexpected error raises with its traceback"),
     Setting("TRANSCRIBER_READ_TIMEOUT", float, 0.001, DAY, doc="seconds a read of a file may take"),
     Setting("TRANSCRIBER_BLAS", doc="none, candidate names, or a library's path: loaded and run"),
     Setting("TRANSCRIBER_BLAS_THREADS", int, 1, None, doc="threads of the BLAS serving MLX (at most the cores)"),
@@ -100,40 +101,17 @@ SETTINGS = {s.name: s for s in (
     Setting("TRANSCRIBER_KERNEL_ENCODER", str, choices=KERNEL_ENCODER, doc="the encoder's ops"),
     Setting("TRANSCRIBER_KERNEL_PASS", str, choices=_KERNEL_CHOICES, doc="the decoder's multi-token passes"),
     Setting("TRANSCRIBER_KERNEL_CROSS", str, choices=_KERNEL_CHOICES, doc="the cross-attention keys and values"),
-    Setting("TRANSCRIBER_TEST_DATA", doc="the test suite's data folder"),
 )}
 
 
 def get(name: str) -> Optional[Value]:
     """The variable's value, parsed and checked; None when it is unset or empty (the default
     applies). SettingError for a value it cannot take."""
-    setting = SETTINGS[name]
-    text = os.environ.get(name, "")
-    if not text.strip():
-        return None
-    return setting.parse(text)
+    return SETTINGS[name].value()
 
 
 def check_all() -> None:
-    """SettingError for the first TRANSCRIBER_* variable set to a value it cannot take."""
+    """SettingError for the first of the library's variables set to a value it cannot take
+    (the application checks its own too: transcriber/app/settings.py)."""
     for name in SETTINGS:
         get(name)
-
-
-def worker_environment() -> dict[str, str]:
-    """The TRANSCRIBER_* variables of this process that the Ray workers it starts need too (the
-    BLAS choice, the model cache, debug, the test suite's): all but the job database's, which
-    only the driver opens."""
-    return {name: value for name, value in os.environ.items()
-            if name.startswith("TRANSCRIBER_") and name not in ("TRANSCRIBER_DB", "TRANSCRIBER_DB_TIMEOUT")}
-
-
-def data_folder() -> Path:
-    """The user's data folder, where an application keeps its files (the job database's
-    default folder): ~/Library/Application Support on macOS, %LOCALAPPDATA% on Windows,
-    $XDG_DATA_HOME (else ~/.local/share) elsewhere."""
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support"
-    if os.name == "nt":
-        return Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")

@@ -1,7 +1,7 @@
 """The test suite's fault injection, run at the start of every Python process that has this
 folder on its PYTHONPATH (``tests.faults.environment``): the CLI run as a subprocess, and the Ray
 workers of a Ray instance started with it. Product code only names its points (``at_point`` in
-jobs/signals.py, an audit event); this hook acts on them, as the test's environment says:
+transcriber/app/run/signals.py, an audit event); this hook acts on them, as the test's environment says:
 
 - ``TRANSCRIBER_TEST_KILL_AT=POINT``: SIGKILL this process at POINT ("checkpoint:N", right after
   the job's checkpoint N was committed; "step:N", the Nth engine step taken, not yet
@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 
-POINT_EVENT = "jobs.point"  # jobs.signals.POINT_EVENT (not imported: this runs before any import)
+POINT_EVENT = "jobs.point"  # transcriber.app.run.signals.POINT_EVENT (not imported: this runs before any import)
 
 
 def _signal_at(variable: str, point: str) -> None:

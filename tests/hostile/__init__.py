@@ -15,5 +15,5 @@ module per thing handed over, each test named by what it guards.
 
 Each case asserts the exit status, the one line that names the file and the cause, that no
 partial output is left, and that the job database is intact. The model is scripted
-(tests/test_jobs_runner.py's ScriptedEngine) except where audio must really be decoded.
+(tests/app/test_jobs_runner.py's ScriptedEngine) except where audio must really be decoded.
 """

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from transcriber import ffmpegtool
+from transcriber.media import ffmpegtool
 
 from ..conftest import JFK
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import jobs.cli
-import jobs.engines
-from jobs.cli import main
-from jobs.engines import EngineCache
+import transcriber.app.cli.main
+import transcriber.app.run.engines
+from transcriber.app.cli.main import main
+from transcriber.app.run.engines import EngineCache
 
 from .. import faults
 from ..conftest import PRESS_YARD, ROOT
@@ -29,9 +29,9 @@ from ..conftest import PRESS_YARD, ROOT
 
 def use_engine(monkeypatch, engine) -> None:
     """The CLI's runners get ``engine`` for every job instead of loading a model (the CLI
-    imports jobs.engines when it runs jobs, so the class is replaced there)."""
+    imports transcriber.app.run.engines when it runs jobs, so the class is replaced there)."""
     real = EngineCache
-    monkeypatch.setattr(jobs.engines, "EngineCache", lambda: real(lambda spec: engine))
+    monkeypatch.setattr(transcriber.app.run.engines, "EngineCache", lambda: real(lambda spec: engine))
 
 
 def invoke(*args: str):
@@ -62,7 +62,7 @@ def words_of(media: Path) -> list[str]:
 
 def cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """The command in its own process (a hang is a TimeoutExpired, not a stuck suite)."""
-    return subprocess.run([sys.executable, "-m", "jobs", *args], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "transcriber.app", *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "TRANSCRIBER_BLAS": "none", **(env or {})}, cwd=ROOT)
 
 
@@ -108,7 +108,7 @@ def transcribe_cli(*args: str, seconds: float) -> subprocess.Popen:
     """The command in its own process, with the bound on reads set to ``seconds``."""
     env = {**os.environ, "TRANSCRIBER_BLAS": "none", "TRANSCRIBER_READ_TIMEOUT": str(seconds)}
     env = faults.environment({k: v for k, v in env.items() if k not in ("TRANSCRIBER_DB", "TRANSCRIBER_DEBUG")})
-    return subprocess.Popen([sys.executable, "-m", "jobs", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "transcriber.app", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 

@@ -18,7 +18,7 @@ from transcriber import ModelError
 from transcriber.cachedir import private_dir, private_write
 from transcriber.model import hf
 
-from ..test_blas import PIP_ONLY, run_python
+from ..native.test_blas import PIP_ONLY, run_python
 
 
 EVIL = r"""

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from jobs.enqueue import request_for
-from jobs.migrations import APPLICATION_ID
-from jobs.spec import JobSpec
-from jobs.sqlite_store import SqliteJobStore
+from transcriber.app.run.enqueue import request_for
+from transcriber.app.store.migrations import APPLICATION_ID
+from transcriber.app.store.spec import JobSpec
+from transcriber.app.store.sqlite_store import SqliteJobStore
 
 from ..conftest import PRESS_YARD
-from ..test_jobs_runner import ScriptedEngine
+from ..app.test_jobs_runner import ScriptedEngine
 from .helpers import cli, intact, invoke, lines, no_traceback, read_only, use_engine, words_of
 
 
@@ -134,8 +134,8 @@ def test_an_unusable_database_folder_is_one_line_saying_what_to_do(tmp_path, med
 def newer_database(db: Path, media: Path) -> None:
     """A database a later version migrated: a migration this one does not know, a new column."""
     with SqliteJobStore(db) as store:
-        from jobs.enqueue import request_for
-        from jobs.spec import JobSpec
+        from transcriber.app.run.enqueue import request_for
+        from transcriber.app.store.spec import JobSpec
 
         store.enqueue(request_for(media, None, None, JobSpec()))
         store.db.execute("ALTER TABLE jobs ADD COLUMN m099_thing TEXT")

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from transcriber import ModelError, ffmpegtool
+from transcriber import ModelError
+from transcriber.media import ffmpegtool
 from transcriber.model import loader
 from transcriber.model.dimensions import ModelDimensions
 
 from ..conftest import PRESS_YARD
-from ..test_jobs_runner import ScriptedEngine
+from ..app.test_jobs_runner import ScriptedEngine
 from .helpers import cli, intact, invoke, lines, media_folder, no_traceback, read_only, use_engine
 
 

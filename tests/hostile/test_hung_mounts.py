@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from jobs.domain import Request
-from jobs.sqlite_store import SqliteJobStore
+from transcriber.app.store.domain import Request
+from transcriber.app.store.sqlite_store import SqliteJobStore
 from transcriber import AudioError, ReadTimeout, bounded
-from transcriber.audio import iter_audio
+from transcriber.media.audio import iter_audio
 
 from .. import lockheld
 from ..conftest import JFK, PRESS_YARD, ffmpeg
 from ..hungfs import HungMount, unavailable
-from ..test_jobs_runner import ScriptedEngine
+from ..app.test_jobs_runner import ScriptedEngine
 from .helpers import invoke, lines, no_traceback, transcribe_cli, use_engine
 
 
@@ -372,7 +372,7 @@ def test_the_reader_child_answers_each_call_and_is_replaced_when_stuck_or_killed
     """``bounded``'s calls go to one long-lived child (no fork per call); an error raised there
     is raised here; a call that passes the bound abandons that child (killed, never waited for)
     and the next call gets a new one; so does a call after the child was killed from outside."""
-    reader = sys.modules["transcriber.bounded"]
+    reader = sys.modules["transcriber.deadline.bounded"]
     monkeypatch.setenv("TRANSCRIBER_READ_TIMEOUT", "0.5")
     reader.start_reader()
     pids = {bounded(os.getpid) for _ in range(50)}
@@ -467,7 +467,7 @@ def test_the_reader_starts_clean_while_another_thread_holds_a_lock(monkeypatch):
     takes (a model's, tqdm's, a heartbeat's thread may hold one at any time). A forked child
     would find the lock held forever, and the call would end in a spurious ReadTimeout; the
     reader is a fresh interpreter: the call is answered at once."""
-    reader = sys.modules["transcriber.bounded"]
+    reader = sys.modules["transcriber.deadline.bounded"]
     monkeypatch.setenv("TRANSCRIBER_READ_TIMEOUT", "3")
     reader._close_readers()  # the next call starts a reader
     held, done = threading.Event(), threading.Event()

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-import jobs.cli
-import jobs.engines
-from jobs.engines import EngineCache
-from jobs.enqueue import request_for
-from jobs.outputs import file_signature
-from jobs.spec import JobSpec
-from jobs.sqlite_store import SqliteJobStore
+import transcriber.app.cli.main
+import transcriber.app.run.engines
+from transcriber.app.run.engines import EngineCache
+from transcriber.app.run.enqueue import request_for
+from transcriber.app.run.outputs import file_signature
+from transcriber.app.store.spec import JobSpec
+from transcriber.app.store.sqlite_store import SqliteJobStore
 from transcriber import Step
 
 from ..conftest import JFK, PRESS_YARD
-from ..test_jobs_runner import ScriptedEngine
+from ..app.test_jobs_runner import ScriptedEngine
 from .helpers import intact, invoke, leftovers, lines, media_folder, no_traceback, use_engine
 
 
@@ -33,7 +33,7 @@ def test_stale_part_files_are_removed_by_the_next_run(tmp_path, media, monkeypat
     """What a kill between writing and renaming leaves (today's temporary names and the old
     ``.talk.srt.XXXXXXXX.part``) is removed once it is a minute old; a fresh one (another
     writer's, maybe) and files that are not ours stay."""
-    from transcriber.writers import temp_prefix
+    from transcriber.subtitles.files import temp_prefix
     old = [tmp_path / ".talk.srt.ab12cd34.part", tmp_path / f"{temp_prefix('talk.json')}zz9_abcd.part"]
     fresh = tmp_path / f"{temp_prefix('talk.srt')}fresh123.part"
     other = tmp_path / ".download.part"
@@ -175,8 +175,8 @@ def test_an_input_that_would_be_its_own_output_is_kept(tmp_path, monkeypatch):
 def test_run_and_watch_give_a_shared_stem_the_same_names(tmp_path):
     """talk.wav beside talk.flac: each keeps its extension (talk.wav.srt, talk.flac.srt), whether
     named alone, with the other, or found by watch (which asks request_for for one file)."""
-    from jobs.enqueue import request_for
-    from jobs.spec import JobSpec
+    from transcriber.app.run.enqueue import request_for
+    from transcriber.app.store.spec import JobSpec
     for name in ("talk.flac", "talk.wav"):
         shutil.copy(PRESS_YARD, tmp_path / name)
     spec = JobSpec()
@@ -212,12 +212,12 @@ class SpokenEngine(ScriptedEngine):
 def test_a_translation_leaves_the_russian_transcript_beside_it(tmp_path, monkeypatch):
     """x.ru.srt from a Russian run, then ``--task translate`` (both ``--tag-language``): the
     translation is x.en.srt, written beside it; the Russian subtitle is as it was."""
-    import jobs.engines
-    from jobs.engines import EngineCache
+    import transcriber.app.run.engines
+    from transcriber.app.run.engines import EngineCache
 
     media = tmp_path / "x.flac"
     shutil.copy(PRESS_YARD, media)
-    monkeypatch.setattr(jobs.engines, "EngineCache",
+    monkeypatch.setattr(transcriber.app.run.engines, "EngineCache",
                         lambda: EngineCache(lambda spec: SpokenEngine("ru", spec.task)))
     db = tmp_path / "jobs.db"
     first = invoke("--db", str(db), str(media), "--model", "base", "--language", "ru", "--tag-language", "-q")

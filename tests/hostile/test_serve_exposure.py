@@ -2,7 +2,7 @@
 a web page in a browser beside it can make it do. A real service process, a real HTTP client,
 headless Chromium where a browser is the attacker's tool.
 
-Each case failed on the main branch before the service's guard (jobs/serve/guard.py): a webhook
+Each case failed on the main branch before the service's guard (transcriber/app/serve/guard.py): a webhook
 queued /etc/passwd and /media served it; a text/plain cross-site post was taken; an uploaded page
 was served back as text/html; any Host was answered.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import JFK, ROOT, ffmpeg
-from ..test_serve import service
+from ..app.test_serve import service
 
 requests = pytest.importorskip("requests")
 pytest.importorskip("fastapi", reason="the serve extra is not installed")
@@ -32,7 +32,7 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium 
 
 def jobs_in(db: Path) -> list[dict]:
     """The store's jobs as ``transcribe status --json`` lists them."""
-    listed = subprocess.run([sys.executable, "-m", "jobs", "status", "--json", "--db", str(db)], capture_output=True,
+    listed = subprocess.run([sys.executable, "-m", "transcriber.app", "status", "--json", "--db", str(db)], capture_output=True,
                             text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     return json.loads(listed.stdout or "[]")
 
@@ -206,7 +206,7 @@ def test_the_databases_other_jobs_are_not_listed_nor_their_words_served(tmp_path
     private = tmp_path / "private"
     private.mkdir()
     shutil.copy(JFK, private / "diary.flac")
-    subprocess.run([sys.executable, "-m", "jobs", str(private / "diary.flac"), "-f", "txt", "--db",
+    subprocess.run([sys.executable, "-m", "transcriber.app", str(private / "diary.flac"), "-f", "txt", "--db",
                     str(tmp_path / "jobs.db"), "-q"], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
                    timeout=300)
     (job,) = jobs_in(tmp_path / "jobs.db")

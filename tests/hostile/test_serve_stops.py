@@ -22,8 +22,8 @@ import pytest
 import srt
 
 from ..conftest import JFK, ROOT, ffmpeg
-from ..test_jobs_runner import ScriptedEngine
-from ..test_serve import free_port, serving as started, words
+from ..app.test_jobs_runner import ScriptedEngine
+from ..app.test_serve import free_port, serving as started, words
 from .helpers import invoke, lines, no_traceback, read_only, use_engine
 from .test_serve_exposure import hook, jobs_in, one_json_line
 
@@ -129,7 +129,7 @@ def test_a_full_spool_is_a_507_in_one_line(tmp_path, tiny_fs):
 
 @pytest.mark.parametrize("env", [False, True])
 def test_an_empty_token_is_a_usage_error(tmp_path, env):
-    args = [sys.executable, "-m", "jobs", "serve", "--port", str(free_port()), "--db", str(tmp_path / "jobs.db")]
+    args = [sys.executable, "-m", "transcriber.app", "serve", "--port", str(free_port()), "--db", str(tmp_path / "jobs.db")]
     run = subprocess.run(args + ([] if env else ["--token", ""]), capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(ROOT), **({"TRANSCRIBER_SERVE_TOKEN": " "} if env else {})})
     assert run.returncode == 2 and "empty token" in run.stderr and "Traceback" not in run.stderr

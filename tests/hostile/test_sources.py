@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from jobs.enqueue import request_for
-from jobs.progress import printable
-from jobs.spec import JobSpec
-from jobs.sqlite_store import SqliteJobStore
+from transcriber.app.run.enqueue import request_for
+from transcriber.app.cli.progress import printable
+from transcriber.app.store.spec import JobSpec
+from transcriber.app.store.sqlite_store import SqliteJobStore
 from transcriber import Segment, Step, Word
 
 from ..conftest import JFK, PRESS_YARD, damaged_flac, ffmpeg
-from ..test_jobs_runner import ScriptedEngine
+from ..app.test_jobs_runner import ScriptedEngine
 from .helpers import cli, intact, invoke, leftovers, lines, no_traceback, use_engine, words_of
 
 
@@ -320,7 +320,7 @@ def test_a_file_without_read_permission(tmp_path, where):
     secret = tmp_path / "secret.flac"
     shutil.copy(PRESS_YARD, secret)
     os.chmod(secret, 0)
-    command = [sys.executable, "-m", "jobs", str(secret if where == "named" else tmp_path), "-q"]
+    command = [sys.executable, "-m", "transcriber.app", str(secret if where == "named" else tmp_path), "-q"]
     if os.geteuid() == 0:
         if not shutil.which("setpriv"):
             pytest.skip("as root, a file's permissions are ignored unless setpriv (util-linux) drops the capabilities")

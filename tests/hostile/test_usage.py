@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-import jobs.engines
-import jobs.report
-from jobs.enqueue import request_for
-from jobs.spec import JobSpec
-from jobs.sqlite_store import SqliteJobStore
+import transcriber.app.run.engines
+import transcriber.app.cli.report
+from transcriber.app.run.enqueue import request_for
+from transcriber.app.store.spec import JobSpec
+from transcriber.app.store.sqlite_store import SqliteJobStore
 
 from ..conftest import JFK, PRESS_YARD
-from ..test_jobs_runner import ScriptedEngine
+from ..app.test_jobs_runner import ScriptedEngine
 from .helpers import intact, invoke, no_traceback, transcribe_cli, use_engine
 
 
@@ -83,16 +83,16 @@ def test_retries_count_once_in_the_batch_bar_and_each_error_prints_once(tmp_path
 
     use_engine(monkeypatch, ScriptedEngine(always))
     totals = []
-    import jobs.progress
+    import transcriber.app.cli.progress
 
-    real_end = jobs.progress.Reporter.end
+    real_end = transcriber.app.cli.progress.Reporter.end
 
     def end(self, file, counts_as_file=True):
         if counts_as_file:  # the batch's count of files, with or without a bar (here a pipe: none)
             totals.append(self.total_files)
         return real_end(self, file, counts_as_file)
 
-    monkeypatch.setattr(jobs.progress.Reporter, "end", end)
+    monkeypatch.setattr(transcriber.app.cli.progress.Reporter, "end", end)
     result = invoke("--db", str(db), str(media), str(other), "-f", "json", "--max-attempts", "3")
     assert result.exit_code == 1
     assert totals == [2, 2]  # two files end, though each was attempted three times
@@ -131,7 +131,7 @@ def test_status_json_is_written_job_by_job(tmp_path, media, monkeypatch):
     a chunk at a time (whether the files of a chunk's queued jobs exist is asked of one child,
     with the bound on reads): when the store hands out its Nth job, the chunks before it are on
     stdout already."""
-    monkeypatch.setattr(jobs.report, "LOOK_CHUNK", 4)
+    monkeypatch.setattr(transcriber.app.cli.report, "LOOK_CHUNK", 4)
     db = tmp_path / "jobs.db"
     with SqliteJobStore(db) as store:
         for i in range(30):

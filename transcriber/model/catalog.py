@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..errors import ModelError
-from . import loader
+from transcriber.errors import ModelError
+from transcriber.model import loader
 
 
 @dataclass(frozen=True)

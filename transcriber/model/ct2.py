@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ModelError
-from .dimensions import ModelDimensions
+from transcriber.errors import ModelError
+from transcriber.model.dimensions import ModelDimensions
 
 # CTranslate2's DataType enum
 _DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}

@@ -24,9 +24,9 @@ from pathlib import Path
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from ..errors import ModelError
-from .dimensions import ModelDimensions
-from .whisper import Whisper
+from transcriber.errors import ModelError
+from transcriber.model.dimensions import ModelDimensions
+from transcriber.model.whisper import Whisper
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"

@@ -31,15 +31,14 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten
 
-from ..cachedir import cache_root, make_private, private_dir, private_write
-from ..errors import ModelError
-from ..native import blas
-from ..tokenizer import LANGUAGES, load_tokenizer
-from . import ct2, hf
-from .dimensions import ModelDimensions
-from .whisper import ModelInfo, Whisper
+from transcriber.cachedir import cache_root, make_private, private_dir, private_write
+from transcriber.errors import ModelError
+from transcriber.model.tokenizer import LANGUAGES, load_tokenizer
+from transcriber.model import ct2, hf
+from transcriber.model.dimensions import ModelDimensions
+from transcriber.model.whisper import ModelInfo, Whisper
 
-from ..constants import DEFAULT_MODEL  # noqa: E402  (defined with the units: light to import)
+from transcriber.constants import DEFAULT_MODEL  # noqa: E402  (defined with the units: light to import)
 
 # name -> (pip distribution names, importable packages, data folder inside the first package)
 KNOWN_MODELS = {
@@ -300,9 +299,8 @@ def _alignment_heads(config: dict, weights: dict[str, mx.array]):
 
 def load_model(model: str | os.PathLike = DEFAULT_MODEL, dtype: mx.Dtype = mx.float32) -> Whisper:
     """Load a Whisper model by name or folder. On the CPU keep float32: MLX's float16 matmul
-    there does not use BLAS and is several times slower. The first load binds MLX's matrix
-    product to the fastest BLAS of the machine (``blas.bind_once``), before any matmul."""
-    blas.bind_once()
+    there does not use BLAS and is several times slower. ``transcriber.backend.load_model``
+    binds MLX's matrix product to the fastest BLAS first: load through it."""
     folder, name = resolve(model)
     path = _weights_file(folder)
     try:

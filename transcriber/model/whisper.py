@@ -26,9 +26,9 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_map, tree_unflatten
 
-from .dimensions import ModelDimensions
-from .fastmath import NO_KERNELS, HostKernels, fast_softmax, gelu, softmax
-from .state import DecoderState, LayerCache
+from transcriber.model.dimensions import ModelDimensions
+from transcriber.model.fastmath import NO_KERNELS, HostKernels, fast_softmax, gelu, softmax
+from transcriber.model.state import DecoderState, LayerCache
 
 # Above this many rows (beams, samples) one sgemm reading the weights once beats a matvec per row.
 MAX_MATVEC_ROWS = 2
@@ -296,7 +296,7 @@ class TextDecoder(nn.Module):
         tokens (a one-token step's go through the native step, in bf16): an MLX array, or on the
         CPU for a row or two (a prompt's two positions) a numpy array from ``matvec`` where lent
         (``HostKernels.matvec``: the sgemv of the BLAS serving MLX). Kept float32 on purpose: the no-speech probability
-        is read here, and bf16 weights tipped it on music (tests/test_streaming.py's Brahms
+        is read here, and bf16 weights tipped it on music (tests/engines/test_streaming.py's Brahms
         recording then streamed 55 words)."""
         b, t, d = h.shape
         matvec = matvec if b * t <= MAX_MATVEC_ROWS and mx.default_device() == mx.cpu else None

@@ -7,7 +7,7 @@ them again). The model reaches them through an inference (inference.py), chosen 
 library was not built (no compiler, failed build, another MLX) every op is MLX's.
 
 Why a plain C library over evaluated MLX buffers (ctypes) and not MLX ``Primitive``s: see
-README's "Native kernels" and bench/kernels.md (the nanobind pin of MLX's extension example
+docs/speed.md ("Native CPU kernels", and the kernels' measurements) (the nanobind pin of MLX's extension example
 does not bind to this wheel's arrays).
 """
 
@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .. import settings
+from transcriber import settings
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Ops:
         key = (id(decoder), id(decoder.token_embedding.weight), precision, cross)
         with _lock:
             if key not in self._steps:
-                from .decoder import DecoderStep
+                from transcriber.native.decoder import DecoderStep
 
                 if len(self._steps) >= KEPT_MODELS:  # their bf16 copies: the oldest goes
                     self._steps.pop(next(iter(self._steps)))
@@ -81,7 +81,7 @@ class Ops:
             return None
         with _lock:
             if getattr(step, "prefill", None) is None:
-                from .prefill import DecoderPass
+                from transcriber.native.prefill import DecoderPass
 
                 step.prefill = DecoderPass(self.kernels, decoder, step, encoder_threads)
             return step.prefill
@@ -97,7 +97,7 @@ class Ops:
         key = (id(encoder), id(encoder.conv1.weight), integer)  # a dropped weight is a new array: new id
         with _lock:
             if key not in self._encoders:
-                from .encoder import NativeEncoder
+                from transcriber.native.encoder import NativeEncoder
 
                 if len(self._encoders) >= KEPT_MODELS:
                     self._encoders.pop(next(iter(self._encoders)))
@@ -237,10 +237,10 @@ def encoder_threads() -> int:
     the BLAS probe's count: its OpenBLAS on small products is no guide to these kernels, whose
     tiles are shared out dynamically, so that a descheduled thread costs at most the tile in its
     hands once per product (not once per token as in the decoder step). Measured
-    (bench/kernels.md, "The second core, one probe a file"): the tiny.en window on AVX2 0.36 s
+    (docs/speed.md, "The second core, one probe a file"): the tiny.en window on AVX2 0.36 s
     on one thread, 0.19 s on two; with one and two other processes spinning, 0.33 and 0.49 s on
     two threads against 0.36 and 0.73 s on one."""
-    from . import blas
+    from transcriber.native import blas
 
     return max(1, kernel_settings().threads or blas.asked_threads() or settings.cores())
 
@@ -255,7 +255,7 @@ def threads() -> int:
 
 
 # Two: a tiny.en step reads 66 MB, 2.06 ms on one core of this project's Zen 5 and 1.52 ms on
-# two (bench/step_spread.py; bench/kernels.md, "The decoder step on the second core"); more
+# two (bench/kernels/step_spread.py; docs/speed.md, "The decoder step on the second core"); more
 # cores were not measured here, and each helper spins a few tens of microseconds after its
 # last part. The pool gives a busy machine's core back: its caller never waits for a helper
 # that has not started, and runs alone while helpers do not help.
@@ -283,7 +283,7 @@ def ops() -> Optional[Ops]:
 
 
 def _load():
-    from . import loader, selfcheck
+    from transcriber.native import loader, selfcheck
 
     loaded = loader.load()
     if loaded.lib is None:
@@ -291,7 +291,7 @@ def _load():
     results = selfcheck.verdict(loader.library_file(loaded.path), loaded.path, loaded.flags)
     if selfcheck.CRASHED in results:  # nothing of this library runs here
         return None, Status(None, "", f"disabled ({results[selfcheck.CRASHED]})")
-    from .kernels import Kernels
+    from transcriber.native.kernels import Kernels
 
     k = Kernels(loaded.lib, loaded.path, "avx512_bf16" in loaded.flags, "avx512_vnni" in loaded.flags)
     k.set_threads(threads())
@@ -313,12 +313,12 @@ def first_run_note() -> Optional[str]:
         return None
     import hashlib
 
-    from .selfcheck import folder
+    from transcriber.native.selfcheck import folder
 
     marker = folder() / f"told-{hashlib.sha256(st.reason.encode()).hexdigest()[:16]}"
     if marker.exists():
         return None
-    from ..cachedir import private_write
+    from transcriber.cachedir import private_write
 
     try:
         private_write(marker, "")

@@ -6,7 +6,7 @@ spans two lines; and numpy asks for transparent huge pages only for the whole 4 
 inside its block, so the head and tail of a large buffer stay on 4 KiB pages. ``empty``
 gives arrays that start on a cache line, and large ones on a 2 MiB boundary with
 ``MADV_HUGEPAGE`` over all of it (the step reads ~40 MB a token through the TLB).
-Measured on the projection alone (bench/kernels.md): 64-byte alignment ~3%, whole huge pages
+Measured on the projection alone (docs/speed.md): 64-byte alignment ~3%, whole huge pages
 ~5%: small, but never a loss, and the same placement in every process.
 """
 

@@ -13,7 +13,7 @@ from typing import Callable
 import mlx.core as mx
 import numpy as np
 
-from .kernels import INTEGER_LEVELS, Kernels, from_bf16
+from transcriber.native.kernels import INTEGER_LEVELS, Kernels, from_bf16
 
 TOLERANCE = 2e-4  # relative to the output's scale: float32 sums in another order, exp to 3e-7
 

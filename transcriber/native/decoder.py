@@ -23,9 +23,9 @@ from typing import Collection, Optional
 import mlx.core as mx
 import numpy as np
 
-from ..settings import KERNEL_WEIGHTS as PRECISIONS
-from .kernels import GemmWeight, Int8Weight, Kernels, Packed, _strides
-from .kvcache import GrowingCache
+from transcriber.settings import KERNEL_WEIGHTS as PRECISIONS
+from transcriber.native.kernels import GemmWeight, Int8Weight, Kernels, Packed, _strides
+from transcriber.native.kvcache import GrowingCache
 
 MAX_ROWS = 8  # the small-row linear's range: greedy, beams, --batch-files, streaming passes
 AUDIO_KEPT = 1  # windows whose bf16 keys/values are remembered: the one decoded (its rewinds and

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from .kernels import GemmWeight, IntGemmWeight, Kernels
+from transcriber.native.kernels import GemmWeight, IntGemmWeight, Kernels
 
 
 def _host(a: mx.array) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import numpy as np
 
-from . import aligned
+from transcriber.native import aligned
 
 _f = ctypes.c_void_p  # every array goes as its data pointer
 _i, _l, _fl = ctypes.c_int, ctypes.c_long, ctypes.c_float
@@ -111,7 +111,7 @@ class Int8Weight:
 # The integer GEMM's weight levels: 12 bits. Its int32 sums are exact over chunks of 128 k
 # (128 x 8191 x 2047 < 2^31), added in float32; the chunks cost nothing measurable against 8-bit
 # weights (one chunk for every encoder K), and on random products the error is a quarter of
-# bf16's where 8-bit weights give three times it (bench/kernels.md).
+# bf16's where 8-bit weights give three times it (docs/speed.md).
 INTEGER_LEVELS = 2047
 
 

@@ -21,7 +21,7 @@ from typing import Optional
 import mlx.core as mx
 import numpy as np
 
-from . import aligned
+from transcriber.native import aligned
 
 ROOM = 64  # positions added when a buffer is full (a 30 s window is ~100-200 tokens)
 # Slices remembered per layer: a key and a value slice for each of a few live states (a decode

@@ -16,8 +16,8 @@ import platform
 import sys
 from dataclasses import dataclass
 
-from . import build
-from .. import settings
+from transcriber.native import build
+from transcriber import settings
 
 ENV = "TRANSCRIBER_KERNELS"
 FOLDER = build.HERE  # where build.py put the library and build.json

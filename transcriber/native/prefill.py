@@ -25,8 +25,8 @@ from typing import Callable, Collection, Optional, Sequence, Union
 import mlx.core as mx
 import numpy as np
 
-from .decoder import LayerWeights
-from .kernels import HeadsPacked, Kernels
+from transcriber.native.decoder import LayerWeights
+from transcriber.native.kernels import HeadsPacked, Kernels
 
 # A first pass agrees with MLX's float32 pass when the relative RMS difference of its logits
 # and its kept keys stays under this (bf16 operands: ~0.5-1.5% measured on tiny.en and base),

@@ -10,7 +10,7 @@ reports, the CPU's model and MLX's version: later runs read it and pay nothing.
 
 Under qemu-user the child runs on the host CPU, not the emulated one (the emulator does not
 follow exec); the process that then uses the library is the emulated one, where a wrong
-instruction kills it: tests/test_native_emulated.py runs the checks in that process itself.
+instruction kills it: tests/native/test_native_emulated.py runs the checks in that process itself.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _mlx_version() -> str:
 
 
 def _key(library: str, path: str, flags: frozenset[str]) -> str:
-    from .blas.probe import cpu_model
+    from transcriber.native.blas.probe import cpu_model
 
     h = hashlib.sha256()
     with open(library, "rb") as f:
@@ -53,7 +53,7 @@ def _key(library: str, path: str, flags: frozenset[str]) -> str:
 
 def folder() -> Path:
     """Where verdicts (and __init__'s 'said once' markers) are kept."""
-    from ..cachedir import cache_root
+    from transcriber.cachedir import cache_root
 
     return cache_root() / "kernels"
 
@@ -104,7 +104,7 @@ def _run_child(path: str) -> dict[str, str | None]:
 def _store(file: Path, found: dict) -> None:
     """Write the verdict atomically, readable by this user only; a cache that cannot be
     written costs a child per process, nothing more."""
-    from ..cachedir import private_write
+    from transcriber.cachedir import private_write
 
     try:
         private_write(file, json.dumps(found))
@@ -114,8 +114,8 @@ def _store(file: Path, found: dict) -> None:
 
 def main() -> int:
     """The child: load the path in $TRANSCRIBER_KERNELS, run every check, print the verdict."""
-    from . import checks, loader
-    from .kernels import Kernels
+    from transcriber.native import checks, loader
+    from transcriber.native.kernels import Kernels
 
     loaded = loader.load()
     if loaded.lib is None:

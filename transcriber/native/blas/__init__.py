@@ -43,12 +43,12 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from ... import settings
-from . import matvec, probe, slot
-from .libraries import BUNDLED, ENV, NAMES, Failure, Library, candidates, library_from_path
-from .matvec import THREADS_ENV, numpy_one_thread
-from .probe import cpu_model, measure
-from .slot import served_by
+from transcriber import settings
+from transcriber.native.blas import matvec, probe, slot
+from transcriber.native.blas.libraries import BUNDLED, ENV, NAMES, Failure, Library, candidates, library_from_path
+from transcriber.native.blas.matvec import THREADS_ENV, numpy_one_thread
+from transcriber.native.blas.probe import cpu_model, measure
+from transcriber.native.blas.slot import served_by
 
 __all__ = ["ENV", "THREADS_ENV", "NAMES", "Choice", "Library", "apply", "bind_once", "current", "loaded_path",
            "cache_file", "describe", "served_by", "threads", "set_threads", "asked_threads", "host_matvec", "measure",
@@ -69,7 +69,7 @@ class Choice:
 
 
 current = Choice(BUNDLED)
-loaded_path: str | None = None  # the faster library serving MLX now, or None (jobs/cli.py reads it)
+loaded_path: str | None = None  # the faster library serving MLX now, or None (transcriber/app/cli/main.py reads it)
 cache_file: str | None = None  # the probe result used, if any
 _library: Library | None = None  # the library behind ``current``
 _applied = False  # ``apply`` ran in this process

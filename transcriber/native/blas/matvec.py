@@ -13,9 +13,9 @@ import logging
 import os
 from typing import TYPE_CHECKING, Callable
 
-from ... import settings
-from . import slot
-from .libraries import Library
+from transcriber import settings
+from transcriber.native.blas import slot
+from transcriber.native.blas.libraries import Library
 
 if TYPE_CHECKING:
     import numpy as np
@@ -90,7 +90,7 @@ def host_matvec(lib: Library | None) -> Callable[[np.ndarray, np.ndarray, np.nda
     the same thread pool: two OpenBLAS pools spin against each other on 2 cores) and a check
     against numpy on first use; any problem gives None, and MLX does the product. Not the
     native kernels' small-row linear: on float32 weights it was 3-7x faster at 1-2 rows
-    (bench/project_matvec.py), but it reads a packed copy of the weight, 76 MiB more for
+    (bench/kernels/project_matvec.py), but it reads a packed copy of the weight, 76 MiB more for
     tiny.en, for a product a prompt pass makes once."""
     global _gemv
     path = lib.path if lib is not None else None

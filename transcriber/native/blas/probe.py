@@ -20,10 +20,10 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from ... import settings
-from . import slot
-from .libraries import Failure, Library
-from .matvec import set_library_threads
+from transcriber import settings
+from transcriber.native.blas import slot
+from transcriber.native.blas.libraries import Failure, Library
+from transcriber.native.blas.matvec import set_library_threads
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def _probe(libraries: list[Library]) -> dict:
 def _cache_path(names: list[str], libraries: list[Library]) -> str:
     import mlx.core as mx
 
-    from ...cachedir import cache_root
+    from transcriber.cachedir import cache_root
 
     key = {"format": CACHE_FORMAT, "cpu": cpu_model(), "cpus": _thread_options()[-1],
            "machine": platform.machine(), "mlx": mx.__version__, "names": names,
@@ -173,7 +173,7 @@ def probed(names: list[str], libraries: list[Library], reprobe: bool) -> tuple[d
     result = _probe(libraries)
     if not result["choice"]:
         return result, None  # nothing worked, perhaps only this time: not worth remembering
-    from ...cachedir import private_write
+    from transcriber.cachedir import private_write
 
     try:  # atomically (a concurrent first run must never read half a file), private to the user
         private_write(path, json.dumps(result, indent=1))

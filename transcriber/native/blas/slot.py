@@ -16,7 +16,7 @@ import os
 import struct
 from dataclasses import dataclass
 
-from .libraries import Failure, Library
+from transcriber.native.blas.libraries import Failure, Library
 
 handles: dict[str, ctypes.CDLL] = {}  # libraries we bound: kept loaded while the slot may use them
 original: int | None = None  # the slot's value before we first wrote it

@@ -15,7 +15,7 @@
 // tiles that only load, broadcast and FMA (6 rows x 16 columns on AVX2: 12 accumulators, 2
 // weight vectors, 1 broadcast of the 16 ymm). Widening inside the tile, as before, cost a shift
 // or mask per weight vector and a move + broadcast per row: 72% of FMA peak on Zen 5, ~1/3 on
-// Zen 3 (issue 30); bench/kernels.md has the figures.
+// Zen 3 (issue 30); docs/speed.md has the figures.
 //
 // Layouts: A pairs (M, P) uint32, P = ceil(K/2); W packed (ceil(N/16), P, 16) uint32, columns
 // past N zero. Widened: A (M, 2P) float32, W (ceil(N/16), 2P, 16) float32 (k even, odd, ...).
@@ -493,7 +493,7 @@ constexpr float ROW_LEVELS = 8191.0f;  // the rows' int16 range (14 bits)
 // The tile: 4 rows x one panel of 16 columns (8 ymm accumulators). 6 x 16, as the FMA route's,
 // needs 12 accumulators, 2 weight vectors, a broadcast and vpmaddwd's product before its add:
 // more than 16 ymm, and GCC's spills made it slower than the FMA route (0.8-0.9x); 2 x 32
-// measured 1.28-1.39x, 3 x 32 0.8-0.9x (spills), 4 x 16 1.32-1.46x (bench/kernels.md).
+// measured 1.28-1.39x, 3 x 32 0.8-0.9x (spills), 4 x 16 1.32-1.46x (docs/speed.md).
 constexpr int INT_ROWS = 4;
 
 struct IntWeight {

@@ -1,5 +1,5 @@
 // The decoder step's linears with int8 weights (issue 30): y = x w^T + b + res for a few rows.
-// Half the bytes of bf16 weights (the 1-row step is memory-bound, bench/kernels.md), and
+// Half the bytes of bf16 weights (the 1-row step is memory-bound, docs/speed.md), and
 // integer multiply-adds that pack more products an instruction than float32 FMAs (4 rows).
 //
 // Quantisation (pack_int8, once per weight): per input channel k a scale t[k] = max_n |w[n, k]|
@@ -7,7 +7,7 @@
 // time (x[k] t[k]); then per output column s[n] = max_k |w[n, k] / t[k]| / 127 and the values
 // round-half-even(w / (t s)) in [-127, 127]. The rows, x t, per row to int16 in
 // [-8191, 8191] (14 bits: K 1536 x 8191 x 127 < 2^31, so the int32 sums are exact). Measured on
-// tiny.en's vocabulary projection (bench/kernels.md): per-column int8 alone gave logits 15x
+// tiny.en's vocabulary projection (docs/speed.md): per-column int8 alone gave logits 15x
 // bf16's RMS error, 8-bit rows (vpmaddubsw's u8 x s8) on top 17x; with t and 14-bit rows 2.4x.
 //
 // Packed layout, per block of 16 columns: ceil(K/4) rows of 16 columns x 4 consecutive k

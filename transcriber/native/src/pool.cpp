@@ -4,7 +4,7 @@
 // layers' linears, the audio's keys and values). One core reads ~35 GB/s here; two read more.
 // OpenMP's parallel-for gave every thread a fixed share and waited at its barrier for all of
 // them: on a shared machine a helper thread not yet scheduled stalled the step for a whole
-// time slice (steps 2-20x slower, bench/kernels.md). Here a job is cut into parts that
+// time slice (steps 2-20x slower, docs/speed.md). Here a job is cut into parts that
 // threads claim one at a time, the caller too, so a helper that is asleep or descheduled
 // leaves its parts to the caller; the caller waits only for a part a helper holds.
 //
