@@ -1,21 +1,12 @@
 """What Whisper writes over music and noise, and how it is told apart from speech.
 
 Trained on captions, Whisper names sounds ("Applause", "Music") and, over music, invents words
-it is barely sure of. Measured with tiny.en on the recordings (``../shared/data``):
-
-- Brahms' Hungarian Dance no. 5 (no speech): one-shot wrote " Harrison" (mean word probability
-  0.00001) and " Applause" (0.51); streaming " The" (0.027), " End" (0.038), " APPLAUSE" (0.73);
-- the dev set's speech (short_en + long_en): the lowest mean word probability of a one-shot
-  segment is 0.67 (36 segments), the lowest streamed word probability above 0.1 (820 words).
-- With a 10 s streaming buffer, the Brahms gave " The" (0.027), " End" (0.025), then one pass
-  committing " of the end." (0.094, 0.398, 0.309: mean 0.27); over the dev set's speech, 323
-  passes, the lowest mean of a pass's words is 0.36 (" A"), leaving out a pass that committed
-  only a comma (0.29).
-
-So a segment (one-shot) or word (streaming) is dropped when it is only a sound tag, or when the
-model is far less sure of it than of any speech measured; and a streaming pass's words are
-judged together as a one-shot segment is (their mean, punctuation aside, under 0.3). Room noise
-never gets this far: the no-speech probability skips it first.
+it is barely sure of. So a segment (one-shot) or word (streaming) is dropped when it is only a
+sound tag, or when the model is far less sure of it than of any speech measured; a streaming
+pass's words are judged together as a one-shot segment is (their mean, punctuation aside). Text
+after a pause is a guess when the model both thought the audio likely held no speech and is
+unsure of the text (``GUESS_CORNERS``); a streaming pass those scores doubt is read again as
+one-shot would read it. Room noise never gets this far: the no-speech probability skips it first.
 
 A reading the model is unsure of is also judged by which way its audio runs: speech played
 backwards (one voice: its pitch, formants and rhythm, no words) reads as speech to the model by
@@ -25,15 +16,15 @@ fades (``runs_backwards``, ``BACKWARDS_BELOW``).
 ``GATE`` (a ``NonSpeechGate``) is the one object both modes ask, before and after decoding:
 
 - silence: audio none of whose 20 ms frames reaches ``silence_db`` (RMS, dBFS) is not decoded at
-  all. The loudest 20 ms frame of every speech recording of the dev set (short_en, long_en,
-  non_en, extra) is at -30 dBFS or louder (the quietest, the 1 s Chinese clip: -29.9); the
-  LibriVox room noise reaches -42. So -50 leaves 20 dB below the quietest speech and still
-  takes digital silence and near-silence (noise under -50 dBFS) for silence. One-shot skipped
-  only windows whose samples all stay under -70 dBFS; streaming encoded silence pass after pass.
+  all: 20 dB under the quietest speech measured, so only digital silence and near-silence count
+  (room noise is left to the no-speech probability).
 - repetition: text that repeats a word or an n-gram past what speech does (``repeats``) is a
   loop, as one-shot's compression-ratio check finds per window. Streaming judges each pass with
-  the words committed before it, so a loop spread over many passes ("3 3 3 ..." after "one two
-  three", one or two a pass over music) is caught too.
+  the words committed before it, so a loop spread over many passes (a word or two a pass) is
+  caught too.
+
+Every bound here was set on measurements; docs/decoding.md, "The non-speech rules:
+measurements", holds each one's figures, recordings and bench.
 """
 
 from __future__ import annotations
@@ -50,80 +41,55 @@ from transcriber.transcript.types import Segment, Word
 # Caption words for sounds, as Whisper writes them bare once their brackets are suppressed.
 SOUND_TAGS = frozenset({"applause", "music", "laughter", "laughing", "laughs", "cheering", "cheers",
                         "silence", "noise", "inaudible", "blank_audio", "no speech"})
-# mean word probability of a one-shot segment (speech: >= 0.67) or of a streaming pass's words
-# (speech: >= 0.36)
+# A one-shot segment whose words' mean probability is under this is a guess, and so is a streaming
+# pass whose words' mean (punctuation aside) is: speech's was never measured below 0.36.
+# Measured: docs/decoding.md#the-non-speech-rules-measurements (python -m bench.peers dev-set; recall).
 MIN_SEGMENT_PROBABILITY = 0.3
-MIN_WORD_PROBABILITY = 0.08  # streaming: probability of a word (speech: > 0.1)
+MIN_WORD_PROBABILITY = 0.08  # streaming: a word under this is a guess (speech's: over 0.1; measured: as above)
 # A short text after a pause (ISOLATION seconds without speech) holding a word the model is
-# barely sure of is Whisper's stock caption, not speech: " Thank you." over the end of the
-# Brahms (" Thank" 0.12-0.14 in both modes, 0.01 in faster-whisper without its VAD).
+# barely sure of is Whisper's stock caption (" Thank you." at the end of music), not speech.
+# Measured: docs/decoding.md#the-non-speech-rules-measurements (python -m bench.peers recall).
 ISOLATED_MAX_WORDS = 3
 ISOLATED_MIN_PROBABILITY = 0.15
 ISOLATION = 2.0
-# After a sound caption (" Applause", " Music": refused), Whisper goes on as the captioned videos
-# it learned from do: base over the end of the Brahms wrote " Applause", and the next pass
-# " Thank you." from 0.06 s after the caption's end (" Thank" 0.152: over the floor above by
-# 0.002; read again as one-shot, " Thank you." once more). So within ISOLATION seconds of a
-# caption, no speech between, a short text must be as sure as a pass of speech as a whole
-# (every word MIN_SEGMENT_PROBABILITY). Speech after a caption measured: the podcast's after
-# music begins 24 s after base's last " Music" (tiny.en writes none there); the dev set and
-# the Apollo 11 radio have no caption.
-# One-shot text that starts after a pause (or at the start of the audio) is a guess when the model thought
-# the audio was likely no speech and is not sure of the text: openai/whisper's no-speech rule
-# (0.6 and -1.0) made stricter where no speech leads into it. Measured with tiny.en on the
-# synthesized non-speech set (bench/peers/nonspeech_set.py) and the dev set's speech (short_en,
-# long_en, extra, the podcast): text over babble of reversed voices had no-speech 0.53-0.79 and
-# mean token log probability -0.72 to -1.13, over clicks 0.58 and -1.81, over the plucked music
-# " Thank you." 0.74 and -0.99, a 30 s clicks clip's " I'm going to go to the next one." 0.48 and
-# -1.76; the first text after a pause in speech: no-speech at most 0.25 (streaming) and 0.50
-# (one-shot, the Apollo 11 radio's " Yeah.", -0.62; its noisiest window 0.47, -0.86), and none
-# of it under -0.93. So two corners, (no-speech over, log probability under): a guess beyond either.
-# A streaming pass sees a few seconds, and its scores do not tell speech from non-speech: the
-# first passes after a pause in the Apollo 11 radio (speech through noise) scored (0.45, -1.36),
-# (0.56, -1.29), (0.57, -2.1), and the rule alone cut its 106 streamed words to 22, while passes
-# over clicks scored (0.48, -1.76), (0.58, -1.81) and over babble (0.53, -0.75), (0.59, -1.13).
-# There a pass the rule doubts is judged again as one-shot would judge its buffer
-# (``OneShotReading.refuses_doubted``, transcriber/engines/streaming/rereading.py).
+# After a sound caption (" Applause": refused) Whisper goes on as the captioned videos it learned
+# from do (" Thank you."), so within ISOLATION seconds of a caption, no speech between, a short
+# text needs every word as sure as a pass of speech as a whole (MIN_SEGMENT_PROBABILITY).
+# Measured: docs/decoding.md#the-non-speech-rules-measurements
+# (python -m bench.peers recall; podcast --model base).
+# Text after a pause (or at the start) is a guess when its (no-speech probability, mean token log
+# probability) is beyond a corner: openai/whisper's rule (0.6, -1.0) made stricter where no speech
+# leads in. One-shot drops it; a streaming pass's scores do not tell speech from sounds, so such a
+# pass is read again as one-shot (``OneShotReading.refuses_doubted``, streaming/rereading.py).
+# Measured: docs/decoding.md#the-non-speech-rules-measurements
+# (python -m bench.peers nonspeech-set; dev-set; podcast).
 GUESS_CORNERS = ((0.5, -0.5), (0.4, -1.0))
-# A streaming pass beyond this corner is judged again too, though not a guess by the corners above:
-# babble of six reversed voices (20 s, seed 2) began the stream with " I'm not there for all of
-# you" at no-speech 0.29 and log probability -1.17 (7 words written). Speech stays outside it but
-# for the radio's noisiest pass: the dev set's passes after pauses score no-speech 0.25 at most,
-# the Apollo 11 radio's (0.36, -0.96), (0.11, -1.94), and (0.45, -1.37) (judged again, kept).
+# A streaming pass beyond this corner is read again too, though not a guess by GUESS_CORNERS: a
+# stream can begin so over babble, while speech's passes after pauses stay outside it (but for the
+# noisiest pass of a radio recording, which the re-reading keeps).
+# Measured: docs/decoding.md#the-non-speech-rules-measurements
+# (python -m bench.peers nonspeech-set --seconds 20 --seed 2).
 RECHECK_CORNER = (0.25, -1.0)
-# The stream's first words (nothing committed before them: no context made them likely) are
-# judged again whatever their no-speech probability once their tokens average under -1.5 (0.22
-# a token): base's first pass over babble of reversed voices (30 s, seed 1) wrote " Zimmer is in
-# the middle of the river," at no-speech 0.10, log probability -1.87. The first passes over
-# speech measured (dev set, the Apollo 11 radio, es_qwen_audio; tiny.en and base) score -1.30
-# at the least (tiny.en over Spanish: judged again anyway, no-speech 0.54); the radio's
-# (0.36, -0.96) read again as one-shot is unreadable, and refusing it cost 79 of its 106 words.
+# The stream's first words (nothing committed before them: no context made them likely) are read
+# again whatever their no-speech probability once their tokens average under -1.5 (0.22 a token):
+# speech's first passes score -1.30 at the least, and reading more of them again costs speech.
+# Measured: docs/decoding.md#the-non-speech-rules-measurements
+# (python -m bench.peers nonspeech-set --model base --seconds 30 --seed 1).
 FIRST_WORDS_CORNER = (0.0, -1.5)
-# A one-shot window whose no-speech probability is over the threshold ends the temperature
-# fallback at once, looping or not. Over sounds tiny.en loops a stock sentence (bench/peers/nonspeech_set.py,
-# 30 s): " I'm going to go to the next one." 13 times over applause-like bursts (no-speech
-# 0.60-0.87, mean log probability -0.27, compression ratio 10.7: 104 words), 6 times over an
-# engine (0.89, -0.49, ratio 5.6: 48 words). Speech that repeats stays under it: base over a
-# Chinese phrase said 7 times with pauses (the audio repeats; no-speech 0.65, -0.16) compresses
-# 3.9. So past this ratio, twice one-shot's 2.4 (which only starts the fallback), such a window
-# is a loop the model heard in a sound, not speech.
+# A one-shot window whose no-speech probability is over the threshold ends the temperature fallback
+# at once, looping or not; its text compressing past this, twice one-shot's 2.4 (which only starts
+# the fallback), is a loop the model heard in a sound: speech said again and again compresses less.
+# Measured: docs/decoding.md#the-non-speech-rules-measurements
+# (python -m bench.peers nonspeech-set --seconds 30 --seed 1).
 HEARD_LOOP_RATIO = 4.8
-# Speech runs forwards: a syllable starts sharply (a plosive, a vowel's attack) and fades slowly
-# (and a room's echo fades after it), so the steepest rises of a mel band's level are steeper than
-# its steepest falls; played backwards it swells slowly and stops short. ``time_asymmetry``
-# measures it, -1 to 1 (bench/streaming/time_asymmetry.py). Over the readings the gate judges (the model
-# unsure: ``is_doubtful``; 2.5 s of audio or more), tiny.en, both modes: forward speech (the dev
-# set's English, extra's AMI, TIMIT and Apollo 11 radio, the podcast, the reversed voice played
-# forwards), 108 readings, +0.034 at the least (a TIMIT sentence; the radio +0.035); a dev-set
-# reading played backwards (bench/peers/nonspeech_set.py's reversed_voice, 5 seeds and lengths) and
-# pygame's whoosh and secosmic_lo, 72 readings, -0.053 at the most. 10 s windows of every
-# recording: English forwards +0.019 at the least, backwards -0.023 at the most (the radio
-# +0.027 / -0.015). Over less audio the two overlap (3 s windows: the radio forwards -0.044,
-# English backwards +0.064), so shorter audio is not refused (``MIN_JUDGED_FRAMES``), and only a
-# reading the model is unsure of is judged: what it is sure of stays, whatever its audio does.
+# Speech starts sharply (a plosive, a vowel's attack) and fades slowly (a room's echo after it), so
+# a mel band's steepest rises are steeper than its steepest falls; played backwards it swells and
+# stops short. A reading the model is unsure of (``is_doubtful``), over enough audio to tell
+# (MIN_JUDGED_FRAMES), whose ``time_asymmetry`` is under this runs backwards.
+# Measured: docs/decoding.md#the-non-speech-rules-measurements (python -m bench.streaming time-asymmetry).
 BACKWARDS_BELOW = -0.02
-DOUBTFUL_LOGPROB = -0.4  # the reversed voice's readings: -0.47 to -1.39, its first ones
-DOUBTFUL_NO_SPEECH = 0.6  # openai/whisper's no-speech threshold (the whoosh: 0.72, log probability -0.39)
+DOUBTFUL_LOGPROB = -0.4  # unsure: a voice played backwards reads under it (measured: as above)
+DOUBTFUL_NO_SPEECH = 0.6  # or no speech likely (openai/whisper's threshold), whatever the text scores
 MIN_JUDGED_FRAMES = 250  # 10 ms mel frames: 2.5 s
 _CHANGE_FRAMES = 2  # a level's change is measured over 20 ms (an onset takes 10-30 ms)
 _JUDGED_RANGE = 1.0  # normalised log-mel units (4 decades: 40 dB): cells this far below the loudest are left out
@@ -131,10 +97,10 @@ _TAIL = 0.01  # the steepest 1 % of rises and of falls
 
 _NOT_LETTERS = re.compile(r"[^\w ]+")
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
-# Sounds Whisper spells out over calls, hums and song: "Oh oh", "WOO. WOO.", "Mmm" (64 s of whale
-# song: 30 "Mmm" in streaming, probabilities 0.5-0.94; a generated glide with harmonics: one-shot
-# " Wooh! WOH, WOO OOH!"). Text made only of them is a sound, not speech. The cost: a line that
-# is only "Oh." or "Hmm." is not subtitled (inside speech, streaming keeps them: see speech_words).
+# Sounds Whisper spells out over calls, hums and song: "Oh oh", "WOO. WOO.", "Mmm". Text made only
+# of them is a sound, not speech. The cost: a line that is only "Oh." or "Hmm." is not subtitled
+# (inside speech, streaming keeps them: see speech_words).
+# Measured: docs/decoding.md#the-non-speech-rules-measurements.
 _VOCABLE = re.compile(r"(o+h*|w+h?o+[ah]*|a+h+|u+h+|u+m+|h*m+|h+m+|l+a+|n+a+|d+a+|h+a+|o+o+[hw]*)")
 
 
@@ -145,9 +111,9 @@ def is_sound_tag(text: str) -> bool:
             or bool(_BRACKETED.fullmatch(text.strip())))
 
 
-# Text in brackets is a caption: base over a Tchaikovsky celesta, streaming, wrote " [♪ Music
-# playing in background, playing in background," (the caption never closed) and its words after
-# "[♪" were written as speech.
+# Text in brackets is a caption, and a caption that never closes is one to the end of the text:
+# Whisper brackets no speech. Measured: docs/decoding.md#the-non-speech-rules-measurements
+# (python -m bench.peers recall).
 _BRACKETED = re.compile(r"[\[(].*[\])][.!?,]*", re.DOTALL)
 _OPEN, _CLOSE = "[(", "])"
 
@@ -203,11 +169,10 @@ def needs_rereading(no_speech_prob: Optional[float], avg_logprob: Optional[float
 
 
 # A voiced stretch that got no word, read again alone (the guard: decoding/guard.py), has no
-# context to make its text likely, as the stream's first words: over the podcast's closing music
-# (a 6 s stretch read alone) tiny.en wrote " Thank you." at no-speech 0.33, log probability
-# -0.90, " Thank" 0.24 (over the isolated-guess floor). Short lines read alone measured: the
-# LJSpeech " 8. The Press Yard" after jfk and a pause or after leading silence, no-speech
-# 0.06-0.13, log probability -0.30 to -0.46, temperature 0.
+# context to make its text likely, as the stream's first words: beyond this corner its reading is
+# a guess (a stock " Thank you." over music); short lines of speech read alone score well inside it.
+# Measured: docs/decoding.md#the-non-speech-rules-measurements
+# (python -m bench.peers recall --json run.json; reread-corner run.json).
 REREAD_CORNER = (0.2, -0.6)
 
 
@@ -231,9 +196,8 @@ def is_guessed_again(said: str, reread: str, no_speech_prob: float, avg_logprob:
     (``is_unlikely_start``), because its greedy text failed and the fallback sampled one
     (temperature over 0), or because the pass decoded the very same input (``same_audio``: the
     stream's last pass, padded to 30 s as one-shot pads) and greedy decoding read it otherwise.
-    Two readings of the same audio that disagree, one of them drawn at random: over the babble
-    above the stream said " I'm not there for all of you", one-shot " So I'm never going to be
-    able to hear what's going on." (0.38, -0.99 at temperature 0.4)."""
+    Two readings of the same audio that disagree, one of them drawn at random, are a guess at a
+    sound (an example: docs/decoding.md#the-non-speech-rules-measurements, RECHECK_CORNER)."""
     return ((is_unlikely_start(no_speech_prob, avg_logprob) or temperature > 0 or same_audio)
             and not reads_again(said, reread))
 

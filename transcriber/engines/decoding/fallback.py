@@ -20,16 +20,14 @@ from transcriber.engines.decoding import loops
 from transcriber.engines.decoding.task import DecodingResult, DecodingTask
 
 # Tokens a window may sample (text and timestamps) per second of its audio, on top of
-# TOKEN_SLACK (the timestamps and a word): speech runs at 3-5 text tokens a second. A decode
-# past that is looping, and without the bound a 0.92 s clip cut from a reading wrote "org org
-# org ..." up to the 224-token cap at every temperature of the fallback, 43.6 s for under a
-# second of audio; another 0.92 s clip of the LJSpeech reading gave "not only for the entire
-# year, not only for the entire year, not only for the entire" (21 tokens).
+# TOKEN_SLACK (the timestamps and a word): speech runs at 3-5 text tokens a second, so a decode
+# past that is looping, and without the bound a short clip could loop to the token cap at every
+# temperature. Measured: docs/decoding.md#the-non-speech-rules-measurements (the fallback's bounds).
 MAX_TOKENS_PER_SECOND = 12
 TOKEN_SLACK = 6
 # A window of less audio than this that loops at the first temperature is dropped without the
-# fallback: on that 0.92 s clip every temperature looped too, and sampling them (5 candidates
-# each) took 10 s on a loaded machine.
+# fallback: over so little audio the hotter temperatures loop too, and sampling them is costly
+# (measured: docs/decoding.md#the-non-speech-rules-measurements).
 FALLBACK_MIN_SECONDS = 2.0
 SOUND_FRAME_S = FRAME / SAMPLE_RATE  # seconds of one ``loud`` frame (20 ms)
 
@@ -60,14 +58,10 @@ class WindowDecoder:
                     loud: Optional[np.ndarray] = None, said: Sequence[str] = ()) -> bool:
         """The whole temperature fallback ran and its last text is still unlikely or still loops
         (``_repetitive``): the model could not read the window. Over non-speech this is where its
-        guesses come from (a generated whale-like call: " Oh! Oh! Yeah!" at temperature 1.0, mean
-        log probability -2.0; over the Brahms " APPLAUSE"; over pygame's whoosh, 30 s, " lines,
-        points, points, ..." at 1.0, compression ratio 6.2); no window of the dev set's speech
-        (short_en, long_en) ends below the log-probability threshold, at any temperature, and of
-        the speech measured (dev set, extra, the podcast) the windows that reach the last
-        temperature compress 1.28 at most (the Apollo 11 radio; refused as unlikely anyway).
-        Speech said again compresses too (jfk.flac twice: 2.42): with the window's ``loud``
-        frames, repetition is judged against the audio (``_repetitive``)."""
+        guesses come from; the speech measured stays well inside both bounds at the last
+        temperature. Speech said again compresses too: with the window's ``loud`` frames,
+        repetition is judged against the audio (``_repetitive``). Measured:
+        docs/decoding.md#the-non-speech-rules-measurements (the fallback's bounds)."""
         opts = self.options
         if not (len(opts.temperatures) > 1 and result.temperature == opts.temperatures[-1]):
             return False
@@ -96,7 +90,7 @@ class WindowDecoder:
         """The fallback's texts all loop: the first (coolest) one likely enough whose looping tail
         can be cut (``loops.cut``), without that tail; None if none can. The walk goes on at the
         cut, so the audio of the tail is read again by the next window: a loop costs its tail,
-        never the window (jfk.flac said three times kept 8 of 66 words)."""
+        never the window (speech said again is kept: docs/decoding.md#the-non-speech-rules-measurements)."""
         if loud is None:
             return None
         for result in results:
@@ -111,11 +105,10 @@ class WindowDecoder:
         """Decode a window of ``n_frames`` mel frames at the first temperature (``first``: its
         result, already decoded elsewhere), then at the next ones while the text is too
         repetitive or too unlikely. A reading without a word (``GATE.has_words``: " ...") ends
-        the fallback: the model heard nothing to write, and a hotter sample of it is a guess
-        (white noise, 20 s: " ..." at temperature 0, log probability -1.57, then
-        " Subs by www.zeoranger.co.uk" at 0.4). No window of the speech measured (dev set,
-        extra, the podcast: 50 windows) reads without a word at any temperature. ``loud``: (F,)
-        the window's 20 ms frames at ``GATE.silence_db`` or above, to judge repetition by."""
+        the fallback: the model heard nothing to write, and a hotter sample of it is a guess; no
+        window of the speech measured reads without a word at any temperature (measured:
+        docs/decoding.md#the-non-speech-rules-measurements). ``loud``: (F,) the window's 20 ms frames at
+        ``GATE.silence_db`` or above, to judge repetition by."""
         opts = self.options
         result, tried = None, []
         said = loops.prompt_words(prompt, tokenizer) if loud is not None else ()

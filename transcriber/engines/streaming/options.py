@@ -23,8 +23,7 @@ MIN_CHUNK_SECONDS = 0.1
 MIN_WINDOW_SECONDS = 1.0
 AUTO = "auto"
 # (audio_trim_len, audio_keep_len) that "auto" means, by whether the text is English transcribed
-# (True) or another language or a translation (False): measured in the comments of
-# StreamingOptions.audio_trim_len.
+# (True) or another language or a translation (False): see StreamingOptions.audio_trim_len.
 AUTO_WINDOW = {True: (8.0, 5.0), False: (15.0, None)}
 
 CHUNK_SECONDS = Option("chunk_seconds", "Seconds of audio fed to the decoder per step.", float,
@@ -47,29 +46,24 @@ class StreamingOptions:
 
     chunk_seconds: float = CHUNK_SECONDS.field(1.0)  # audio handed to the session per step when replaying a file
     frame_threshold: int = FRAME_THRESHOLD.field(25)  # stop a token attending within this many frames of the audio end
-    # Attention jumping back further than this discards the pass. SimulStreaming uses 200 (4 s);
-    # on short windows tiny.en re-reads committed audio (a loop) with jumps of 1-2 s, while the
-    # normal backward jitter measured on short_en/long_en stays under ~0.35 s.
+    # Attention jumping back further than this (1 s) discards the pass: on short windows a loop
+    # re-reading committed audio jumps further back, speech's normal jitter far less. SimulStreaming
+    # uses 200 (4 s), too far to catch it. Measured: docs/decoding.md#the-streaming-window.
     rewind_threshold: int = 50
     audio_max_len: float = AUDIO_MAX_LEN.field(30.0)  # the audio buffer never grows past this (seconds)
     # Past audio_trim_len seconds (if under audio_max_len) the buffer drops the audio of committed
     # text, preferably whole sentences, down to at least audio_keep_len seconds (None: half the
     # trim length); the text goes into the prompt. None: keep audio to audio_max_len. "auto":
-    # AUTO_WINDOW's choice for the text. The encoder is ~55% of a pass, so a shorter window is
-    # faster. Measured (trim / keep; tiny.en, short_en + long_en, 1 s chunks, bench/streaming/modes.py):
-    # 15 / 7.5 RTF 0.290, WER 4.23%; 10 / 5 RTF 0.223, WER 4.47%; 8 / 5 RTF 0.212, WER 4.11%.
-    # But the multilingual base model needs the longer window in German: on librivox_de 10 / 5
-    # gives WER 19.4% against 16.7% at 15 / 7.5, and 8 / 5 loops when translating ("simple,
-    # simple, ..."). In English it does not: base on the dev set, 8 / 5 gives WER 3.39% against
-    # 4.35% at 15 / 7.5, and encodes ~40% fewer frames (issue 30 part 3).
+    # AUTO_WINDOW's choice for the text. The encoder is most of a pass, so a shorter window is
+    # faster: English keeps its accuracy with 8 / 5 s, another language or a translation needs
+    # 15 s. Measured: docs/decoding.md#the-streaming-window (python -m bench.streaming modes).
     audio_trim_len: Union[float, str, None] = AUTO
     audio_keep_len: Optional[float] = None
     max_context_tokens: int = 96  # committed text kept as prompt (<|startofprev|> ...)
     # A prompt that runs on without punctuation is cut back to its last sentence end
-    # (streaming/words.py ``punctuated_context``). Measured before marks were kept by default
-    # (``policy.decide``), podcast (bench/peers/podcast.py, tiny.en): sentence ends 17 -> 24-26 of 26,
-    # but WER 3.95 -> 4.4-4.5% (3-4 more errors of 709); dev set (short_en + long_en) 4.23 ->
-    # 4.35%, mean lag 1.17 -> 1.19 s. Off: the default now keeps 25 of the 26 by itself.
+    # (streaming/words.py ``punctuated_context``): more sentence ends, a few more word errors. Off:
+    # the default keeps sentence marks by itself (``policy.decide``).
+    # Measured: docs/decoding.md#decoding-options (python -m bench.peers podcast; bench.streaming modes).
     punctuated_prompt: bool = PUNCTUATED_PROMPT.field(False)
     # prompt text at the start; scrolls out as text comes (was init_prompt: fingerprinted so)
     initial_prompt: Optional[str] = INITIAL_PROMPT.field(None, fingerprinted_as="init_prompt")
@@ -83,8 +77,8 @@ class StreamingOptions:
     # end) when <|nospeech|> is above no_speech_threshold and its text is unlikely (mean token
     # log probability under logprob_threshold), or <|nospeech|> is above no_speech_certain
     # (then it is not even decoded): openai/whisper's rule, as one-shot mode has it. The
-    # no-speech probability alone is not enough: on the first seconds of the German reading the
-    # multilingual base model gives 0.8-0.95 to clear speech.
+    # no-speech probability alone is not enough: the multilingual model gives it high to clear
+    # speech (measured: docs/decoding.md#the-non-speech-rules-measurements).
     no_speech_threshold: Optional[float] = NO_SPEECH_THRESHOLD.field(0.6)
     logprob_threshold: Optional[float] = LOGPROB_THRESHOLD.field(-1.0)
     no_speech_certain: Optional[float] = NO_SPEECH_CERTAIN.field(0.9)
