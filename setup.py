@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -39,8 +40,10 @@ class BuildPyWithKernels(build_py):
     editable install (where the package is imported from), else into the wheel's tree."""
 
     def run(self):
-        super().run()
         editable = getattr(self, "editable_mode", False)
+        if not editable:  # a tree an earlier build left (an older layout: a top-level "jobs" beside the package)
+            shutil.rmtree(self.build_lib, ignore_errors=True)  # would go into this wheel too: start from nothing
+        super().run()
         target = os.path.join(HERE, NATIVE) if editable else os.path.join(self.build_lib, NATIVE)
         kernels = _kernels_build()
         info = kernels.build(target)

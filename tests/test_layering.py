@@ -119,6 +119,19 @@ def test_app_imports_only_the_public_api():
     assert not offending, "\n".join(offending)
 
 
+def test_app_reaches_the_library_only_by_its_public_names():
+    """``transcriber.NAME`` in the app (an attribute, not an import) names the public API too:
+    ``transcriber.subtitles.embed`` would work only while something else imported it."""
+    public = set(transcriber.__all__)
+    found = []
+    for path in sorted(APP.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id == "transcriber" and node.attr not in public):
+                found.append(f"{path.relative_to(APP)}:{node.lineno} transcriber.{node.attr}")
+    assert not found, "\n".join(found)
+
+
 def test_the_library_knows_no_app():
     found = [f"{path.relative_to(PACKAGE)}:{line}" for path, _ in library_modules()
              for module, _, line in imports_of(path) if module.startswith("transcriber.app")]

@@ -408,7 +408,7 @@ class Attempt:
         subtitles (an audio file) is left as it is, said once."""
         video = Path(self.job.path)
         language = transcript.text_language
-        embed = transcriber.subtitles.embed
+        embed = transcriber.embed
         try:
             embed.container(video)
         except embed.EmbedError as e:
