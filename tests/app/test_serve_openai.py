@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 import srt
@@ -168,3 +169,22 @@ def test_status_tells_the_version_without_the_token(api):
     assert r.status_code == 200 and r.json()["version"].startswith("transcriber ")
     assert requests.get(url + "/api/jobs").status_code == 401  # the rest still asks for it
     assert requests.post(url + "/status").status_code == 401
+
+
+def test_prefer_respond_async_answers_at_once_with_the_job(api):
+    url, client = api
+    with open(JFK, "rb") as f:
+        raw = client.audio.transcriptions.with_raw_response.create(
+            model="whisper-1", file=f, response_format="srt", prompt="Async.",
+            extra_headers={"Prefer": "respond-async"})
+    assert raw.status_code == 202
+    body = json.loads(raw.text)
+    assert body["links"]["output"] == f"/jobs/{body['job_id']}/output.srt"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for _ in range(600):
+        state = requests.get(f"{url}/jobs/{body['job_id']}", headers=auth, timeout=10).json()
+        if state["status"] == "done":
+            break
+        time.sleep(0.2)
+    text = requests.get(url + body["links"]["output"], headers=auth, timeout=10).text
+    assert "ask not what your country" in " ".join(words(" ".join(c.content for c in srt.parse(text))))

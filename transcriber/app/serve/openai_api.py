@@ -11,7 +11,9 @@ Assistant-style clients, subgen, WhisperLiveKit, speaches; the ``openai`` Python
 ``model`` is an installed model's name (``transcribe models``), or ``whisper-1``, OpenAI's name,
 for the service's own. A request is a job in the same store as ``/asr``'s and answered from it
 when the same audio and options come again. ``temperature`` 0 (the default) is Whisper's
-fallback schedule, as OpenAI's is; above 0, that one sampling temperature. Any other field, or a
+fallback schedule, as OpenAI's is; above 0, that one sampling temperature. With the header
+``Prefer: respond-async`` (RFC 7240) the answer is a 202 at once with the job's id and links, as
+``/asr?async=true``'s (jobs_api.py). Any other field, or a
 value the service cannot honour, is a 400 in OpenAI's error shape naming the parameter
 (``{"error": {"message", "type", "param", "code"}}``, guard.py's ``error``); the token, when
 the service has one, is the client's API key (``Authorization: Bearer``).
@@ -29,6 +31,7 @@ from starlette.datastructures import UploadFile
 
 from transcriber import FORMATS, LANGUAGES, OutputOptions, Transcript, check_model_options, list_models
 
+from transcriber.app.serve.jobs_api import accepted
 from transcriber.app.serve.service import RequestError, Service
 
 RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
@@ -67,6 +70,9 @@ async def _answer(request: Request, service: Service, task: str):
         spec = _spec(service, task, asked)
         media = await asyncio.to_thread(service.spool.save, upload.file, False, spec.fingerprint(), upload.filename)
         job = await asyncio.to_thread(service.accept, media, spec, service.spool.out)  # in the store first
+        if "respond-async" in request.headers.get("prefer", "").lower():
+            output = {"text": "txt", "srt": "srt", "vtt": "vtt"}.get(asked["response_format"], "json")
+            return JSONResponse(await asyncio.to_thread(accepted, service, job, output), status_code=202)
         timeline = await asyncio.wrap_future(service.transcribe(job, "json"))
     finally:
         await form.close()
