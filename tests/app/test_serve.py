@@ -118,7 +118,7 @@ def test_a_media_file_with_encode_true_in_every_output(running, cli_words):
     url, tmp = running
     for output in ("srt", "vtt", "txt", "tsv", "json"):
         with open(JFK, "rb") as f:
-            answer = requests.post(f"{url}/asr", params={"output": output, "encode": "true"},
+            answer = requests.post(f"{url}/asr", params={"output": output, "encode": "true", "word_timestamps": "true"},
                                    files={"audio_file": ("jfk.flac", f)}, timeout=300)
         assert answer.status_code == 200, (output, answer.text)
         assert answer.headers["content-disposition"] == f'attachment; filename="jfk.flac.{output}"'
@@ -294,6 +294,7 @@ def test_the_status_page_in_chromium_lists_the_jobs_and_reads_the_cues(tmp_path)
                               "--virtual-time-budget=10000", "--dump-dom", f"{url}/?job={job['id']}"],
                              capture_output=True, text=True, timeout=120).stdout
     assert f'data-id="{job["id"]}" data-status="done"' in dom
+    assert "<td>talk.mp4</td>" in dom and "<td>0:11</td>" in dom  # the name it was sent with, its length
     assert '<pre id="cues" data-count="' in dom  # the browser's WebVTT parser read the track
     shown = dom.split('<pre id="cues"', 1)[1].split("</pre>", 1)[0].split(">", 1)[1]
     parsed = [line.split(" ", 2) for line in shown.splitlines() if line.count(" ") >= 2 and line[0].isdigit()]

@@ -4,11 +4,18 @@ the media servers' webhooks.
 The API is the one Bazarr's "Whisper" provider speaks (ahmetoner/whisper-asr-webservice),
 parameter for parameter:
 
-- ``POST /asr?task=&language=&initial_prompt=&output=&encode=`` with a multipart ``audio_file``:
-  the subtitles (txt, vtt, srt, tsv or json) as an attachment named ``<upload>.<output>``;
-  ``encode=false``: the body is raw 16 kHz mono s16le PCM (Bazarr's own ffmpeg made it).
+- ``POST /asr?task=&language=&initial_prompt=&output=&encode=&word_timestamps=`` with a
+  multipart ``audio_file``: the subtitles (txt, vtt, srt, tsv or json) as an attachment named
+  ``<upload>.<output>``; ``encode=false``: the body is raw 16 kHz mono s16le PCM (Bazarr's own
+  ffmpeg made it); ``async=true``: a 202 with the job's id at once (jobs_api.py). Every other
+  parameter of whisper-asr-webservice (``vad_filter=true``, ``diarize``, the speaker counts) and
+  any unknown one is a 400 naming it: none is silently ignored.
 - ``POST /detect-language?encode=`` with ``audio_file``: ``{"detected_language": "english",
   "language_code": "en", "confidence": 0.98}``.
+- ``GET /status``: the version (Bazarr's "Test connection"), without the token.
+
+OpenAI's audio API is openai_api.py's, jobs over HTTP jobs_api.py's, the status page page.py's,
+the media servers' webhooks hooks.py's.
 
 Every error is a JSON ``{"error": "one line"}`` with a 4xx status (413 for an upload over the
 limit, 401 without the token, 421 for a Host that is not the service's, 403 for a cross-site
@@ -21,8 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import sys
 import traceback
+from importlib.metadata import version
 from pathlib import Path
 from typing import Literal, Optional
 from urllib.parse import parse_qs, quote
@@ -37,6 +46,8 @@ from transcriber import FORMATS, LANGUAGES, RunFault, TranscriberError
 from transcriber.app.serve import page
 from transcriber.app.serve.guard import RequestGuard, error
 from transcriber.app.serve.hooks import hook_routes
+from transcriber.app.serve.jobs_api import accepted, jobs_routes
+from transcriber.app.serve.openai_api import openai_routes
 from transcriber.app.serve.service import RequestError, Service
 
 # whisper-asr-webservice's ``output``: the formats the registry offers over HTTP, each with its media type
@@ -44,6 +55,9 @@ OUTPUTS = tuple(name for name, fmt in FORMATS.items() if fmt.http)
 Language = Literal[tuple(sorted(LANGUAGES))]  # the enum of the API's schema, as whisper-asr-webservice's
 Output = Literal[OUTPUTS]
 OVER_LIMIT = "transcriber.over_limit"  # the scope's mark of a body cut at the limit (SizeLimit)
+# Answered without the token: the version only (Bazarr's "Test connection" asks the endpoint's
+# host for /status and keeps no path, so no /t/TOKEN prefix either).
+OPEN_PATHS = ("/status",)
 
 
 class TokenGate:
@@ -63,8 +77,10 @@ class TokenGate:
             return await self.app(scope, receive, send)
         if self._given(scope):
             return await self.app(scope, receive, send)
-        return await error(401, "a token is needed: Authorization: Bearer TOKEN, ?token=TOKEN or /t/TOKEN/...")(
-            scope, receive, send)
+        if path in OPEN_PATHS and scope.get("method") in ("GET", "HEAD"):
+            return await self.app(scope, receive, send)
+        return await error(401, "a token is needed: Authorization: Bearer TOKEN, ?token=TOKEN or /t/TOKEN/...",
+                           path)(scope, receive, send)
 
     def _given(self, scope) -> bool:
         headers = dict(scope.get("headers") or [])
@@ -101,7 +117,8 @@ class SizeLimit:
         return await self.app(scope, counted, send)
 
     async def _refuse(self, scope, receive, send):
-        await error(413, f"the upload is over the limit of {self.limit} bytes")(scope, receive, send)
+        await error(413, f"the upload is over the limit of {self.limit} bytes", scope.get("path", ""))(
+            scope, receive, send)
 
 
 def create_app(service: Service) -> FastAPI:
@@ -111,6 +128,8 @@ def create_app(service: Service) -> FastAPI:
     _asr_routes(app, service)
     page.routes(app, service)
     hook_routes(app, service)
+    openai_routes(app, service)
+    jobs_routes(app, service)
     # multipart's framing on top of the file: a body this much over the upload limit is refused unread
     app.add_middleware(SizeLimit, limit=service.settings.max_upload_bytes + (1 << 20))
     app.add_middleware(TokenGate, token=service.settings.token)
@@ -123,55 +142,108 @@ def _errors(app: FastAPI) -> None:
     async def invalid(request: Request, exc: RequestValidationError):
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())[1:]) or "request"
-        return error(422, f"{where}: {first.get('msg', 'invalid')}")
+        return error(422, f"{where}: {first.get('msg', 'invalid')}", request.url.path, where)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         if OVER_LIMIT in request.scope:
-            return error(413, f"the upload is over the limit of {request.scope[OVER_LIMIT]} bytes")
-        return error(exc.status_code, exc.detail)
+            return error(413, f"the upload is over the limit of {request.scope[OVER_LIMIT]} bytes", request.url.path)
+        return error(exc.status_code, exc.detail, request.url.path)
 
     @app.exception_handler(RequestError)
     async def refused(request: Request, exc: RequestError):
-        return error(exc.status, str(exc))
+        return error(exc.status, str(exc), request.url.path, exc.param)
 
     @app.exception_handler(RunFault)
     async def fault(request: Request, exc: RunFault):  # the machine's or the model's, not the upload's
-        return error(503, str(exc))
+        return error(503, str(exc), request.url.path)
 
     @app.exception_handler(TranscriberError)
     async def library_error(request: Request, exc: TranscriberError):
-        return error(400, str(exc))
+        return error(400, str(exc), request.url.path)
 
     @app.exception_handler(ValueError)
     async def bad_value(request: Request, exc: ValueError):
-        return error(422, str(exc))
+        return error(422, str(exc), request.url.path)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception):  # a bug: one line to the client, the trace here
         traceback.print_exception(exc, file=sys.stderr)
-        return error(500, f"internal error: {type(exc).__name__}: {exc}")
+        return error(500, f"internal error: {type(exc).__name__}: {exc}", request.url.path)
 
 
 async def _saved(service: Service, audio_file: UploadFile, encode: bool, options: str = "") -> Path:
-    return await asyncio.to_thread(service.spool.save, audio_file.file, not encode, options)
+    return await asyncio.to_thread(service.spool.save, audio_file.file, not encode, options, audio_file.filename)
+
+
+# every query parameter of whisper-asr-webservice's /asr, and the token's: any other is refused by name
+ASR_PARAMETERS = {"encode", "task", "language", "initial_prompt", "vad_filter", "word_timestamps", "output",
+                  "diarize", "min_speakers", "max_speakers", "token", "async"}
+
+
+def refuse_unknown(given, known, where: str) -> None:
+    """RequestError (400) naming the first parameter ``where`` does not take: none is ignored."""
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise RequestError(400, f"{where} takes no parameter {unknown[0]!r}", unknown[0])
+
+
+def refuse_unimplemented(vad_filter: bool = False, diarize: bool = False, min_speakers: Optional[int] = None,
+                         max_speakers: Optional[int] = None) -> None:
+    """RequestError (400) naming a whisper-asr-webservice parameter this service does not
+    implement, asked for: a client that sets it is told, never ignored."""
+    if vad_filter:
+        raise RequestError(400, "vad_filter=true: this service has no voice-activity filter (its non-speech "
+                                "rules keep music and silence out of the text); send vad_filter=false", "vad_filter")
+    for name, value in (("diarize", diarize or None), ("min_speakers", min_speakers), ("max_speakers", max_speakers)):
+        if value is not None:
+            raise RequestError(400, f"{name}: this service does not tell speakers apart", name)
+
+
+def without_words(text: str) -> str:
+    """A JSON output without its words (``word_timestamps=false``, whisper-asr-webservice's
+    default): each segment as openai-whisper writes it without word timestamps."""
+    data = json.loads(text)
+    for segment in data.get("segments", ()):
+        segment.pop("words", None)
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
 
 
 def _asr_routes(app: FastAPI, service: Service) -> None:
+    @app.get("/status", tags=["Endpoints"])
+    async def status():
+        """The service's version (Bazarr's "Test connection"), model and mode; no token needed."""
+        return {"version": f"transcriber {version('transcriber')}", "model": service.settings.model,
+                "mode": service.settings.mode}
+
     @app.post("/asr", tags=["Endpoints"], response_class=PlainTextResponse)
-    async def asr(audio_file: UploadFile = File(...),  # noqa: B008 - FastAPI's way
+    async def asr(request: Request,
+                  audio_file: UploadFile = File(...),  # noqa: B008 - FastAPI's way
                   encode: bool = Query(True, description="Decode the upload with ffmpeg (false: raw 16 kHz "
                                                          "mono s16le PCM)"),
                   task: Literal["transcribe", "translate"] = Query("transcribe"),
                   language: Optional[Language] = Query(None, description="None: detected"),
                   initial_prompt: Optional[str] = Query(None),
-                  vad_filter: bool = Query(False, include_in_schema=False),
-                  word_timestamps: bool = Query(False, description="Words are always timed; kept for clients"),
-                  output: Output = Query("txt")):
+                  vad_filter: bool = Query(False, description="true is refused: this service has no "
+                                                              "voice-activity filter"),
+                  word_timestamps: bool = Query(False, description="JSON: each segment's words with their "
+                                                                   "times (words are always timed)"),
+                  output: Output = Query("txt"),
+                  diarize: bool = Query(False, description="true is refused: no speaker labels"),
+                  min_speakers: Optional[int] = Query(None, description="refused: no speaker labels"),
+                  max_speakers: Optional[int] = Query(None, description="refused: no speaker labels"),
+                  run_async: bool = Query(False, alias="async", description="Answer at once (202) with the "
+                                                                             "job's id and links: GET /jobs/{id}")):
+        refuse_unknown(request.query_params, ASR_PARAMETERS, "/asr")
+        refuse_unimplemented(vad_filter, diarize, min_speakers, max_speakers)
         spec = service.spec(task, language, initial_prompt, output)  # ValueError: 422, before the upload is kept
         media = await _saved(service, audio_file, encode, spec.fingerprint())
         job = await asyncio.to_thread(service.accept, media, spec, service.spool.out)  # in the store before the answer
+        if run_async:
+            return JSONResponse(await asyncio.to_thread(accepted, service, job, output), status_code=202)
         text = await asyncio.wrap_future(service.transcribe(job, output))
+        if output == "json" and not word_timestamps:
+            text = without_words(text)
         name = quote(f"{Path(audio_file.filename or 'audio').name}.{output}")
         return PlainTextResponse(text, media_type=FORMATS[output].media_type,
                                  headers={"Asr-Engine": "transcriber",

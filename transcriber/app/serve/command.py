@@ -22,6 +22,7 @@ Examples:
                                                     #   http://nas.lan:9000/t/s3cret
   transcribe serve -m base --path-map /data/media=/mnt/media   # Jellyfin sees /data/media
   transcribe serve --library /srv/films             # webhooks may queue files under /srv/films
+  OpenAI clients: base_url http://127.0.0.1:9000/v1, model whisper-1 (or an installed model's name)
 """
 
 
@@ -67,8 +68,9 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
-@click.command(help="Serve whisper-asr-webservice's API (for Bazarr), a live status page and media-server "
-                    "webhooks over HTTP. Each request is a job in the job database.\n" + EXAMPLES)
+@click.command(help="Serve whisper-asr-webservice's API (for Bazarr), OpenAI's audio API (/v1/audio/...), "
+                    "a live status page and media-server webhooks over HTTP. Each request is a job in the job "
+                    "database (POST /asr?async=true: answered at once, polled at /jobs/ID).\n" + EXAMPLES)
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; anything but loopback should have a --token.")
 @click.option("--port", type=click.IntRange(1, 65535), default=9000, show_default=True)

@@ -32,8 +32,21 @@ SANDBOX = "default-src 'none'; sandbox"
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
-def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": " ".join(str(message).split()) or "error"}, status_code=status)
+OPENAI_PREFIX = "/v1/"  # the OpenAI-compatible routes (openai_api.py): errors in OpenAI's shape
+
+
+def error(status: int, message: str, path: str = "", param: Optional[str] = None,
+          code: Optional[str] = None) -> JSONResponse:
+    """The one-line JSON error of every route: ``{"error": "..."}``, and on the OpenAI routes
+    (``path`` under /v1/) OpenAI's ``{"error": {"message", "type", "param", "code"}}``."""
+    message = " ".join(str(message).split()) or "error"
+    if not path.startswith(OPENAI_PREFIX):
+        return JSONResponse({"error": message}, status_code=status)
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    if status == 401:
+        code = code or "invalid_api_key"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}},
+                        status_code=status)
 
 
 def host_name(value: str) -> str:
@@ -89,7 +102,7 @@ class RequestGuard:
         host = headers.get("host", "")
         if not self.host_allowed(host):
             return error(421, f"Host {host!r} is not this service's: use its address or localhost, "
-                              "or start it with --allowed-host NAME")
+                              "or start it with --allowed-host NAME", scope.get("path", ""))
         if scope.get("method", "GET") in SAFE_METHODS:
             return None
         origin, site = headers.get("origin"), headers.get("sec-fetch-site")
@@ -97,7 +110,7 @@ class RequestGuard:
             origin is not None and (origin == "null" or urlsplit(origin).netloc.lower() != host.strip().lower()))
         if foreign:
             return error(403, f"a cross-site request is refused (Origin {origin or site!r}): only this service's "
-                              "own page, or a client that is not a browser, may send it")
+                              "own page, or a client that is not a browser, may send it", scope.get("path", ""))
         return None
 
 

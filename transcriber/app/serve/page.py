@@ -35,32 +35,36 @@ from transcriber.app.serve.service import RequestError, Service
 MAX_JOBS = 500  # the newest jobs on the page
 
 
-def _row(job, status: str) -> dict:
+def _row(job, status: str, name: Optional[str] = None) -> dict:
     fraction = min(1.0, job.progress / job.duration) if job.duration else (1.0 if status == "done" else 0.0)
-    return {"id": job.id, "name": Path(job.path).name, "status": status, "progress": round(fraction, 3),
-            "duration": job.duration, "language": job.language, "error": job.last_error,
+    took = job.finished_at - job.started_at if status == "done" and job.finished_at and job.started_at else None
+    return {"id": job.id, "name": name or Path(job.path).name, "status": status, "progress": round(fraction, 3),
+            "duration": job.duration, "seconds": took, "language": job.language, "error": job.last_error,
             "updated": job.updated_at, "has_words": job.progress > 0 or status == "done"}
 
 
-def job_rows(db: Path, roots) -> list[dict]:
+def job_rows(db: Path, roots, name_of=lambda path: None) -> list[dict]:
     """The service's jobs (of files in its spool or libraries: ``roots``), newest first; the
-    database's other jobs (a CLI run's on the same machine) are not the service's to show."""
+    database's other jobs (a CLI run's on the same machine) are not the service's to show.
+    ``name_of``: an upload's name as the client sent it (``Spool.name_of``)."""
     with connect(db) as store:
         jobs = sorted((j for j in store.jobs() if inside_roots(j.path, roots)), key=lambda j: j.id, reverse=True)
-        return [_row(job, status) for job, status in shown_jobs(jobs[:MAX_JOBS], time.time(), lambda line: None)]
+        return [_row(job, status, name_of(job.path))
+                for job, status in shown_jobs(jobs[:MAX_JOBS], time.time(), lambda line: None)]
 
 
-def _job(db: Path, job_id: int, roots):
-    """A job of the service (``job_rows``) and its segments so far; else 404, as for no job."""
+def job_of(db: Path, job_id: int, roots, segments: bool = True):
+    """A job of the service (``job_rows``) and its segments so far (``segments``; else ());
+    else 404, as for no job."""
     with connect(db) as store:
         job = store.get(job_id)
         if job is None or not inside_roots(job.path, roots):
             raise RequestError(404, f"no job {job_id}")
-        return job, store.resume_point(job_id).segments
+        return job, store.resume_point(job_id).segments if segments else ()
 
 
 def vtt_of(db: Path, job_id: int, roots) -> str:
-    job, segments = _job(db, job_id, roots)
+    job, segments = job_of(db, job_id, roots)
     task = JobSpec.from_dict(job.spec).option("task") or "transcribe"
     transcript = Transcript(language=job.language or "en", duration=job.duration or 0.0, segments=tuple(segments),
                             task=task)
@@ -79,11 +83,11 @@ def routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/api/jobs", tags=["Status"])
     async def jobs():
-        return await asyncio.to_thread(job_rows, db, service.roots)
+        return await asyncio.to_thread(job_rows, db, service.roots, service.spool.name_of)
 
     @app.get("/media/{job_id}", tags=["Status"])
     async def media(job_id: int):
-        job, _ = await asyncio.to_thread(_job, db, job_id, service.roots)
+        job, _ = await asyncio.to_thread(job_of, db, job_id, service.roots)
         path, kind = await asyncio.to_thread(servable, job.path, service.roots)
         if kind is None:
             raise RequestError(404, f"job {job_id}'s file is not media this service serves")

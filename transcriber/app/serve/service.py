@@ -41,14 +41,16 @@ from transcriber.app.serve.guard import inside_roots
 
 SAMPLE_RATE = 16000  # encode=false: the body is 16 kHz mono s16le PCM (whisper-asr-webservice's rule)
 CHUNK = 1 << 20
+NAME_SUFFIX, NAME_LIMIT = ".name", 255  # an upload's name as the client sent it, kept beside it
 
 
 class RequestError(Exception):
-    """A request the service cannot serve: its HTTP status and one line saying why."""
+    """A request the service cannot serve: its HTTP status and one line saying why (``param``:
+    the request's parameter it is about, when one is)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, param: Optional[str] = None):
         super().__init__(message)
-        self.status = status
+        self.status, self.param = status, param
 
 
 STOPPING = RequestError(503, "the service is stopping; the job resumes when it is started again")
@@ -90,11 +92,13 @@ class Spool:
         for folder in (self.media, self.out):
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
 
-    def save(self, source: BinaryIO, raw_pcm: bool, options: str = "") -> Path:
+    def save(self, source: BinaryIO, raw_pcm: bool, options: str = "", sent_as: Optional[str] = None) -> Path:
         """Copy an upload in (raw PCM wrapped as WAV) as ``<content hash>[-<options>]``;
         RequestError for an empty one, one over the limit, PCM of an odd length, or a full spool
         (507). ``options`` (a spec's fingerprint): the same audio asked with other options is
-        another file, so another job, and the first job's words stay as they are."""
+        another file, so another job, and the first job's words stay as they are. ``sent_as``: the
+        client's name of the upload, kept beside it for the status page (``name_of``), never
+        as the file's name."""
         temp = None
         try:
             fd, name = tempfile.mkstemp(dir=self.media, prefix=".upload-", suffix=".part")
@@ -118,6 +122,8 @@ class Spool:
                 temp.unlink()
             else:
                 os.replace(temp, final)
+            if sent_as:
+                self._keep_name(final, sent_as)
             return final
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -126,6 +132,36 @@ class Spool:
         finally:
             if temp is not None:
                 temp.unlink(missing_ok=True)
+
+    def name_of(self, path: str) -> Optional[str]:
+        """The name the upload at ``path`` was last sent with; None for a file that is not an
+        upload of this spool (a library's: its own name says it) or was sent without one. Only
+        the spool's own folder is read (a library's file may lie on a slow mount)."""
+        media = os.path.realpath(self.media)
+        if os.path.dirname(path) != media:
+            return None
+        try:
+            with open(path + NAME_SUFFIX, encoding="utf-8") as f:
+                return f.read(NAME_LIMIT) or None
+        except OSError:
+            return None
+
+    def _keep_name(self, final: Path, name: str) -> None:
+        """``name`` (its last part, one line, at most NAME_LIMIT characters) beside ``final``,
+        written whole; a name that cannot be kept costs the page its name, not the request."""
+        shown = "".join(c for c in Path(name.replace("\\", "/")).name if c.isprintable())[:NAME_LIMIT]
+        if not shown:
+            return
+        temp = None
+        try:
+            fd, temp = tempfile.mkstemp(dir=self.media, prefix=".name-", suffix=".part")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(shown)
+            os.replace(temp, str(final) + NAME_SUFFIX)
+        except OSError:
+            if temp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
 
     @staticmethod
     def _check(size: int, raw_pcm: bool) -> None:
@@ -148,7 +184,7 @@ class Service:
         self.spool = Spool(settings.spool, settings.max_upload_bytes)
         self.roots = (os.path.realpath(self.spool.media), *settings.libraries)  # whose jobs are the service's
         self.stop = StopFlag()
-        self._model = None  # loaded on the decode thread at its first need, then kept
+        self._models: dict[str, object] = {}  # loaded on the decode thread at their first need, then kept
         self._queue: queue.Queue = queue.Queue()
         self._waiting: set[concurrent.futures.Future] = set()  # the requests' futures not yet answered
         self._stop_asked = 0.0  # time.monotonic() of the first stop asked
@@ -157,12 +193,15 @@ class Service:
         self._thread.start()
 
     def spec(self, task: str = "transcribe", language: Optional[str] = None, initial_prompt: Optional[str] = None,
-             output: str = "srt", tag_language: bool = False) -> JobSpec:
-        """The job spec of a request: the service's model and mode, the request's options;
-        ValueError (naming the option) for one the model or mode cannot take."""
-        options = {"task": task, "language": language, "initial_prompt": initial_prompt or None}
-        return JobSpec(model=self.settings.model, mode=self.settings.mode, options=options, formats=(output,),
-                       tag_language=tag_language)
+             output: str = "srt", tag_language: bool = False, model: Optional[str] = None,
+             temperatures: Optional[tuple[float, ...]] = None) -> JobSpec:
+        """The job spec of a request: the service's mode, its model (or ``model``, another
+        installed one), the request's options; ValueError (naming the option) for one the model
+        or mode cannot take."""
+        options = {"task": task, "language": language, "initial_prompt": initial_prompt or None,
+                   "temperature": temperatures}
+        return JobSpec(model=model or self.settings.model, mode=self.settings.mode, options=options,
+                       formats=(output,), tag_language=tag_language)
 
     def accept(self, media: Path, spec: JobSpec, output_dir: Optional[Path]) -> Job:
         """Write ``media``'s job to the store (its outputs in ``output_dir``, None: beside it) and
@@ -189,10 +228,13 @@ class Service:
         """The future's result: (language code, probability) of the first 30 s of ``media``."""
         return self._call(lambda store, runner: transcriber.detect_language(media, self.model()))
 
-    def model(self):
-        if self._model is None:
-            self._model = transcriber.load_model(self.settings.model)
-        return self._model
+    def model(self, name: Optional[str] = None):
+        """The service's model, or another (a request of the OpenAI routes may name one): loaded on
+        first use, then kept."""
+        name = name or self.settings.model
+        if name not in self._models:
+            self._models[name] = transcriber.load_model(name)
+        return self._models[name]
 
     def stopping(self, signum: int = signal.SIGTERM) -> None:
         """A stop is asked: take no more work, answer every waiting request now (503; its job
@@ -226,7 +268,7 @@ class Service:
 
     def _engine(self, spec: JobSpec) -> transcriber.Engine:
         """The engines of every request share the one model."""
-        return transcriber.make_engine(spec.mode, self.model(), spec.engine_options())
+        return transcriber.make_engine(spec.mode, self.model(spec.model), spec.engine_options())
 
     def _decode_thread(self) -> None:
         try:
@@ -253,6 +295,11 @@ class Service:
         finally:
             store.close()
             self._refuse_all(STOPPING)
+
+    def pending_ids(self) -> list[int]:
+        """The ids of the service's jobs waiting or running, oldest first (``_pending``)."""
+        with connect(self.settings.db) as store:
+            return self._pending(store)
 
     def _pending(self, store: JobStore) -> list[int]:
         """The service's jobs (of its uploads and libraries) that are queued or running: a
