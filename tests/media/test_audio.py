@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -202,6 +203,18 @@ def test_bad_arguments_and_files_raise_at_the_call(media):
         iter_audio(media["noaudio.mp4"])
 
 
+def _ffmpeg_started(seconds: float = 5.0) -> bool:
+    """Whether a child of this process is ffmpeg, waiting for its exec: a child just forked still
+    shows this interpreter's command line (on a loaded machine, for a while: the full suite saw
+    it, and the stream that failed here unclosed left its ffmpeg to fail the tests after)."""
+    deadline = time.monotonic() + seconds
+    while not any(_is_ffmpeg(c) for c in _children()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def _children() -> list[str]:
     """The command lines of this process's children, zombies included (Linux /proc)."""
     out = []
@@ -223,7 +236,7 @@ def test_closing_the_generator_early_leaves_no_ffmpeg_behind():
     gen = iter_audio(audio_path("ljspeech_LJ001-0001_0032_concat.flac"), chunk_seconds=1.0)
     offset, samples = next(gen)
     assert offset == 0 and samples.size == SAMPLE_RATE
-    assert any(_is_ffmpeg(c) for c in _children())
+    assert _ffmpeg_started()
     gen.close()
     assert [c for c in _children() if _is_ffmpeg(c)] == []  # (the reads' reader child may be there: transcriber/deadline/bounded.py)
 
@@ -232,8 +245,10 @@ def test_closing_the_generator_early_leaves_no_ffmpeg_behind():
 def test_a_stream_closed_or_dropped_unread_leaves_no_ffmpeg_behind():
     # From the start, ffmpeg begins decoding while the file is probed: before any chunk is read.
     stream = iter_audio(audio_path("ljspeech_LJ001-0001_0032_concat.flac"), chunk_seconds=1.0)
-    assert any(_is_ffmpeg(c) for c in _children())
-    stream.close()
+    try:
+        assert _ffmpeg_started()
+    finally:
+        stream.close()
     assert [c for c in _children() if _is_ffmpeg(c)] == []
     stream = iter_audio(audio_path("ljspeech_LJ001-0001_0032_concat.flac"), chunk_seconds=1.0)
     del stream
