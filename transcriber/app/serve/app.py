@@ -46,12 +46,12 @@ from transcriber import FORMATS, LANGUAGES, RunFault, TranscriberError
 from transcriber.app.serve import page
 from transcriber.app.serve.guard import RequestGuard, error
 from transcriber.app.serve.hooks import hook_routes
-from transcriber.app.serve.jobs_api import accepted, jobs_routes
+from transcriber.app.serve.jobs_api import HTTP_FORMATS, accepted, jobs_routes
 from transcriber.app.serve.openai_api import openai_routes
 from transcriber.app.serve.service import RequestError, Service
 
 # whisper-asr-webservice's ``output``: the formats the registry offers over HTTP, each with its media type
-OUTPUTS = tuple(name for name, fmt in FORMATS.items() if fmt.http)
+OUTPUTS = HTTP_FORMATS
 Language = Literal[tuple(sorted(LANGUAGES))]  # the enum of the API's schema, as whisper-asr-webservice's
 Output = Literal[OUTPUTS]
 OVER_LIMIT = "transcriber.over_limit"  # the scope's mark of a body cut at the limit (SizeLimit)

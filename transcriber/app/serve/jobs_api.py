@@ -24,7 +24,7 @@ from fastapi.responses import PlainTextResponse
 from transcriber import FORMATS, OutputOptions, assemble
 
 from transcriber.app.cli.report import shown_jobs
-from transcriber.app.serve.page import job_of
+from transcriber.app.serve.page import job_of, row as page_row
 from transcriber.app.serve.service import RequestError, Service
 from transcriber.app.store.domain import DONE, FAILED, QUEUED, RUNNING, Job
 from transcriber.app.store.spec import JobSpec
@@ -68,10 +68,9 @@ def queue_position(service: Service, job_id: int) -> Optional[int]:
 def described(service: Service, job_id: int) -> dict:
     job, _ = job_of(service.settings.db, job_id, service.roots, segments=False)
     ((_, status),) = list(shown_jobs([job], time.time(), lambda line: None))
-    fraction = min(1.0, job.progress / job.duration) if job.duration else (1.0 if status == DONE else 0.0)
-    took = (job.finished_at - job.started_at) if status == DONE and job.finished_at and job.started_at else None
-    return {"job_id": job.id, "status": status, "progress": round(fraction, 3), "duration": job.duration,
-            "language": job.language, "error": job.last_error, "seconds": took,
+    row = page_row(job, status)  # progress, duration, the seconds it took: as the status page shows them
+    return {"job_id": job.id, **{key: row[key] for key in ("status", "progress", "duration", "language", "error",
+                                                          "seconds")},
             "queue_position": queue_position(service, job.id) if status in (QUEUED, RUNNING) else None,
             "links": links(job.id)}
 

@@ -92,9 +92,11 @@ def _read(form, service: Service, task: str) -> tuple[UploadFile, dict]:
     model = _one(form, "model")
     if not model:
         raise RequestError(400, f"model is needed: {SERVICE_MODEL} (the service's) or an installed model", "model")
-    if model != SERVICE_MODEL and model not in installed_models(service):
-        raise RequestError(404, f"the model {model!r} is not installed here: one of "
-                                f"{', '.join(installed_models(service))}", "model")
+    if model != SERVICE_MODEL and model != service.settings.model:
+        installed = installed_models(service)  # (the catalog looked at once, and only when another is named)
+        if model not in installed:
+            raise RequestError(404, f"the model {model!r} is not installed here: one of {', '.join(installed)}",
+                               "model")
     language = _one(form, "language") or None
     if language is not None and language not in LANGUAGES:
         raise RequestError(400, f"unknown language {language!r}: one of Whisper's codes", "language")

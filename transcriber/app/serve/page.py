@@ -35,7 +35,7 @@ from transcriber.app.serve.service import RequestError, Service
 MAX_JOBS = 500  # the newest jobs on the page
 
 
-def _row(job, status: str, name: Optional[str] = None) -> dict:
+def row(job, status: str, name: Optional[str] = None) -> dict:
     fraction = min(1.0, job.progress / job.duration) if job.duration else (1.0 if status == "done" else 0.0)
     took = job.finished_at - job.started_at if status == "done" and job.finished_at and job.started_at else None
     return {"id": job.id, "name": name or Path(job.path).name, "status": status, "progress": round(fraction, 3),
@@ -49,7 +49,7 @@ def job_rows(db: Path, roots, name_of=lambda path: None) -> list[dict]:
     ``name_of``: an upload's name as the client sent it (``Spool.name_of``)."""
     with connect(db) as store:
         jobs = sorted((j for j in store.jobs() if inside_roots(j.path, roots)), key=lambda j: j.id, reverse=True)
-        return [_row(job, status, name_of(job.path))
+        return [row(job, status, name_of(job.path))
                 for job, status in shown_jobs(jobs[:MAX_JOBS], time.time(), lambda line: None)]
 
 
