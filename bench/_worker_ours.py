@@ -4,7 +4,8 @@
 Run with the repository's .venv/bin/python; job and result as in _worker_common.py
 ("compute_type" is ignored). Optional job fields: "model" (default tiny.en), "language"
 (default "en"; null: detect), "detail" (each result is {"text", "language",
-"language_probability"} instead of the text), "words" (with "detail": each result also has
+"language_probability"} instead of the text), "vad" (decode only the speech Silero VAD finds),
+"words" (with "detail": each result also has
 "words", [start, end, text, probability] of every word, and "rereads": each stretch the guard
 read alone, with its scores, for bench/peers/reread_corner.py).
 """
@@ -14,7 +15,6 @@ import sys
 
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 import transcriber  # noqa: E402  (binds MLX to the fastest BLAS measured here)
-from transcriber.engines.engine import OnTimeline  # noqa: E402
 import mlx.core as mx  # noqa: E402
 
 from _worker_common import run  # noqa: E402
@@ -56,16 +56,17 @@ def transcribe(model, path, word_timestamps):
 def _transcribe(model, path, word_timestamps):
     language = JOB.get("language", "en")
     if JOB.get("mode") == "stream":
-        options = transcriber.StreamingOptions(chunk_seconds=JOB.get("chunk_seconds", 1.0), language=language)
+        options = transcriber.StreamingOptions(chunk_seconds=JOB.get("chunk_seconds", 1.0), language=language,
+                                               vad=JOB.get("vad", False))
         words, detected, probability = [], language, None
-        # on the media's timeline, as the CLI's (transcriber.engines.engine.OnTimeline: a late audio track)
-        for step in OnTimeline(transcriber.StreamingEngine(model, options)).steps(path):
+        # on the media's timeline, as the CLI's (make_engine: OnTimeline, a late audio track)
+        for step in transcriber.make_engine("stream", model, options).steps(path):
             words += step.words
             detected, probability = step.language, step.language_probability
         text = "".join(w.text for w in words).strip()
     else:
         t = transcriber.transcribe(path, model=model, language=language, beam_size=None,
-                                   word_timestamps=word_timestamps)
+                                   word_timestamps=word_timestamps, vad=JOB.get("vad", False))
         text, detected, probability, words = t.text.strip(), t.language, t.language_probability, t.words
     if JOB.get("detail"):
         detail = {"text": text, "language": detected, "language_probability": probability}

@@ -5,7 +5,7 @@
     card = score(podcast, words)                       # words: the system's timed words
 
 The layout names recordings of ``../shared/data`` (``manifest.jsonl``) and the pieces between
-them: ``Music(start, seconds)`` (a slice of the Brahms recording), ``Silence(seconds, level)``
+them: ``Music(start, seconds)`` (a slice of the Brahms recording, or of ``file``), ``Silence(seconds, level)``
 (digital silence, or white noise ``level`` dBFS). The builder knows where every piece lies, so
 the scorecard can say, per system:
 
@@ -47,8 +47,9 @@ _SENTENCE_END = re.compile(r"[.?!](?=[\"')\]]*(\s|$))")
 
 @dataclass(frozen=True)
 class Music:
-    start: float  # seconds into the Brahms recording
+    start: float  # seconds into the recording
     seconds: float
+    file: str = MUSIC_FILE  # a no_speech recording of the manifest (music or other sound)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,21 @@ FULL: tuple[Piece, ...] = (
     "librivox_sas01_0930.flac", "sr_one_two_three.flac", Music(5.0, 30.0), Silence(3.0),
     "ljspeech_LJ002-0020.flac", "ljspeech_LJ002-0035.flac", "osr_us_000_0034_harvard.flac",
     Silence(4.0, -55.0), "jfk.flac", Music(30.0, 15.0),
+)
+# About 21 minutes, 45% of it not speech (music of four recordings, digital silence, white noise
+# at -60/-55 dBFS, a room's noise): the voice-activity detector's file (bench/peers/podcast.py
+# --layout long). The speech: the long LJSpeech reading and three LibriSpeech test-other files of
+# two readers each (0.5 s pauses between their utterances), a LibriVox reading and jfk.flac.
+_NS = "audio/no_speech/"
+LONG: tuple[Piece, ...] = (
+    Music(0.0, 30.0), Silence(2.0), "ljspeech_LJ001-0001_0032_concat.flac", Silence(3.0),
+    Music(0.0, 60.0, _NS + "music_vibe_ace_jazz.flac"), Silence(45.0, -60.0),
+    "ls_testother_367-130732_533-1066.flac", Silence(20.0, -60.0), Music(0.0, 60.0, _NS + "music_sugar_plum_fairy_a.flac"),
+    Silence(30.0), "ls_testother_1688-142285_1998-15444.flac", Music(10.0, 35.0), Silence(5.0, -55.0),
+    Music(0.0, 45.0, _NS + "noise_readalongs_a.flac"), Silence(40.0),
+    "ls_testother_2609-156975_3005-163389.flac", Music(0.0, 59.8, _NS + "music_sugar_plum_fairy_b.flac"),
+    Silence(40.0, -60.0), "librivox_sas01_0880.flac", Silence(60.0), "jfk.flac", Music(20.0, 40.0, _NS + "music_vibe_ace_jazz.flac"),
+    Silence(10.0, -55.0),
 )
 # About 2 minutes, for the test suite: every kind of boundary once.
 SHORT: tuple[Piece, ...] = (
@@ -122,8 +138,9 @@ def build_podcast(data_dir: Path, layout: Sequence[Piece] = FULL, seed: int = 0)
             samples = load_audio(data_dir / entry["file"])
             region = ("speech", piece, entry["text"])
         elif isinstance(piece, Music):
-            samples = _faded(load_audio(data_dir / MUSIC_FILE, start=piece.start, duration=piece.seconds))
-            region = ("music", f"music {piece.start:g}+{piece.seconds:g} s", "")
+            samples = _faded(load_audio(data_dir / piece.file, start=piece.start, duration=piece.seconds))
+            label = "music" if piece.file == MUSIC_FILE else Path(piece.file).stem
+            region = ("music", f"{label} {piece.start:g}+{piece.seconds:g} s", "")
         else:
             n = round(piece.seconds * SAMPLE_RATE)
             samples = np.zeros(n, np.float32) if piece.level_db is None else \

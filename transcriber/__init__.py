@@ -90,21 +90,20 @@ def _loaded(model):
 
 
 def transcribe(path, model=DEFAULT_MODEL, *, language=None, task="transcribe", beam_size=None,
-               word_timestamps=True, initial_prompt=None, on_progress=None,
+               word_timestamps=True, initial_prompt=None, vad=False, on_progress=None,
                options: TranscribeOptions | None = None) -> Transcript:
     """Transcribe one media file in one-shot mode. ``model`` is a name, a folder or a loaded
-    model; ``on_progress(seconds)`` is called after every 30 s window."""
+    model; ``vad``: decode only the speech Silero VAD finds; ``on_progress(seconds)`` is called
+    after every 30 s window."""
     model = _loaded(model)
-    from transcriber.engines.engine import OnTimeline
     from transcriber.transcript.transforms import assemble
-    from transcriber.engines.oneshot import OneShotEngine
 
     if options is None:
         options = TranscribeOptions(
             decoding=DecodingOptions(task=task, language=language, beam_size=beam_size),
-            word_timestamps=word_timestamps, initial_prompt=initial_prompt)
+            word_timestamps=word_timestamps, initial_prompt=initial_prompt, vad=vad)
     segments, language, probability, offset = [], None, None, 0.0
-    for step in OnTimeline(OneShotEngine(model, options)).steps(path):
+    for step in make_engine("oneshot", model, options).steps(path):
         segments += step.segments
         language, probability, offset = step.language, step.language_probability, step.offset
         if on_progress:
@@ -117,10 +116,7 @@ def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None
     """Replay one media file through the AlignAtt streaming decoder; yields each ``Word`` as it
     is committed (with ``emitted_at``). ``state``: a ``Step.state`` of ``StreamingEngine.steps``
     to resume from (the words committed before it are not yielded again)."""
-    from transcriber.engines.engine import OnTimeline
-    from transcriber.engines.streaming.engine import StreamingEngine
-
-    for step in OnTimeline(StreamingEngine(_loaded(model), options or StreamingOptions())).steps(path, state):
+    for step in make_engine("stream", _loaded(model), options or StreamingOptions()).steps(path, state):
         yield from step.words
 
 

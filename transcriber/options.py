@@ -308,6 +308,9 @@ LOGPROB_THRESHOLD = Option("logprob_threshold", "Text whose mean token log proba
 NO_SPEECH_CERTAIN = Option("no_speech_certain", "Above this no-speech probability audio is silence, however "
                                                 "likely its text.", float, low=0, high=1, example="0.9",
                            none_turns_off=True)
+VAD = Option("vad", "Decode only the speech a voice-activity detector (Silero VAD) finds: music, silence and "
+                    "noise are skipped, not decoded, and the words keep the file's times.", bool, example="true",
+             added_later=True)
 AUDIO_TRACK = Option("audio_track", "The audio track to transcribe: its number (1: the first audio track) or "
                                     "its language tag (eng, ger...: the first track with that tag). "
                                     "[default: the first]", parse=_audio_track, validate=check_audio_track, metavar="N|LANG", example="1",

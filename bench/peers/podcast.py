@@ -3,10 +3,12 @@
     bench/setup_peers.sh                                   # once: bench/.venvs/faster-whisper
     .venv/bin/python -m bench.peers podcast                # FULL layout (~6.5 min), tiny.en
     .venv/bin/python -m bench.peers podcast --layout short --systems oneshot,stream
+    .venv/bin/python -m bench.peers podcast --layout long --systems oneshot,oneshot-vad,stream,stream-vad
 
 Systems: ours one-shot, ours streaming (1 s chunks), faster-whisper (int8, the same tiny.en
 weights: bench/peers/compare_faster_whisper.py's peer) without and with its Silero VAD
-(``vad_filter``). Each runs in its own fresh interpreter (bench/_worker_*.py), word timestamps on.
+(``vad_filter``); ours with ``--vad`` (Silero VAD: only speech decoded). ``--layout long`` is the
+20-minute file, half not speech, that the VAD is measured on. Each runs in its own fresh interpreter (bench/_worker_*.py), word timestamps on.
 The recordings: --data, else $TRANSCRIBER_TEST_DATA, else ../shared/data. Prints a markdown table;
 columns are explained in evalkit/podcast.py.
 """
@@ -26,10 +28,14 @@ from evalkit import podcast  # noqa: E402
 from transcriber.transcript.types import Word  # noqa: E402
 
 OURS_PY = ROOT / ".venv" / "bin" / "python"
+LAYOUTS = {"full": podcast.FULL, "short": podcast.SHORT, "long": podcast.LONG}
 # name -> (interpreter, worker, job fields)
 SYSTEMS = {
     "oneshot": ("ours one-shot", OURS_PY, "_worker_ours.py", {"mode": "oneshot"}),
     "stream": ("ours streaming (1 s chunks)", OURS_PY, "_worker_ours.py", {"mode": "stream", "chunk_seconds": 1.0}),
+    "oneshot-vad": ("ours one-shot --vad", OURS_PY, "_worker_ours.py", {"mode": "oneshot", "vad": True}),
+    "stream-vad": ("ours streaming --vad", OURS_PY, "_worker_ours.py",
+                   {"mode": "stream", "chunk_seconds": 1.0, "vad": True}),
     "fw": ("faster-whisper int8", PEER_PY, "_worker_peer.py", {"compute_type": "int8"}),
     "fw-vad": ("faster-whisper int8 + vad_filter", PEER_PY, "_worker_peer.py",
                {"compute_type": "int8", "vad_filter": True}),
@@ -54,7 +60,7 @@ def table(rows, duration: float) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--layout", choices=("full", "short"), default="full")
+    ap.add_argument("--layout", choices=sorted(LAYOUTS), default="full")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, of {', '.join(SYSTEMS)}")
     ap.add_argument("--model", default="tiny.en", help="our model (the peer uses its tiny.en folder)")
     ap.add_argument("--threads", type=int, default=2)
@@ -64,7 +70,7 @@ def main():
     ap.add_argument("--show", action="store_true", help="print the words each system put in music or silence")
     args = ap.parse_args()
 
-    layout = podcast.FULL if args.layout == "full" else podcast.SHORT
+    layout = LAYOUTS[args.layout]
     cast = podcast.build_podcast(args.data, layout)
     rows, raw = [], {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -121,7 +121,8 @@ def systems(args, model: str, folder: Path, ffmpeg: str) -> list[tuple[str, Path
     ours_py, ours_worker = OURS_PY, "_worker_ours.py"
     if args.ours:
         ours_py, ours_worker = args.ours / ".venv" / "bin" / "python", str(args.ours / "bench" / "_worker_ours.py")
-    found = [(MODES[m], ours_py, ours_worker, {"mode": m}) for m in args.modes]
+    found = [(MODES[m] + (" --vad" if args.vad else ""), ours_py, ours_worker, {"mode": m, "vad": args.vad})
+             for m in args.modes]
     if not args.no_peers:
         fw = {"compute_type": "int8"}
         if model != "tiny.en":
@@ -327,6 +328,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true",
                     help="long_en files under 200 s, fewer stress recordings (QUICK)")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--vad", action="store_true", help="ours with --vad (Silero VAD: only speech decoded)")
     ap.add_argument("--ours", type=Path, help="a checkout whose .venv and bench/_worker_ours.py to measure")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=7200)

@@ -11,6 +11,7 @@ import re
 import time
 
 import pytest
+import sqlite_utils
 import srt
 
 from tests.app.test_serve import pcm16, service, words
@@ -23,9 +24,15 @@ TOKEN = "s3cret-token"
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory):
+def api_folder(tmp_path_factory):
+    """The folder of ``api``'s service: its job database (jobs.db) and spool."""
+    return tmp_path_factory.mktemp("openai")
+
+
+@pytest.fixture(scope="module")
+def api(api_folder):
     """A service with a token, and an OpenAI client of it (the token as its API key)."""
-    with service(tmp_path_factory.mktemp("openai"), "--token", TOKEN) as url:
+    with service(api_folder, "--token", TOKEN) as url:
         yield url, openai.OpenAI(api_key=TOKEN, base_url=url + "/v1", max_retries=0, timeout=600)
 
 
@@ -139,7 +146,6 @@ def asr(url: str, **params):
 
 
 @pytest.mark.parametrize("params, param", [
-    ({"vad_filter": "true"}, "vad_filter"),
     ({"diarize": "true"}, "diarize"),
     ({"min_speakers": "2"}, "min_speakers"),
     ({"max_speakers": "3"}, "max_speakers"),
@@ -160,6 +166,22 @@ def test_asr_word_timestamps_decide_whether_the_json_lists_words(api):
     assert segments and all(s["words"] for s in segments)
     assert [s["text"] for s in segments] == [s["text"] for s in json.loads(plain.text)["segments"]]
     assert asr(url, encode="false", output="srt", vad_filter="false", diarize="false").status_code == 200
+
+
+def test_asr_vad_filter_decodes_only_the_speech_at_the_files_times(api, api_folder):
+    """vad_filter=true runs the detector: the job is stored with vad (a job of its own, the option
+    in its fingerprint), and jfk.flac after 8 s of silence keeps its words 8 s in."""
+    url, _ = api
+    upload = bytes(2 * 8 * 16000) + pcm16(JFK)
+    r = requests.post(url + "/asr", params={"token": TOKEN, "encode": "false", "output": "json", "language": "en",
+                                            "vad_filter": "true", "word_timestamps": "true"},
+                      files={"audio_file": ("late.pcm", upload)}, timeout=600)
+    assert r.status_code == 200, r.text
+    timed = [w for s in json.loads(r.text)["segments"] for w in s["words"]]
+    assert "country" in " ".join(w["word"] for w in timed).lower()
+    assert 8.0 <= timed[0]["start"] < 9.5 and timed[-1]["end"] <= 8 + 11.1
+    stored = [json.dumps(row) for row in sqlite_utils.Database(api_folder / "jobs.db")["jobs"].rows]
+    assert any('"vad"' in row and "late.pcm" in row for row in stored), stored
 
 
 def test_status_tells_the_version_without_the_token(api):

@@ -86,4 +86,9 @@ def make_engine(mode: str, model, options=None):
     engine_class = getattr(importlib.import_module(module), name)
     from transcriber.engines.engine import OnTimeline  # (its times on the media's timeline: the audio track's start)
 
-    return OnTimeline(engine_class(model, options if options is not None else options_cls()))
+    engine = engine_class(model, options if options is not None else options_cls())
+    if engine.options.vad:
+        from transcriber.engines.vad import SpeechOnly  # (only the speech spans decoded)
+
+        engine = SpeechOnly(engine)
+    return OnTimeline(engine)

@@ -44,6 +44,7 @@ Examples:
   transcribe podcasts/ --format srt,vtt,json   every media file in podcasts/, recursively
   transcribe a.mp4 b.wav -o subs/ -f vtt       outputs into subs/
   transcribe lecture.mkv --beam-size 5         beam search instead of greedy
+  transcribe podcast.mp3 --vad                 decode only the speech (music, silence skipped)
   transcribe interview.mp3 --model base        any language Whisper speaks, detected
   transcribe interview.mp3 --model base --task translate
                                                English subtitles of speech in any language
@@ -343,6 +344,8 @@ def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db
 
     if follow and (ray or spec.mode not in FOLLOW_MODES):
         raise click.UsageError(f"--follow follows files in this process with --mode {FOLLOW_MODES[0]} (not with --ray)")
+    if follow and spec.option("vad"):
+        raise click.UsageError(NO_VAD_LIVE)
     watched_folder(folder)
     store = open_store(db, db_timeout)
     reporter = Reporter(quiet=quiet)
@@ -363,6 +366,10 @@ def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db
     sys.exit(1 if failed else 0)  # as a run's: a file failed (its job says why)
 
 
+# the detector reads a file whole before its speech is decoded: a recording still being written has no end yet
+NO_VAD_LIVE = "--vad needs the whole file (its speech is found first): a followed recording is decoded as it is written"
+
+
 @main.command(help=FOLLOW_HELP, context_settings={"default_map": {"mode": FOLLOW_MODES[0]}})
 @click.argument("source")
 @spec_options
@@ -370,6 +377,8 @@ def watch(folder, spec, output_dir, stable_seconds, interval, follow, runner, db
 @db_option
 @quiet_option
 def follow(source, spec, output_dir, settings, db, db_timeout, quiet):
+    if spec.option("vad"):
+        raise click.UsageError(NO_VAD_LIVE)
     start_reader("transcriber.app.run.follow")
     from transcriber.app.run.follow import follow_command
 

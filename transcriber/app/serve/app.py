@@ -4,12 +4,13 @@ the media servers' webhooks.
 The API is the one Bazarr's "Whisper" provider speaks (ahmetoner/whisper-asr-webservice),
 parameter for parameter:
 
-- ``POST /asr?task=&language=&initial_prompt=&output=&encode=&word_timestamps=`` with a
+- ``POST /asr?task=&language=&initial_prompt=&output=&encode=&word_timestamps=&vad_filter=`` with a
   multipart ``audio_file``: the subtitles (txt, vtt, srt, tsv or json) as an attachment named
   ``<upload>.<output>``; ``encode=false``: the body is raw 16 kHz mono s16le PCM (Bazarr's own
-  ffmpeg made it); ``async=true``: a 202 with the job's id at once (jobs_api.py). Every other
-  parameter of whisper-asr-webservice (``vad_filter=true``, ``diarize``, the speaker counts) and
-  any unknown one is a 400 naming it: none is silently ignored.
+  ffmpeg made it); ``vad_filter=true``: only the speech Silero VAD finds is decoded (--vad);
+  ``async=true``: a 202 with the job's id at once (jobs_api.py). Every other parameter of
+  whisper-asr-webservice (``diarize``, the speaker counts) and any unknown one is a 400 naming
+  it: none is silently ignored.
 - ``POST /detect-language?encode=`` with ``audio_file``: ``{"detected_language": "english",
   "language_code": "en", "confidence": 0.98}``.
 - ``GET /status``: the version (Bazarr's "Test connection"), without the token.
@@ -188,13 +189,10 @@ def refuse_unknown(given, known, where: str) -> None:
         raise RequestError(400, f"{where} takes no parameter {unknown[0]!r}", unknown[0])
 
 
-def refuse_unimplemented(vad_filter: bool = False, diarize: bool = False, min_speakers: Optional[int] = None,
+def refuse_unimplemented(diarize: bool = False, min_speakers: Optional[int] = None,
                          max_speakers: Optional[int] = None) -> None:
     """RequestError (400) naming a whisper-asr-webservice parameter this service does not
     implement, asked for: a client that sets it is told, never ignored."""
-    if vad_filter:
-        raise RequestError(400, "vad_filter=true: this service has no voice-activity filter (its non-speech "
-                                "rules keep music and silence out of the text); send vad_filter=false", "vad_filter")
     for name, value in (("diarize", diarize or None), ("min_speakers", min_speakers), ("max_speakers", max_speakers)):
         if value is not None:
             raise RequestError(400, f"{name}: this service does not tell speakers apart", name)
@@ -224,8 +222,8 @@ def _asr_routes(app: FastAPI, service: Service) -> None:
                   task: Literal["transcribe", "translate"] = Query("transcribe"),
                   language: Optional[Language] = Query(None, description="None: detected"),
                   initial_prompt: Optional[str] = Query(None),
-                  vad_filter: bool = Query(False, description="true is refused: this service has no "
-                                                              "voice-activity filter"),
+                  vad_filter: bool = Query(False, description="Decode only the speech Silero VAD finds "
+                                                              "(music, silence and noise skipped)"),
                   word_timestamps: bool = Query(False, description="JSON: each segment's words with their "
                                                                    "times (words are always timed)"),
                   output: Output = Query("txt"),
@@ -235,8 +233,8 @@ def _asr_routes(app: FastAPI, service: Service) -> None:
                   run_async: bool = Query(False, alias="async", description="Answer at once (202) with the "
                                                                              "job's id and links: GET /jobs/{id}")):
         refuse_unknown(request.query_params, ASR_PARAMETERS, "/asr")
-        refuse_unimplemented(vad_filter, diarize, min_speakers, max_speakers)
-        spec = service.spec(task, language, initial_prompt, output)  # ValueError: 422, before the upload is kept
+        refuse_unimplemented(diarize, min_speakers, max_speakers)
+        spec = service.spec(task, language, initial_prompt, output, vad=vad_filter)  # ValueError: 422, before the upload is kept
         media = await _saved(service, audio_file, encode, spec.fingerprint())
         job = await asyncio.to_thread(service.accept, media, spec, service.spool.out)  # in the store before the answer
         if run_async:

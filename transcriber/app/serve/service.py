@@ -194,12 +194,12 @@ class Service:
 
     def spec(self, task: str = "transcribe", language: Optional[str] = None, initial_prompt: Optional[str] = None,
              output: str = "srt", tag_language: bool = False, model: Optional[str] = None,
-             temperatures: Optional[tuple[float, ...]] = None) -> JobSpec:
+             temperatures: Optional[tuple[float, ...]] = None, vad: bool = False) -> JobSpec:
         """The job spec of a request: the service's mode, its model (or ``model``, another
-        installed one), the request's options; ValueError (naming the option) for one the model
-        or mode cannot take."""
+        installed one), the request's options (``vad``: only the speech Silero VAD finds is
+        decoded); ValueError (naming the option) for one the model or mode cannot take."""
         options = {"task": task, "language": language, "initial_prompt": initial_prompt or None,
-                   "temperature": temperatures}
+                   "temperature": temperatures, "vad": vad or None}
         return JobSpec(model=model or self.settings.model, mode=self.settings.mode, options=options,
                        formats=(output,), tag_language=tag_language)
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Union
 
 from transcriber.options import (AUDIO_TRACK, BEAM_SIZE, INITIAL_PROMPT, LANGUAGE, LOGPROB_THRESHOLD, MAX_BEAM_SIZE,
-                                 NO_SPEECH_CERTAIN, NO_SPEECH_THRESHOLD, TASK, TASKS, Option, OptionError, check_fields)
+                                 NO_SPEECH_CERTAIN, NO_SPEECH_THRESHOLD, TASK, TASKS, VAD, Option, OptionError,
+                                 check_fields)
 
 if TYPE_CHECKING:
     from transcriber.engines.nonspeech import NoSpeechRule
@@ -102,6 +103,7 @@ class TranscribeOptions:
     word_timestamps: bool = True
     audio_track: Union[int, str, None] = AUDIO_TRACK.field(None)  # None: the first audio stream
     clip_timestamps: Optional[tuple[float, ...]] = CLIP_TIMESTAMPS.field(None)  # seconds, see clips()
+    vad: bool = VAD.field(False)  # decode only the speech spans (transcriber/engines/vad.py)
 
     def __post_init__(self):
         check_fields(self)
@@ -114,6 +116,9 @@ class TranscribeOptions:
         if any(b <= a for a, b in zip(clips, clips[1:])):
             raise OptionError("{name} must be increasing times (start,end,start,end...), not {value}",
                               {"name": CLIP_TIMESTAMPS.name}, value=",".join(f"{t:g}" for t in clips))
+        if clips and self.vad:  # clip times are the file's; the engine hears the speech spans joined
+            raise OptionError("{name} and {other} do not go together: choose the spans, or let the detector",
+                              {"name": CLIP_TIMESTAMPS.name, "other": VAD.name})
 
     def clips(self) -> list[tuple[float, Optional[float]]]:
         """The spans to transcribe, (start, end) in seconds; end None: the end of the file. The

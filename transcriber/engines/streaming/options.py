@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional, Union
 
 from transcriber.constants import CHUNK_LENGTH, TIME_PRECISION
 from transcriber.options import (AUDIO_TRACK, BEAM_SIZE, INITIAL_PROMPT, LANGUAGE, LOGPROB_THRESHOLD, NO_SPEECH_CERTAIN,
-                                 NO_SPEECH_THRESHOLD, TASK, Option, OptionError, check_fields)
+                                 NO_SPEECH_THRESHOLD, TASK, VAD, Option, OptionError, check_fields)
 
 if TYPE_CHECKING:
     from transcriber.engines.nonspeech import NoSpeechRule
@@ -84,6 +84,7 @@ class StreamingOptions:
     no_speech_certain: Optional[float] = NO_SPEECH_CERTAIN.field(0.9)
     language_detect_seconds: float = 2.0  # audio needed before detecting the language
     audio_track: Union[int, str, None] = AUDIO_TRACK.field(None)  # None: the first audio stream
+    vad: bool = VAD.field(False)  # decode only the speech spans (transcriber/engines/vad.py)
 
     def __post_init__(self):
         def check(ok: bool, message: str):

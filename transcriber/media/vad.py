@@ -1,0 +1,204 @@
+"""Speech spans: where a recording has speech (Silero VAD), and a source that hears only them.
+
+    spans, total = speech_spans(source)           # [(first sample, end sample), ...], samples read
+    speech = SpeechSource(source, spans)          # an AudioSource: the spans joined end to end
+    timeline = SpanMap(spans)
+    timeline.to_source(12.0, "start")             # a time of the joined audio -> of the source
+
+Engines decode ``SpeechSource`` as any source (they never know): one-shot's 30 s windows are
+built from speech only, streaming replays only speech chunks. ``SpanMap`` puts the times they
+give back on the source's timeline (transcriber/engines/vad.py does, step by step).
+
+How spans are made, as Silero's ``get_speech_timestamps`` with faster-whisper's defaults for
+subtitles: speech starts where a 32 ms window's probability reaches ``threshold`` and ends where
+it has stayed under ``threshold - 0.15`` for ``min_silence`` seconds (so pauses between
+sentences stay inside a span); spans shorter than ``min_speech`` are dropped; each span is
+padded by ``pad`` seconds both sides (a word's soft onset and tail) and padded spans that
+touch are merged. The measurements behind the defaults are in docs/decoding.md ("Voice
+activity detection").
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+
+from transcriber.constants import SAMPLE_RATE
+from transcriber.media.silero import WINDOW, SileroVad
+
+Span = tuple[int, int]  # samples of the source: [first, end)
+READ_SECONDS = 30.0  # what the detector and SpeechSource read of the source at a time
+
+
+@dataclass(frozen=True)
+class SpanRules:
+    threshold: float = 0.5
+    min_silence: float = 2.0  # seconds under the threshold that end a span
+    min_speech: float = 0.25  # seconds: shorter spans are dropped
+    pad: float = 0.4  # seconds added either side of a span
+
+
+def speech_spans(source, rules: SpanRules = SpanRules(), net: Optional[SileroVad] = None) -> tuple[list[Span], int]:
+    """(the speech spans of ``source``, the number of samples it has): one pass over its audio."""
+    net = net or SileroVad.installed()
+    probabilities, state, carry, total = [], None, np.zeros(0, np.float32), 0
+    audio = source.chunks(READ_SECONDS)
+    try:
+        for _, samples in audio:
+            total += len(samples)
+            carry = np.concatenate([carry, samples])
+            whole = len(carry) // WINDOW * WINDOW
+            p, state = net.probabilities(carry[:whole], state)
+            probabilities.append(p)
+            carry = carry[whole:]
+    finally:
+        audio.close()
+    p = np.concatenate(probabilities) if probabilities else np.zeros(0, np.float32)
+    return spans_of(p, total, rules), total
+
+
+def spans_of(probabilities: np.ndarray, total: int, rules: SpanRules = SpanRules()) -> list[Span]:
+    """The spans (samples) that probabilities per ``WINDOW`` samples give, by ``rules``."""
+    low = max(rules.threshold - 0.15, 0.01)
+    quiet_windows = rules.min_silence * SAMPLE_RATE / WINDOW
+    raw, start, quiet_since = [], None, None
+    for i, p in enumerate(probabilities):
+        if p >= rules.threshold:
+            quiet_since = None
+            if start is None:
+                start = i
+        elif start is not None and p < low:
+            quiet_since = i if quiet_since is None else quiet_since
+            if i - quiet_since >= quiet_windows:
+                raw.append((start * WINDOW, quiet_since * WINDOW))
+                start = quiet_since = None
+    if start is not None:
+        raw.append((start * WINDOW, total))
+    pad = round(rules.pad * SAMPLE_RATE)
+    spans: list[Span] = []
+    for first, end in raw:
+        if end - first < rules.min_speech * SAMPLE_RATE:
+            continue
+        first, end = max(0, first - pad), min(total, end + pad)
+        if spans and first <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
+        else:
+            spans.append((first, end))
+    return spans
+
+
+class SpanMap:
+    """Times of the spans joined end to end <-> times of the source (seconds)."""
+
+    def __init__(self, spans: Sequence[Span]):
+        self.spans = [tuple(s) for s in spans]
+        self.joined = np.cumsum([0] + [end - first for first, end in self.spans]).tolist()  # samples
+
+    @property
+    def length(self) -> int:
+        """Samples of the joined audio."""
+        return self.joined[-1]
+
+    def span_at(self, seconds: float, side: str = "start") -> int:
+        """The index of the span that joined time ``seconds`` lies in; at a seam, the next span's
+        for ``side="start"``, the previous one's for ``"end"``."""
+        sample = seconds * SAMPLE_RATE
+        find = bisect.bisect_right if side == "start" else bisect.bisect_left
+        return min(max(find(self.joined, sample) - 1, 0), len(self.spans) - 1)
+
+    def to_source(self, seconds: float, side: str = "start", span: Optional[int] = None) -> float:
+        """Joined time -> source time, inside span ``span`` (default: where it lies)."""
+        if not self.spans:
+            return seconds
+        k = self.span_at(seconds, side) if span is None else span
+        first, end = self.spans[k]
+        sample = first + seconds * SAMPLE_RATE - self.joined[k]
+        return min(max(sample, first), end) / SAMPLE_RATE
+
+    def to_joined(self, seconds: float) -> float:
+        """Source time -> joined time (a time between spans: the seam after it)."""
+        sample = seconds * SAMPLE_RATE
+        for k, (first, end) in enumerate(self.spans):
+            if sample < end:
+                return (self.joined[k] + max(sample - first, 0)) / SAMPLE_RATE
+        return self.length / SAMPLE_RATE
+
+
+class SpeechSource:
+    """``source`` with only its speech spans, joined end to end (an ``AudioSource``)."""
+
+    def __init__(self, source, spans: Sequence[Span]):
+        self.source, self.map = source, SpanMap(spans)
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    def start_offset(self) -> float:
+        return self.source.start_offset()
+
+    def chunks(self, chunk_seconds: float, start: float = 0.0) -> "_JoinedChunks":
+        return _JoinedChunks(self.source, self.map, round(chunk_seconds * SAMPLE_RATE), round(start * SAMPLE_RATE))
+
+    def head(self, seconds: float) -> np.ndarray:
+        chunks = self.chunks(seconds)
+        try:
+            return next(iter(chunks), (0, np.zeros(0, np.float32)))[1]
+        finally:
+            chunks.close()
+
+
+class _JoinedChunks:
+    """The joined audio from joined sample ``start``, in chunks of ``size`` samples (the last
+    shorter), read from the source in one pass from the first span needed."""
+
+    def __init__(self, source, spans: SpanMap, size: int, start: int):
+        self.source, self.map, self.size, self.start = source, spans, size, start
+        self.audio = None
+        self._chunks = self._joined()
+
+    def __iter__(self) -> "_JoinedChunks":
+        return self
+
+    def __next__(self) -> tuple[int, np.ndarray]:
+        return next(self._chunks)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.audio.warnings if self.audio is not None else ()
+
+    def _joined(self) -> Iterator[tuple[int, np.ndarray]]:
+        if self.start >= self.map.length:
+            return
+        k = self.map.span_at(self.start / SAMPLE_RATE)
+        first = self.map.spans[k][0] + self.start - self.map.joined[k]
+        self.audio = self.source.chunks(READ_SECONDS, first / SAMPLE_RATE)
+        out, offset, pending = [], self.start, 0
+        for piece in self._speech(self.audio, first):
+            out.append(piece)
+            pending += len(piece)
+            while pending >= self.size:
+                joined = np.concatenate(out)
+                yield offset, joined[:self.size]
+                offset, out, pending = offset + self.size, [joined[self.size:]], pending - self.size
+        if pending:
+            yield offset, np.concatenate(out)
+
+    def _speech(self, audio, first: int) -> Iterator[np.ndarray]:
+        """The samples of the source read from ``first`` that lie in spans, in order."""
+        for sample_offset, samples in audio:
+            lo, hi = sample_offset, sample_offset + len(samples)
+            for s_first, s_end in self.map.spans:
+                a, b = max(s_first, lo, first), min(s_end, hi)
+                if a < b:
+                    yield samples[a - lo:b - lo]
+            if hi >= self.map.spans[-1][1]:
+                return
+
+    def close(self) -> None:
+        self._chunks.close()
+        if self.audio is not None:
+            self.audio.close()
