@@ -191,9 +191,13 @@ def test_empty_transcript():
 
 
 def test_formats_registry(transcript):
-    assert set(FORMATS) == {"srt", "vtt", "json", "txt", "tsv", "ass"}
+    assert set(FORMATS) == {"srt", "vtt", "json", "txt", "tsv", "ass", "rttm"}
     for name, fmt in FORMATS.items():
         assert fmt.extension == "." + name
+        if name == "rttm":  # speaker turns: refused for a transcript without speakers (test_speaker_formats)
+            with pytest.raises(ValueError, match="--speakers"):
+                fmt.render(transcript, OutputOptions())
+            continue
         assert isinstance(fmt.render(transcript, OutputOptions()), str)
 
 
