@@ -256,8 +256,6 @@ class _CueFill:
     def __init__(self, stream: _Stream, first: int, options: CueOptions):
         self.stream, self.first, self.options = stream, first, options
         self.fill = LineFill(options.max_line_chars)
-        if stream.prefixes[first]:
-            self.fill.add(len(stream.prefixes[first]), 0)
         self.side = LineFill(options.max_line_chars - len(DASH))  # the current speaker's line
         self.changes = 0
 
@@ -269,8 +267,8 @@ class _CueFill:
             if not options.dialogue_dashes or self.changes > 1 or options.max_lines < 2 or self.side.lines > 1:
                 return False
             self.side = LineFill(options.max_line_chars - len(DASH))
-        sep = 1 if k == self.first and stream.prefixes[k] else len(stream.seps[k])
-        self.fill.add(len(stream.tokens[k]), sep)
+        named = k == self.first and stream.prefixes[k]  # the name and the first word: never apart
+        self.fill.add(len(stream.tokens[k]) + (len(stream.prefixes[k]) + 1 if named else 0), len(stream.seps[k]))
         self.side.add(len(stream.tokens[k]), len(stream.seps[k]))
         return self.side.lines <= 1 if self.changes else self.fill.lines <= options.max_lines
 
@@ -395,7 +393,7 @@ def layout_cues(words: Sequence[Word], options: CueOptions = CueOptions(), *,
 
 def _cue_lines(stream: _Stream, a: int, b: int, options: CueOptions) -> tuple[tuple[str, ...], dict]:
     """The lines of the cue of words a..b (pass 2), and its ``Cue`` speaker fields: a dialogue
-    cue a line per speaker; a cue starting a turn laid out with its name before the first line
+    cue a line per speaker; a cue starting a turn laid out with its name fused to its first word
     (then taken off: the formats write it); otherwise ``break_lines``."""
     tokens, seps, speakers = stream.tokens[a:b], stream.seps[a:b], stream.speakers[a:b]
     if not any(s is not None for s in stream.speakers):
@@ -408,9 +406,8 @@ def _cue_lines(stream: _Stream, a: int, b: int, options: CueOptions) -> tuple[tu
     if not prefix:
         lines = break_lines(tokens, options, seps)
         return lines, {"speakers": (speakers[0],) * len(lines)}
-    lines = list(break_lines([prefix, *tokens], options, ["", " ", *seps[1:]]))
+    lines = list(break_lines([f"{prefix} {tokens[0]}", *tokens[1:]], options, seps))
     lines[0] = lines[0][len(prefix) + 1:]
-    lines = [line for line in lines if line] or [""]
     return tuple(lines), {"speakers": (speakers[0],) * len(lines), "named": True}
 
 
