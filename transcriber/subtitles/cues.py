@@ -29,8 +29,9 @@ room on its first line for the name (``Speaker 1: ``) the formats that show name
 With ``dialogue_dashes`` two speakers may share a cue instead, a line each, each line keeping
 room for the ``- `` the formats write before it (the subtitling convention for a short
 exchange): at most one change in a cue, each side on one line. ``Cue.speakers`` says each
-line's speaker and ``Cue.named`` whether the cue's first line gets the name. Words without a
-speaker, or a transcript without any, lay out exactly as before.
+line's speaker and ``Cue.named`` whether the cue's first line gets the name. A transcript
+without speakers lays out exactly as before; in one with speakers, unlabelled words (None) are
+a speaker of their own, without a name.
 
 The options (``CueOptions``) are declared once each as an ``Option`` (name, type, bounds, help):
 the command line's subtitle flags are made from them.
