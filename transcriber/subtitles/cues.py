@@ -232,6 +232,7 @@ class _Stream:
                           for k, kind in enumerate(self.kinds)]
         self.gaps = [max(0.0, words[k + 1].start - words[k].end) for k in range(n - 1)]
         self.speakers = [w.speaker for w in words]
+        self.labelled = any(s is not None for s in self.speakers)
         self.kinds = [SPEAKER if self.speakers[k] != self.speakers[k + 1] else kind
                       for k, kind in enumerate(self.kinds)]
         # the name before a cue starting at each word (the first word of a speaker's turn)
@@ -268,7 +269,7 @@ class _CueFill:
             if not options.dialogue_dashes or self.changes > 1 or options.max_lines < 2 or self.side.lines > 1:
                 return False
             self.side = LineFill(options.max_line_chars - len(DASH))
-        named = k == self.first and stream.prefixes[k]  # the name and the first word: never apart
+        named = k == self.first and bool(stream.prefixes[k])  # the name and the first word: never apart
         self.fill.add(len(stream.tokens[k]) + (len(stream.prefixes[k]) + 1 if named else 0), len(stream.seps[k]))
         self.side.add(len(stream.tokens[k]), len(stream.seps[k]))
         return self.side.lines <= 1 if self.changes else self.fill.lines <= options.max_lines
@@ -397,7 +398,7 @@ def _cue_lines(stream: _Stream, a: int, b: int, options: CueOptions) -> tuple[tu
     cue a line per speaker; a cue starting a turn laid out with its name fused to its first word
     (then taken off: the formats write it); otherwise ``break_lines``."""
     tokens, seps, speakers = stream.tokens[a:b], stream.seps[a:b], stream.speakers[a:b]
-    if not any(s is not None for s in stream.speakers):
+    if not stream.labelled:
         return break_lines(tokens, options, seps), {}
     change = next((k for k in range(1, b - a) if speakers[k] != speakers[k - 1]), None)
     if change is not None:  # a dialogue cue (only _CueFill with dialogue_dashes makes one)

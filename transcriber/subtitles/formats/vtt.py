@@ -40,8 +40,8 @@ def _voiced(cue, lines: list[str]) -> list[str]:
     span runs to the cue's end, its end tag left out as the spec allows); in a dialogue cue each
     line its own ``<v Speaker 2>- ...</v>``. The name is escaped as the spec's annotation
     (``&amp;``, ``&lt;``, ``&gt;``). Unlabelled: as they are."""
-    if cue.dialogue:
-        return [f"<v {_vtt_escape(speaker or '')}>{_vtt_escape(DASH)}{line}</v>"
+    if cue.dialogue:  # (a side without a speaker: no span)
+        return [f"<v {_vtt_escape(speaker)}>{DASH}{line}</v>" if speaker is not None else DASH + line
                 for speaker, line in zip(cue.speakers, lines)]
     if cue.speaker is not None and lines:
         return [f"<v {_vtt_escape(cue.speaker)}>{lines[0]}", *lines[1:]]
