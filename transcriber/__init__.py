@@ -26,7 +26,7 @@ from transcriber.transcript.types import Segment, Transcript, Word, words_segmen
 # are imported on first use, by name -> module. Loading a model binds MLX's sgemm to the fast
 # BLAS (``blas.bind_once``), not importing any of them.
 _LAZY = {"probe": ".media.audio", "CueOptions": ".subtitles.cues", "doctor_report": ".doctor:report",
-         "Engine": ".engines.engine", "Step": ".engines.engine", "applied_offset": ".engines.engine", "assemble": ".transcript.transforms", "words_to_transcript": ".engines.engine",
+         "Engine": ".engines.engine", "Step": ".engines.engine", "applied_offset": ".engines.engine", "assemble": ".transcript.transforms", "label_speakers": ".transcript.transforms", "words_to_transcript": ".engines.engine",
          "ModelStatus": ".model.catalog", "list_models": ".model.catalog", "OneShotEngine": ".engines.oneshot",
          "StreamingEngine": ".engines.streaming", "StreamingSession": ".engines.streaming", "FORMATS": ".subtitles.formats",
          "OutputOptions": ".subtitles.formats", "output_option_table": ".subtitles.formats", "write_outputs": ".subtitles.files",
@@ -121,7 +121,7 @@ def stream(path, model=DEFAULT_MODEL, *, options: StreamingOptions | None = None
 
 
 __all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT_MODEL", "list_models", "ModelStatus", "probe",
-           "Transcript", "Segment", "Word", "words_segment", "Step", "Engine", "assemble", "applied_offset", "words_to_transcript",
+           "Transcript", "Segment", "Word", "words_segment", "Step", "Engine", "assemble", "label_speakers", "applied_offset", "words_to_transcript",
            "MODES", "DEFAULT_MODE", "engine_options", "make_engine", "option_table", "mode_default", "Option", "OptionError",
            "fingerprint_data",
            "OneShotEngine", "TranscribeOptions", "DecodingOptions",

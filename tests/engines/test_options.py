@@ -154,7 +154,7 @@ def test_output_flags_and_stored_fields_are_the_library_declarations():
 
     table, cues = output_option_table(), CueOptions()
     assert [name for name in table if hasattr(cues, name)] == ["max_line_chars", "max_lines", "max_cps",
-                                                               "min_duration", "max_duration"]
+                                                               "min_duration", "max_duration", "dialogue_dashes"]
     assert all(default == getattr(cues, name) for name, (_, _, default) in table.items() if hasattr(cues, name))
     stored = JobSpec().to_dict()
     assert all(stored[name] == default for name, (_, _, default) in table.items())

@@ -269,12 +269,14 @@ def test_a_followed_growing_mkv_is_on_its_timeline_as_its_replay(media, undelaye
 
 def test_no_format_writes_a_file_its_readers_refuse(tmp_path):
     """Every subtitle file written for speech is read by pysubs2 and ffmpeg (WebVTT by webvtt-py
-    too); for no speech only TXT, TSV and JSON are written, and each is read back."""
+    too); for no speech only TXT, TSV, JSON (and RTTM, no turn) are written, and each is read back.
+    (RTTM needs speakers: the speech is labelled by one turn.)"""
     import pysubs2
     import webvtt
 
     words = (transcriber.Word(4.0, 4.5, " And", 0.9), transcriber.Word(4.5, 5.0, " so.", 0.9))
     speech = transcriber.assemble([transcriber.words_segment(words)], "en", 16.0, "tiny.en", offset=4.0)
+    speech = transcriber.label_speakers(speech, [(4.0, 5.0, "A")])
     written = transcriber.write_outputs(speech, tmp_path / "speech", list(transcriber.FORMATS))
     assert len(written) == len(transcriber.FORMATS)
     for path in written:
@@ -285,6 +287,7 @@ def test_no_format_writes_a_file_its_readers_refuse(tmp_path):
     assert json.loads((tmp_path / "speech.json").read_text())["offset"] == 4.0
     silent = transcriber.assemble([], "en", 8.0, "tiny.en")
     written = transcriber.write_outputs(silent, tmp_path / "silent", list(transcriber.FORMATS))
-    assert sorted(p.suffix for p in written) == [".json", ".tsv", ".txt"]
+    assert sorted(p.suffix for p in written) == [".json", ".rttm", ".tsv", ".txt"]
+    assert (tmp_path / "silent.rttm").read_text() == ""
     assert json.loads((tmp_path / "silent.json").read_text())["segments"] == []
     assert "offset" not in json.loads((tmp_path / "silent.json").read_text())  # none applied: none said

@@ -191,9 +191,13 @@ def test_empty_transcript():
 
 
 def test_formats_registry(transcript):
-    assert set(FORMATS) == {"srt", "vtt", "json", "txt", "tsv", "ass"}
+    assert set(FORMATS) == {"srt", "vtt", "json", "txt", "tsv", "ass", "rttm"}
     for name, fmt in FORMATS.items():
         assert fmt.extension == "." + name
+        if name == "rttm":  # speaker turns: refused for a transcript without speakers (test_speaker_formats)
+            with pytest.raises(ValueError, match="--speakers"):
+                fmt.render(transcript, OutputOptions())
+            continue
         assert isinstance(fmt.render(transcript, OutputOptions()), str)
 
 
@@ -364,7 +368,7 @@ def test_no_space_before_punctuation_in_any_format():
     segments = grouper.add(streamed_words()) + grouper.flush()
     assert any(s.text.strip() == "." for s in segments)  # the case: a mark alone after a pause
     transcript = assemble(segments, "en", 10.0, "tiny.en")
-    for fmt, render in ((name, f.render) for name, f in FORMATS.items()):
+    for fmt, render in ((name, f.render) for name, f in FORMATS.items() if name != "rttm"):  # rttm: no text
         for options in (OutputOptions(), OutputOptions(vtt_karaoke=True, json_cues=True)):
             text = render(transcript, options)
             body = text if fmt != "json" else " ".join(

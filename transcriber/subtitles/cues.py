@@ -23,6 +23,16 @@ Times are seconds of the source file. Word text keeps Whisper's leading space; i
 (and inner whitespace collapsed) for layout. What ends a sentence or a clause is
 ``transcriber.transcript.text``'s rule.
 
+Speakers: when words carry a ``speaker`` (``transcript.transforms.label_speakers``), a speaker
+change is a split point that a cue never spans, and a cue that starts a speaker's turn keeps
+room on its first line for the name (``Speaker 1: ``) the formats that show names write there.
+With ``dialogue_dashes`` two speakers may share a cue instead, a line each, each line keeping
+room for the ``- `` the formats write before it (the subtitling convention for a short
+exchange): at most one change in a cue, each side on one line. ``Cue.speakers`` says each
+line's speaker and ``Cue.named`` whether the cue's first line gets the name. A transcript
+without speakers lays out exactly as before; in one with speakers, unlabelled words (None) are
+a speaker of their own, without a name.
+
 The options (``CueOptions``) are declared once each as an ``Option`` (name, type, bounds, help):
 the command line's subtitle flags are made from them.
 
@@ -40,7 +50,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from transcriber.subtitles.lines import LineFill, break_lines, separators
+from transcriber.subtitles.lines import LineFill, break_lines, join_line, separators
 from transcriber.options import Option, OptionError, check_fields
 from transcriber.transcript.text import NO_SPACE_LANGUAGES, ends_clause, is_function_word, is_sentence_end, layout_token
 from transcriber.transcript.types import Segment, Transcript, Word
@@ -95,6 +105,9 @@ LINGER = Option("linger", "Seconds a cue stays up after its last word ends.",
                 float, low=0, one_bound_messages=True, library_only=True)
 PAUSE_SPLIT = Option("pause_split", "Silence between words of at least this many seconds is a split point.",
                      float, low=0, low_open=True, one_bound_messages=True, library_only=True)
+DIALOGUE_DASHES = Option("dialogue_dashes", "Subtitles with speaker labels: two speakers may share a cue, a line "
+                                            "each starting with '- ', instead of a cue per speaker with its "
+                                            "name where the speaker changes.", bool)
 MAX_DELAY = Option("max_delay", "Seconds a cue may start after its first word, for reading time.",
                    float, low=0, one_bound_messages=True, library_only=True)
 
@@ -115,6 +128,8 @@ class CueOptions:
     linger: float = LINGER.field(0.5)  # a cue stays this long after its last word ends
     pause_split: float = PAUSE_SPLIT.field(1.0)  # silence of at least this long between words is a split point
     max_delay: float = MAX_DELAY.field(2.0)  # a cue may start this much after its first word, for reading time
+    # speakers (words labelled): two may share a cue, a line each with "- ", instead of names
+    dialogue_dashes: bool = DIALOGUE_DASHES.field(False)
 
     def __post_init__(self) -> None:
         check_fields(self, qualified=True)
@@ -142,10 +157,24 @@ class Cue:
     end: float
     lines: tuple[str, ...]
     words: tuple[Word, ...]
+    # each line's speaker; () when no word has one. Two different ones: a dialogue cue
+    # (``dialogue_dashes``), its lines written with "- " before them
+    speakers: tuple[Optional[str], ...] = ()
+    named: bool = False  # the cue starts a speaker's turn: its name goes before its first line
 
     @property
     def text(self) -> str:
         return "\n".join(self.lines)
+
+    @property
+    def speaker(self) -> Optional[str]:
+        """The cue's speaker (its first line's, in a dialogue cue); None when not labelled."""
+        return self.speakers[0] if self.speakers else None
+
+    @property
+    def dialogue(self) -> bool:
+        """Two speakers share the cue, a line each (``CueOptions.dialogue_dashes``)."""
+        return len(set(self.speakers)) > 1
 
     def to_dict(self) -> dict:
         return {"start": round(self.start, 3), "end": round(self.end, 3), "text": self.text,
@@ -154,7 +183,13 @@ class Cue:
 
 # --- split points -------------------------------------------------------------------------
 
-SENTENCE, CLAUSE, PAUSE, PLAIN = range(4)
+SENTENCE, CLAUSE, PAUSE, PLAIN, SPEAKER = range(5)
+DASH = "- "  # before each line of a dialogue cue (the formats write it; the layout keeps its room)
+
+
+def name_prefix(speaker: str) -> str:
+    """What goes before a cue's first line when it starts ``speaker``'s turn ("Speaker 1: ")."""
+    return f"{speaker}: "
 
 
 def _boundary_kind(word: Word, token: str, next_word: Word, pause_split: float) -> int:
@@ -174,10 +209,10 @@ def _boundary_kind(word: Word, token: str, next_word: Word, pause_split: float) 
 # sentence end (or a long pause) inside a cue costs JOIN_*; a cue that gets less time than it
 # needs (min_duration, reading speed) before the next cue's first word costs up to SHORT.
 PER_CUE = 2.0
-BREAK_COST = {SENTENCE: 0.0, CLAUSE: 1.0, PAUSE: 1.0, PLAIN: 6.0}
+BREAK_COST = {SENTENCE: 0.0, CLAUSE: 1.0, PAUSE: 1.0, PLAIN: 6.0, SPEAKER: 0.0}
 PLAIN_GAP_BONUS = 3.0      # a plain split at a longer silence is better, up to this much
 DANGLING_COST = 4.0        # splitting right after "the", "of", "and", ...
-JOIN_COST = {SENTENCE: 10.0, PAUSE: 6.0}
+JOIN_COST = {SENTENCE: 10.0, PAUSE: 6.0, SPEAKER: 10.0}  # SPEAKER: a dialogue cue
 SHORT = 30.0               # so a cue left less than ~2/3 of the time it needs is joined
 FILL = 2.0                 # times (chars / capacity)^2: of equal splits, the balanced one
 
@@ -196,6 +231,13 @@ class _Stream:
             self.kinds = [CLAUSE if kind == PLAIN and self.seps[k + 1] else kind
                           for k, kind in enumerate(self.kinds)]
         self.gaps = [max(0.0, words[k + 1].start - words[k].end) for k in range(n - 1)]
+        self.speakers = [w.speaker for w in words]
+        self.labelled = any(s is not None for s in self.speakers)
+        self.kinds = [SPEAKER if self.speakers[k] != self.speakers[k + 1] else kind
+                      for k, kind in enumerate(self.kinds)]
+        # the name before a cue starting at each word (the first word of a speaker's turn)
+        self.prefixes = ["" if options.dialogue_dashes or s is None or (k and self.speakers[k - 1] == s)
+                         else name_prefix(s).rstrip() for k, s in enumerate(self.speakers)]
 
     def break_cost(self, k: int, options: CueOptions) -> float:
         """Cost of ending a cue after word ``k`` (another cue follows)."""
@@ -206,6 +248,31 @@ class _Stream:
             if is_function_word(self.tokens[k]):
                 cost += DANGLING_COST
         return cost
+
+
+class _CueFill:
+    """A cue from word ``first`` on, extended a word at a time: its line fill (the name before
+    it counted), and the speakers' rules: no change of speaker, or with ``dialogue_dashes`` one,
+    each side on one line with room for ``DASH``."""
+
+    def __init__(self, stream: _Stream, first: int, options: CueOptions):
+        self.stream, self.first, self.options = stream, first, options
+        self.fill = LineFill(options.max_line_chars)
+        self.side = LineFill(options.max_line_chars - len(DASH))  # the current speaker's line
+        self.changes = 0
+
+    def add(self, k: int) -> bool:
+        """Add word ``k`` (the next one); False when the cue can no longer hold it."""
+        stream, options = self.stream, self.options
+        if k > self.first and stream.kinds[k - 1] == SPEAKER:
+            self.changes += 1
+            if not options.dialogue_dashes or self.changes > 1 or options.max_lines < 2 or self.side.lines > 1:
+                return False
+            self.side = LineFill(options.max_line_chars - len(DASH))
+        named = k == self.first and bool(stream.prefixes[k])  # the name and the first word: never apart
+        self.fill.add(len(stream.tokens[k]) + (len(stream.prefixes[k]) + 1 if named else 0), len(stream.seps[k]))
+        self.side.add(len(stream.tokens[k]), len(stream.seps[k]))
+        return self.side.lines <= 1 if self.changes else self.fill.lines <= options.max_lines
 
 
 def _short_cost(chars: int, available: float, options: CueOptions) -> float:
@@ -227,16 +294,16 @@ def _group(stream: _Stream, options: CueOptions) -> list[tuple[int, int]]:
     back = [0] * (n + 1)
     capacity = options.max_lines * options.max_line_chars
     for i in range(n):
-        fill = LineFill(options.max_line_chars)
+        cue = _CueFill(stream, i, options)
+        fill = cue.fill
         span_end = -math.inf
         joins = 0.0
         for j in range(i + 1, n + 1):
-            fill.add(len(stream.tokens[j - 1]), len(stream.seps[j - 1]))
+            fits = cue.add(j - 1)
             span_end = max(span_end, words[j - 1].end)
             if j > i + 1:
                 joins += JOIN_COST.get(stream.kinds[j - 2], 0.0)
-                if fill.lines > options.max_lines \
-                        or span_end - words[i].start > options.max_duration:
+                if not fits or span_end - words[i].start > options.max_duration:
                     break
             if j < n:
                 available = words[j].start - options.min_gap - words[i].start
@@ -263,9 +330,9 @@ def _group(stream: _Stream, options: CueOptions) -> list[tuple[int, int]]:
 TIME_RESOLUTION = 0.001
 
 
-def _time_cues(groups: list[tuple[tuple[Word, ...], tuple[str, ...], list[Word]]],
+def _time_cues(groups: list[tuple[tuple[Word, ...], tuple[str, ...], list[Word], dict]],
                options: CueOptions, end_time: Optional[float]) -> list[Cue]:
-    """Cue times for groups of (all words, lines, the words with text).
+    """Cue times for groups of (all words, lines, the words with text, the cue's speaker fields).
 
     One pass, in order. A cue ends ``linger`` after its last word, but never later than the
     next cue's first word (less ``min_gap``) for that alone; it stays longer where reading
@@ -275,7 +342,7 @@ def _time_cues(groups: list[tuple[tuple[Word, ...], tuple[str, ...], list[Word]]
     """
     cues: list[Cue] = []
     prev_end = -math.inf
-    for index, (words, lines, spoken) in enumerate(groups):
+    for index, (words, lines, spoken, marks) in enumerate(groups):
         first = spoken[0].start
         last = max(first, max(w.end for w in spoken))
         start = max(first, prev_end + options.min_gap)
@@ -294,7 +361,7 @@ def _time_cues(groups: list[tuple[tuple[Word, ...], tuple[str, ...], list[Word]]
             if end_time is not None:
                 limit = min(limit, max(end_time, last))
         end = max(min(end, limit), start + options.min_visible)
-        cues.append(Cue(start=start, end=end, lines=lines, words=words))
+        cues.append(Cue(start=start, end=end, lines=lines, words=words, **marks))
         prev_end = end
     return cues
 
@@ -321,9 +388,29 @@ def layout_cues(words: Sequence[Word], options: CueOptions = CueOptions(), *,
     for a, b in _group(stream, options):
         first = spoken_at[a] if a > 0 else 0
         end = spoken_at[b] if b < len(spoken_at) else len(words)
-        groups.append((tuple(words[first:end]), break_lines(stream.tokens[a:b], options, stream.seps[a:b]),
-                       spoken[a:b]))
+        lines, marks = _cue_lines(stream, a, b, options)
+        groups.append((tuple(words[first:end]), lines, spoken[a:b], marks))
     return _time_cues(groups, options, end_time)
+
+
+def _cue_lines(stream: _Stream, a: int, b: int, options: CueOptions) -> tuple[tuple[str, ...], dict]:
+    """The lines of the cue of words a..b (pass 2), and its ``Cue`` speaker fields: a dialogue
+    cue a line per speaker; a cue starting a turn laid out with its name fused to its first word
+    (then taken off: the formats write it); otherwise ``break_lines``."""
+    tokens, seps, speakers = stream.tokens[a:b], stream.seps[a:b], stream.speakers[a:b]
+    if not stream.labelled:
+        return break_lines(tokens, options, seps), {}
+    change = next((k for k in range(1, b - a) if speakers[k] != speakers[k - 1]), None)
+    if change is not None:  # a dialogue cue (only _CueFill with dialogue_dashes makes one)
+        lines = (join_line(tokens[:change], seps[:change]), join_line(tokens[change:], seps[change:]))
+        return lines, {"speakers": (speakers[0], speakers[change])}
+    prefix = stream.prefixes[a]
+    if not prefix:
+        lines = break_lines(tokens, options, seps)
+        return lines, {"speakers": (speakers[0],) * len(lines)}
+    lines = list(break_lines([f"{prefix} {tokens[0]}", *tokens[1:]], options, seps))
+    lines[0] = lines[0][len(prefix) + 1:]
+    return tuple(lines), {"speakers": (speakers[0],) * len(lines), "named": True}
 
 
 # --- word timelines -----------------------------------------------------------------------

@@ -129,7 +129,9 @@ def render_outputs(transcript: Transcript, stem_path: Path, formats: Sequence[st
             continue
         path = output_path(stem_path, fmt)
         try:
-            rendered.append((path, FORMATS[fmt].render(transcript, options)))
+            entry = FORMATS[fmt]
+            text = entry.render(transcript, options, stem_path.name) if entry.named else entry.render(transcript, options)
+            rendered.append((path, text))
         except Exception as e:
             raise OutputError(f"cannot render {path}: {_one_line(e)}") from e
     return rendered

@@ -2,6 +2,10 @@
 
 Times are seconds of the source file (float) everywhere. Word text keeps Whisper's leading
 space (" hello"), so joining the words of a segment gives its text exactly.
+
+``speaker`` (on words and segments): who said it, "Speaker 1", "Speaker 2"... as
+``transforms.label_speakers`` names them; None when the transcript is not labelled. The JSON
+says it only when it is set, so an unlabelled transcript's JSON is as it was.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ class Word:
     tokens: tuple[int, ...] = field(default=(), compare=False)
     logprob: Optional[float] = field(default=None, compare=False)
     no_speech_prob: Optional[float] = field(default=None, compare=False)
+    speaker: Optional[str] = None  # who said it (transforms.label_speakers); None: not labelled
 
     def __post_init__(self):
         if not isinstance(self.tokens, tuple):  # a checkpoint's JSON list
@@ -35,13 +40,15 @@ class Word:
              "probability": round(self.probability, 4)}
         if self.emitted_at is not None:
             d["emitted_at"] = round(self.emitted_at, 3)
+        if self.speaker is not None:
+            d["speaker"] = self.speaker
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Word":
         return cls(start=float(d["start"]), end=float(d["end"]), text=d["word"],
                    probability=float(d.get("probability", 1.0)),
-                   emitted_at=d.get("emitted_at"))
+                   emitted_at=d.get("emitted_at"), speaker=d.get("speaker"))
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,7 @@ class Segment:
     temperature: float = 0.0
     tokens: tuple[int, ...] = ()  # one-shot: the window's tokens of this segment, timestamps included
     seek: int = 0  # mel frames (10 ms): where the window decoded started
+    speaker: Optional[str] = None  # the speaker of its words (transforms.label_speakers); None: not labelled
 
     def __post_init__(self):
         if not isinstance(self.tokens, tuple):  # a checkpoint's JSON list
@@ -65,13 +73,17 @@ class Segment:
 
     def to_dict(self, id: int = 0) -> dict:
         """openai-whisper's segment (``id`` its index in the transcript), keys and types as its
-        ``transcribe`` gives them with ``word_timestamps=True``."""
-        return {"id": int(id), "seek": int(self.seek), "start": round(self.start, 3), "end": round(self.end, 3),
+        ``transcribe`` gives them with ``word_timestamps=True``; ``speaker`` before the words
+        when it is set."""
+        d = {"id": int(id), "seek": int(self.seek), "start": round(self.start, 3), "end": round(self.end, 3),
                 "text": self.text, "tokens": [int(t) for t in self.tokens],
                 "temperature": round(float(self.temperature), 2), "avg_logprob": round(float(self.avg_logprob), 4),
                 "compression_ratio": round(float(self.compression_ratio), 4),
-                "no_speech_prob": round(float(self.no_speech_prob), 4),
-                "words": [w.to_dict() for w in self.words]}
+                "no_speech_prob": round(float(self.no_speech_prob), 4)}
+        if self.speaker is not None:
+            d["speaker"] = self.speaker
+        d["words"] = [w.to_dict() for w in self.words]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Segment":
@@ -81,7 +93,7 @@ class Segment:
                    avg_logprob=float(d.get("avg_logprob", 0.0)), no_speech_prob=float(d.get("no_speech_prob", 0.0)),
                    compression_ratio=float(d.get("compression_ratio", 0.0)),
                    temperature=float(d.get("temperature", 0.0)), tokens=tuple(d.get("tokens", ())),
-                   seek=int(d.get("seek", 0)))
+                   seek=int(d.get("seek", 0)), speaker=d.get("speaker"))
 
 
 @dataclass(frozen=True)

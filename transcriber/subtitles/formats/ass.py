@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from transcriber.subtitles.cues import CueOptions, transcript_cues
+from transcriber.subtitles.cues import DASH, CueOptions, transcript_cues
 from transcriber.subtitles.formats.base import HIGHLIGHT_WORDS, Format, word_lines
 from transcriber.transcript.types import Transcript
 
@@ -50,15 +50,25 @@ def _ass_karaoke(cue) -> list[str]:
     return word_lines(cue, lambda n, token, _: f"{{\\k{lengths[n]}}}{_ass_escape(token)}")
 
 
+def _ass_name(cue) -> str:
+    """The Dialogue event's Name field: the cue's speaker (both, joined by " & ", in a dialogue
+    cue), "" when not labelled. A comma would end the field: none is kept."""
+    names = dict.fromkeys(s for s in cue.speakers if s is not None)
+    return " & ".join(names).replace(",", " ")
+
+
 def write_ass(transcript: Transcript, cue_options: CueOptions = CueOptions(), karaoke: bool = False) -> str:
     """ASS text: the header and style, then a Dialogue event per cue (lines joined by ``\\N``);
-    with ``karaoke``, a ``{\\k}`` tag before every word. Just the header for no speech."""
+    with ``karaoke``, a ``{\\k}`` tag before every word; the speaker in the Name field (and
+    dialogue dashes in a dialogue cue). Just the header for no speech."""
     events = []
     for cue in transcript_cues(transcript, cue_options):
         if not cue.text:
             continue
         lines = _ass_karaoke(cue) if karaoke else [_ass_escape(line) for line in cue.lines]
-        events.append(f"Dialogue: 0,{ass_timestamp(cue.start)},{ass_timestamp(cue.end)},Default,,0,0,0,,"
+        if cue.dialogue:
+            lines = [DASH + line for line in lines]
+        events.append(f"Dialogue: 0,{ass_timestamp(cue.start)},{ass_timestamp(cue.end)},Default,{_ass_name(cue)},0,0,0,,"
                       + "\\N".join(lines))
     return ASS_HEADER + "".join(event + "\n" for event in events)
 

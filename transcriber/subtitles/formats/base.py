@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 
 from transcriber.options import Option, build, check_fields
-from transcriber.subtitles.cues import CueOptions
+from transcriber.subtitles.cues import DASH, CueOptions, name_prefix
 from transcriber.subtitles.lines import line_layout
 from transcriber.transcript.text import layout_token
 from transcriber.transcript.types import Transcript, Word
@@ -61,7 +61,8 @@ class Format(NamedTuple):
     the file's text), the options only it reads (``OutputOptions`` fields; the cue layout is
     every subtitle format's), the media type HTTP serves it as, whether ``transcribe serve``
     offers it (whisper-asr-webservice's ``output``), and whether it is a subtitle format (no
-    file of it for a transcript without speech: ``files.render_outputs``)."""
+    file of it for a transcript without speech: ``files.render_outputs``), and whether its
+    renderer takes the file's name too, as a third argument (RTTM's file id: ``named``)."""
 
     extension: str
     render: Render
@@ -69,11 +70,23 @@ class Format(NamedTuple):
     media_type: str = "text/plain"
     http: bool = False
     subtitle: bool = False
+    named: bool = False
 
 
 def milliseconds(seconds: float) -> int:
     """Seconds as whole milliseconds, never negative (subtitle formats have no sign)."""
     return max(0, round(seconds * 1000))
+
+
+def speaker_lines(cue, lines: list[str]) -> list[str]:
+    """A cue's lines as the formats that show speakers in the text write them (SRT; WebVTT and
+    ASS in a dialogue cue): each line of a dialogue cue after ``- ``, else the speaker's name
+    before the first line of a cue that starts a turn (``Speaker 1: ``). Unlabelled: as they are."""
+    if cue.dialogue:
+        return [DASH + line for line in lines]
+    if cue.named and lines:
+        return [name_prefix(cue.speaker) + lines[0], *lines[1:]]
+    return list(lines)
 
 
 def word_lines(cue, render: Callable[[int, str, Word], str]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from transcriber.subtitles.cues import CueOptions, transcript_cues
+from transcriber.subtitles.cues import DASH, CueOptions, transcript_cues
 from transcriber.subtitles.formats.base import VTT_KARAOKE, Format, milliseconds, word_lines
 from transcriber.transcript.types import Transcript, Word
 
@@ -35,14 +35,28 @@ def _karaoke_lines(cue) -> list[str]:
     return word_lines(cue, render)
 
 
+def _voiced(cue, lines: list[str]) -> list[str]:
+    """Cue lines (escaped) in WebVTT voice spans: ``<v Speaker 1>`` before the first line (the
+    span runs to the cue's end, its end tag left out as the spec allows); in a dialogue cue each
+    line its own ``<v Speaker 2>- ...</v>``. The name is escaped as the spec's annotation
+    (``&amp;``, ``&lt;``, ``&gt;``). Unlabelled: as they are."""
+    if cue.dialogue:  # (a side without a speaker: no span)
+        return [f"<v {_vtt_escape(speaker)}>{DASH}{line}</v>" if speaker is not None else DASH + line
+                for speaker, line in zip(cue.speakers, lines)]
+    if cue.speaker is not None and lines:
+        return [f"<v {_vtt_escape(cue.speaker)}>{lines[0]}", *lines[1:]]
+    return lines
+
+
 def write_vtt(transcript: Transcript, cue_options: CueOptions = CueOptions(),
               karaoke: bool = False) -> str:
-    """WebVTT text; with ``karaoke``, inline word timestamps. Just the header for no speech."""
+    """WebVTT text; with ``karaoke``, inline word timestamps; speakers as voice spans
+    (``<v Speaker 1>``). Just the header for no speech."""
     blocks = ["WEBVTT\n"]
     for cue in transcript_cues(transcript, cue_options):
         if not cue.text:
             continue
-        lines = _karaoke_lines(cue) if karaoke else [_vtt_escape(line) for line in cue.lines]
+        lines = _voiced(cue, _karaoke_lines(cue) if karaoke else [_vtt_escape(line) for line in cue.lines])
         timing = f"{vtt_timestamp(cue.start)} --> {vtt_timestamp(cue.end)}"
         blocks.append("\n".join([timing, *lines]) + "\n")
     return "\n".join(blocks)
