@@ -94,12 +94,8 @@ class Engine(Protocol):
 _OFFSET_KEY = "timeline_offset"
 
 
-class OnTimeline:
-    """``engine`` with its steps on the media's timeline (``Step.offset`` added to every time).
-
-    The offset is the audio track's start (``transcriber.media.audio.start_offset``, or the source's
-    own ``start_offset()``, a ``LiveSource``), asked once the first step is there (a followed
-    file holds its first audio by then). Anything else is the engine's."""
+class Wrapped:
+    """An engine around ``engine``: what it does not define is the inner engine's."""
 
     def __init__(self, engine):
         self.engine = engine
@@ -108,6 +104,14 @@ class OnTimeline:
         if name == "engine":  # (not set yet: an instance being unpickled)
             raise AttributeError(name)
         return getattr(self.engine, name)
+
+
+class OnTimeline(Wrapped):
+    """``engine`` with its steps on the media's timeline (``Step.offset`` added to every time).
+
+    The offset is the audio track's start (``transcriber.media.audio.start_offset``, or the source's
+    own ``start_offset()``, a ``LiveSource``), asked once the first step is there (a followed
+    file holds its first audio by then). Anything else is the engine's."""
 
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
         offset, state = _unwrap(state)

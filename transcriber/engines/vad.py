@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Iterator, Optional
 
 from transcriber.constants import SAMPLE_RATE
-from transcriber.engines.engine import Step
+from transcriber.engines.engine import Step, Wrapped
 from transcriber.media.source import as_source
 from transcriber.media.vad import SpanMap, SpeechSource, speech_spans
 from transcriber.transcript.types import Segment, Word
@@ -28,16 +28,8 @@ _KEY = "speech_spans"
 _FRAME = 0.01
 
 
-class SpeechOnly:
+class SpeechOnly(Wrapped):
     """``engine`` run on the speech spans of each file it is handed."""
-
-    def __init__(self, engine):
-        self.engine = engine
-
-    def __getattr__(self, name):
-        if name == "engine":  # (not set yet: an instance being unpickled)
-            raise AttributeError(name)
-        return getattr(self.engine, name)
 
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
         source = as_source(source, getattr(self.engine.options, "audio_track", None))
