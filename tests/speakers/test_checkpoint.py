@@ -38,6 +38,24 @@ def test_a_transposed_tensor_keeps_its_strides(tmp_path):
     np.testing.assert_array_equal(load_checkpoint(path)["w"], array.T)
 
 
+@pytest.mark.parametrize("shape, stride", [((4,), (1,)), ((2, 2), (0, 1)), ((3,), (-1,))])
+def test_a_tensor_outside_its_storage_is_refused(tmp_path, shape, stride):
+    """A shape or strides reaching past the 3 stored floats (or repeating them: a memory bomb)."""
+    from tests.speakers import torchzip
+
+    args = (torchzip.MARK + torchzip.MARK + torchzip.value("storage") + torchzip.global_("torch", "FloatStorage")
+            + torchzip.value("0") + torchzip.value("cpu") + torchzip.value(3) + torchzip.TUPLE + torchzip.BINPERSID
+            + torchzip.value(0) + torchzip.value(shape) + torchzip.value(stride) + torchzip.NEWFALSE
+            + torchzip.ordered_dict() + torchzip.TUPLE)
+    pickled = b"\x80\x02" + torchzip.global_("torch._utils", "_rebuild_tensor_v2") + args + torchzip.REDUCE + torchzip.STOP
+    path = tmp_path / "bad.pt"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", pickled)
+        archive.writestr("archive/data/0", np.zeros(3, np.float32).tobytes())
+    with pytest.raises(UnsafeCheckpoint, match="outside its storage"):
+        read_pickle(path)
+
+
 class RunsCode:
     """What an attacker's checkpoint holds: unpickling it calls os.system."""
 

@@ -60,12 +60,15 @@ def _record_class(name: str) -> type:
 def _rebuild_tensor(storage, offset, size, stride, *_hooks_and_metadata) -> np.ndarray:
     """torch._utils._rebuild_tensor_v2: a view of ``storage`` (a 1-D array) at an element
     offset, with a shape and element strides; copied, so it owns its memory."""
+    if not (isinstance(storage, np.ndarray) and isinstance(offset, int)
+            and all(isinstance(n, int) for n in (*size, *stride)) and len(size) == len(stride)):
+        raise UnsafeCheckpoint("a tensor rebuild with arguments that are not a storage, an offset, a shape and strides")
     itemsize = storage.dtype.itemsize
     if not size:
         return storage[offset:offset + 1].reshape(()).copy()
     end = offset + 1 + sum((n - 1) * s for n, s in zip(size, stride))
-    if min(size) > 0 and (offset < 0 or end > storage.size or min(stride) < 0):
-        raise UnsafeCheckpoint("a tensor reaches outside its storage")
+    if min(size) > 0 and (offset < 0 or end > storage.size or min(stride) < 0 or np.prod(size) > storage.size):
+        raise UnsafeCheckpoint("a tensor reaches outside its storage (or repeats it)")
     view = np.lib.stride_tricks.as_strided(storage[offset:], shape=tuple(size),
                                            strides=tuple(s * itemsize for s in stride), writeable=False)
     return np.array(view)
