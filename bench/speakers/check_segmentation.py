@@ -125,6 +125,7 @@ def report(names: list[str], ours: np.ndarray, theirs: np.ndarray, seconds: floa
     print(f"torch ({info['model']}, torch {info['torch']}, {info['threads']} threads): {info['seconds']:.3f} s, "
           f"{info['seconds'] / n * 1000:.1f} ms per window")
     print(f"ours (MLX, {transcriber.blas.describe()}): {seconds:.3f} s, {seconds / n * 1000:.1f} ms per window")
+    print(f"ours / torch: {seconds / info['seconds']:.2f}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":
