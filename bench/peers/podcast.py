@@ -44,17 +44,17 @@ SYSTEMS = {
 
 def table(rows, duration: float) -> str:
     out = ["| system | WER % | worst reading WER % | words in music/silence | cues wholly in it | "
-           "worst cue intrusion s | words lost at music edges | sentence ends (ref) | past end | RTF |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, card, seconds in rows:
+           "worst cue intrusion s | words lost at music edges | sentence ends (ref) | past end | RTF | CPU s |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, card, (seconds, cpu) in rows:
         if card is None:
-            out.append(f"| {name} | failed: {seconds} |||||||||")
+            out.append(f"| {name} | failed: {seconds} ||||||||||")
             continue
         written, reference = card.sentence_ends
         out.append(f"| {name} | {100 * card.wer:.2f} | {100 * card.worst_reading_wer:.1f} | "
                    f"{len(card.words_in_nonspeech)} | {card.cues_in_nonspeech} | {card.cue_intrusion:.2f} | "
                    f"{card.lost_at_boundaries} | {written} ({reference}) | {card.past_end} | "
-                   f"{seconds / duration:.3f} |")
+                   f"{seconds / duration:.3f} | {cpu:.1f} |")
     return "\n".join(out)
 
 
@@ -85,11 +85,11 @@ def main():
             res = run_worker(python, worker, job, args.threads, timeout=3600)
             print(f"  {name}: {time.perf_counter() - t0:.1f} s wall", file=sys.stderr)
             if "error" in res:
-                rows.append((name, None, res["error"][:100]))
+                rows.append((name, None, (res["error"][:100], None)))
                 continue
             words = [Word(float(a), float(b), t, float(p)) for a, b, t, p in res["hyps"][0]["words"]]
             card = podcast.score(cast, words)
-            rows.append((name, card, res["transcribe_s"]))
+            rows.append((name, card, (res["transcribe_s"], res["cpu_s"])))  # CPU s: the process's, load or not
             raw[name] = res["hyps"][0]
             if args.show:
                 print(f"{name}: in music/silence: " + ", ".join(f"{w.text.strip()!r}@{w.start:.1f}"

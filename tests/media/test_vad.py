@@ -98,30 +98,35 @@ def test_speech_running_to_the_end_is_a_span_to_the_last_sample():
     assert spans_of(p, len(p) * WINDOW + 100)[-1][1] == len(p) * WINDOW + 100
 
 
-def test_the_map_puts_joined_times_back_on_the_source_and_seams_on_either_side():
-    timeline = SpanMap([(2 * SR, 4 * SR), (10 * SR, 13 * SR)])
-    assert timeline.length == 5 * SR
-    assert timeline.to_source(1.0) == 3.0 and timeline.to_source(3.5) == 11.5
-    assert timeline.to_source(2.0, "start") == 10.0 and timeline.to_source(2.0, "end") == 4.0
+def test_the_map_puts_joined_times_back_on_the_source_and_splits_each_gap_between_its_spans():
+    timeline = SpanMap([(2 * SR, 4 * SR), (10 * SR, 13 * SR)], gap=0.5)
+    assert timeline.length == 5.5 * SR and timeline.starts == [0, 2.5 * SR]
+    assert timeline.to_source(1.0) == 3.0 and timeline.to_source(4.0) == 11.5
+    assert timeline.span_at(2.2) == 0 and timeline.span_at(2.3) == 1  # the gap is 2.0-2.5: its halves
+    assert timeline.to_source(2.2) == 4.0 and timeline.to_source(2.3) == 10.0  # clamped into the span
     assert timeline.to_source(9.0) == 13.0  # past the end: the last span's end
-    assert timeline.to_joined(11.5) == 3.5 and timeline.to_joined(6.0) == 2.0  # between spans: the seam
+    assert timeline.to_source(1.0, span=1) == 10.0  # kept inside the span asked for
 
 
-def test_the_speech_source_joins_exactly_the_spans_in_exact_chunks(tmp_path):
+def test_the_speech_source_joins_exactly_the_spans_and_gaps_in_exact_chunks(tmp_path):
     rng = np.random.default_rng(0)
     samples = (rng.standard_normal(20 * SR) * 0.1).astype(np.float32)
     path = write_wav(tmp_path / "noise.wav", samples)
     spans = [(SR // 2, 3 * SR), (7 * SR + 5, 9 * SR), (15 * SR, 20 * SR)]
     decoded = load_audio(path)
-    joined = np.concatenate([decoded[a:b] for a, b in spans])
+    gap = np.zeros(SR // 2, np.float32)
+    joined = np.concatenate([decoded[0:0]] + [part for k, (a, b) in enumerate(spans)
+                                              for part in ([gap] if k else []) + [decoded[a:b]]])
     source = SpeechSource(as_source(path), spans)
+    assert source.map.length == len(joined)
     chunks = list(source.chunks(1.5))
     assert [offset for offset, _ in chunks] == list(range(0, len(joined), round(1.5 * SR)))
     assert all(len(c) == round(1.5 * SR) for _, c in chunks[:-1])
     np.testing.assert_array_equal(np.concatenate([c for _, c in chunks]), joined)
-    late = list(source.chunks(2.0, start=3.0))  # from the middle of the second span
-    assert late[0][0] == 3 * SR
-    np.testing.assert_array_equal(np.concatenate([c for _, c in late]), joined[3 * SR:])
+    for start in (2.7, 3.0, 3.2, 8.0):  # in a gap, at a span's start, inside spans
+        late = list(source.chunks(2.0, start=start))
+        assert late[0][0] == round(start * SR)
+        np.testing.assert_array_equal(np.concatenate([c for _, c in late]), joined[round(start * SR):])
     np.testing.assert_array_equal(source.head(1.0), joined[:SR])
     assert list(SpeechSource(as_source(path), spans).chunks(1.0, start=100.0)) == []
 

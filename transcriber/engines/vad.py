@@ -5,10 +5,10 @@
 
 The detector (transcriber/media/vad.py, Silero VAD) reads the file once; the engine then decodes
 a ``SpeechSource`` (the speech spans joined end to end), and every time of its steps is put back
-on the file's timeline through the spans: a word by the span it starts in (a word the engine
-heard running on across a seam, as Whisper's timing of a last word often does, is kept inside
-that span: each span begins with 0.4 s of padding, so the next span's first word starts after
-the seam), the position past the last span is the file's end. The spans travel in the step's state, so a resumed job decodes the same audio and
+on the file's timeline through the spans: a word by the span its middle belongs to, kept inside
+it (the joined audio has 0.5 s of silence between two spans, each span owning the half next to
+it: a last word whose timing runs on into the pause, or a first word timed early in it, stays
+with its own speech), the position past the last span is the file's end. The spans travel in the step's state, so a resumed job decodes the same audio and
 never runs the detector again.
 """
 
@@ -53,22 +53,22 @@ class SpeechOnly(Wrapped):
 def _on_file(step: Step, timeline: SpanMap, total: int, spans_state: dict) -> Step:
     """``step`` with its times on the file's timeline and the spans in its state."""
     joined_end = timeline.length / SAMPLE_RATE - _FRAME  # (one-shot's position is whole 10 ms frames)
-    position = total / SAMPLE_RATE if step.position >= joined_end else timeline.to_source(step.position, "end")
+    position = total / SAMPLE_RATE if step.position >= joined_end else timeline.to_source(step.position)
     state = None if step.state is None else {**spans_state, "engine": step.state}
     return replace(step, words=tuple(_word(w, timeline) for w in step.words),
                    segments=tuple(_segment(s, timeline) for s in step.segments), state=state, position=position)
 
 
 def _word(word: Word, timeline: SpanMap) -> Word:
-    span = timeline.span_at(word.start)
-    emitted = None if word.emitted_at is None else timeline.to_source(word.emitted_at, "end")
+    span = timeline.span_at((word.start + word.end) / 2)
+    emitted = None if word.emitted_at is None else timeline.to_source(word.emitted_at)
     return replace(word, start=timeline.to_source(word.start, span=span), end=timeline.to_source(word.end, span=span),
                    emitted_at=emitted)
 
 
 def _segment(segment: Segment, timeline: SpanMap) -> Segment:
     words = tuple(_word(w, timeline) for w in segment.words)
-    start, end = timeline.to_source(segment.start, "start"), timeline.to_source(segment.end, "end")
+    start, end = timeline.to_source(segment.start), timeline.to_source(segment.end)
     if words:
         start, end = min(start, words[0].start), max(end, words[-1].end)
     return replace(segment, start=start, end=max(start, end), words=words)

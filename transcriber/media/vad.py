@@ -3,10 +3,11 @@
     spans, total = speech_spans(source)           # [(first sample, end sample), ...], samples read
     speech = SpeechSource(source, spans)          # an AudioSource: the spans joined end to end
     timeline = SpanMap(spans)
-    timeline.to_source(12.0, "start")             # a time of the joined audio -> of the source
+    timeline.to_source(12.0)                      # a time of the joined audio -> of the source
 
 Engines decode ``SpeechSource`` as any source (they never know): one-shot's 30 s windows are
-built from speech only, streaming replays only speech chunks. ``SpanMap`` puts the times they
+built from speech only (with 0.5 s of silence between two spans), streaming replays only speech
+chunks. ``SpanMap`` puts the times they
 give back on the source's timeline (transcriber/engines/vad.py does, step by step).
 
 How spans are made, as Silero's ``get_speech_timestamps`` with faster-whisper's defaults for
@@ -31,6 +32,7 @@ from transcriber.media.silero import WINDOW, SileroVad
 
 Span = tuple[int, int]  # samples of the source: [first, end)
 READ_SECONDS = 30.0  # what the detector and SpeechSource read of the source at a time
+GAP = 0.5  # seconds of silence between two spans in the joined audio (SpanMap)
 
 
 @dataclass(frozen=True)
@@ -91,44 +93,41 @@ def spans_of(probabilities: np.ndarray, total: int, rules: SpanRules = SpanRules
 
 
 class SpanMap:
-    """Times of the spans joined end to end <-> times of the source (seconds)."""
+    """Times of the spans joined <-> times of the source (seconds). The joined audio is the spans
+    in order with ``GAP`` seconds of silence between each two: Whisper hears a pause where the
+    file had one (its timestamps and sentence ends need it), and a word that its timing runs
+    into a gap, or starts early in one, still has a side: each span owns the half of the gap
+    next to it."""
 
-    def __init__(self, spans: Sequence[Span]):
+    def __init__(self, spans: Sequence[Span], gap: float = GAP):
         self.spans = [tuple(s) for s in spans]
-        self.joined = np.cumsum([0] + [end - first for first, end in self.spans]).tolist()  # samples
+        self.gap = round(gap * SAMPLE_RATE)
+        lengths = [end - first for first, end in self.spans]
+        self.starts = np.cumsum([0] + [n + self.gap for n in lengths[:-1]]).tolist()  # each span's, joined
+        self.length = self.starts[-1] + lengths[-1] if self.spans else 0  # samples
 
-    @property
-    def length(self) -> int:
-        """Samples of the joined audio."""
-        return self.joined[-1]
+    def span_at(self, seconds: float) -> int:
+        """The span that joined time ``seconds`` belongs to (a gap's halves: the spans either side)."""
+        edges = [start - self.gap / 2 for start in self.starts[1:]]
+        return bisect.bisect_right(edges, seconds * SAMPLE_RATE)
 
-    def span_at(self, seconds: float, side: str = "start") -> int:
-        """The index of the span that joined time ``seconds`` lies in; at a seam, the next span's
-        for ``side="start"``, the previous one's for ``"end"``."""
-        sample = seconds * SAMPLE_RATE
-        find = bisect.bisect_right if side == "start" else bisect.bisect_left
-        return min(max(find(self.joined, sample) - 1, 0), len(self.spans) - 1)
-
-    def to_source(self, seconds: float, side: str = "start", span: Optional[int] = None) -> float:
-        """Joined time -> source time, inside span ``span`` (default: where it lies)."""
+    def to_source(self, seconds: float, span: Optional[int] = None) -> float:
+        """Joined time -> source time, kept inside span ``span`` (default: the one it belongs to)."""
         if not self.spans:
             return seconds
-        k = self.span_at(seconds, side) if span is None else span
+        k = self.span_at(seconds) if span is None else span
         first, end = self.spans[k]
-        sample = first + seconds * SAMPLE_RATE - self.joined[k]
+        sample = first + seconds * SAMPLE_RATE - self.starts[k]
         return min(max(sample, first), end) / SAMPLE_RATE
 
-    def to_joined(self, seconds: float) -> float:
-        """Source time -> joined time (a time between spans: the seam after it)."""
-        sample = seconds * SAMPLE_RATE
-        for k, (first, end) in enumerate(self.spans):
-            if sample < end:
-                return (self.joined[k] + max(sample - first, 0)) / SAMPLE_RATE
-        return self.length / SAMPLE_RATE
+    def region(self, k: int) -> tuple[int, int]:
+        """Span ``k``'s stretch of the joined audio, the gap before it included: [start, end)."""
+        return self.starts[k] - (self.gap if k else 0), self.starts[k] + self.spans[k][1] - self.spans[k][0]
 
 
 class SpeechSource:
-    """``source`` with only its speech spans, joined end to end (an ``AudioSource``)."""
+    """``source`` with only its speech spans, joined (``SpanMap``: a short silence between two;
+    an ``AudioSource``)."""
 
     def __init__(self, source, spans: Sequence[Span]):
         self.source, self.map = source, SpanMap(spans)
@@ -171,13 +170,8 @@ class _JoinedChunks:
         return self.audio.warnings if self.audio is not None else ()
 
     def _joined(self) -> Iterator[tuple[int, np.ndarray]]:
-        if self.start >= self.map.length:
-            return
-        k = self.map.span_at(self.start / SAMPLE_RATE)
-        first = self.map.spans[k][0] + self.start - self.map.joined[k]
-        self.audio = self.source.chunks(READ_SECONDS, first / SAMPLE_RATE)
         out, offset, pending = [], self.start, 0
-        for piece in self._speech(self.audio, first):
+        for piece in self._pieces():
             out.append(piece)
             pending += len(piece)
             while pending >= self.size:
@@ -187,18 +181,44 @@ class _JoinedChunks:
         if pending:
             yield offset, np.concatenate(out)
 
-    def _speech(self, audio, first: int) -> Iterator[np.ndarray]:
-        """The samples of the source read from ``first`` that lie in spans, in order."""
-        for sample_offset, samples in audio:
-            lo, hi = sample_offset, sample_offset + len(samples)
-            for s_first, s_end in self.map.spans:
-                a, b = max(s_first, lo, first), min(s_end, hi)
-                if a < b:
-                    yield samples[a - lo:b - lo]
-            if hi >= self.map.spans[-1][1]:
-                return
+    def _pieces(self) -> Iterator[np.ndarray]:
+        """The joined audio from ``start``: each span's gap (zeros), then its samples."""
+        regions = [self.map.region(k) for k in range(len(self.map.spans))]
+        wanted = [k for k, (_, end) in enumerate(regions) if end > self.start]
+        if not wanted:
+            return
+        first = self.map.spans[wanted[0]][0] + max(0, self.start - self.map.starts[wanted[0]])
+        self.audio = self.source.chunks(READ_SECONDS, first / SAMPLE_RATE)
+        reader = _Reader(self.audio)
+        for k in wanted:
+            silence = self.map.starts[k] - max(regions[k][0], self.start)
+            if silence > 0:
+                yield np.zeros(silence, np.float32)
+            span_first, span_end = self.map.spans[k]
+            yield from reader.take(span_first + max(0, self.start - self.map.starts[k]), span_end)
 
     def close(self) -> None:
         self._chunks.close()
         if self.audio is not None:
             self.audio.close()
+
+
+class _Reader:
+    """Samples [a, b) of a source's chunks, asked in increasing order (what lies before is dropped)."""
+
+    def __init__(self, audio):
+        self.audio, self.offset, self.samples = iter(audio), 0, np.zeros(0, np.float32)
+
+    def take(self, a: int, b: int) -> Iterator[np.ndarray]:
+        while a < b:
+            if a >= self.offset + len(self.samples):
+                got = next(self.audio, None)
+                if got is None:  # the source is shorter than the spans say
+                    return
+                self.offset, self.samples = got
+                continue
+            lo = max(a - self.offset, 0)
+            hi = min(b - self.offset, len(self.samples))
+            if hi > lo:
+                yield self.samples[lo:hi]
+            a = self.offset + hi
