@@ -37,6 +37,7 @@ ALLOWED = {
     "backend": {"model", "native"},
     "engines": {"media", "model", "backend", "transcript", "deadline"},
     "doctor": {"media", "model", "native", "backend"},
+    "speakers": set(),  # segmentation, CAM++ embeddings, clustering: MLX and numpy only
 }
 
 
