@@ -149,10 +149,11 @@ def _head(params: dict, x: mx.array) -> mx.array:
     for block in params["res"]:
         stride = (block["stride"], 1)
         y = _relu(_conv2d(out, block["conv1"], stride))
+        mx.eval(y)  # stage by stage: see forward
         y = _conv2d(y, block["conv2"])
         shortcut = _conv2d(out, block["shortcut"], stride, padding=0) if "shortcut" in block else out
         out = _relu(y + shortcut)
-        mx.eval(out)  # stage by stage: see forward
+        mx.eval(out)
     out = _relu(_conv2d(out, params["squeeze"], (2, 1)))  # (B, 10, T, 32)
     batch, freqs, frames, channels = out.shape
     return mx.transpose(out, (0, 2, 3, 1)).reshape(batch, frames, channels * freqs)  # channel-major, as torch
