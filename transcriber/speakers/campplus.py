@@ -52,10 +52,11 @@ def _batchnorm(state: dict, name: str) -> tuple[np.ndarray, np.ndarray]:
     return scale, shift
 
 
-def _conv(state: dict, name: str, norm: str | None = None) -> tuple[mx.array, mx.array]:
+def _conv_weights(state: dict, name: str, norm: str | None = None) -> tuple[mx.array, mx.array]:
     """Convolution ``name`` (bias or not) with batch norm ``norm`` after it folded in: (weight,
-    bias). A 1-D convolution's weight becomes a (taps * in, out) matrix (``_conv1d``), a 2-D
-    one's has the input channels last, as ``mx.conv2d`` takes it."""
+    bias). The weight as matrices (in, out), one per tap (taps in row order, (taps, in, out));
+    a single tap's is that matrix alone. The head's first one, on one input channel, stays as
+    ``mx.conv2d`` takes it: (out, kh, kw, in)."""
     weight = state[f"{name}.weight"]
     out = weight.shape[0]
     bias = state.get(f"{name}.bias", np.zeros(out, dtype=np.float32))
@@ -63,10 +64,11 @@ def _conv(state: dict, name: str, norm: str | None = None) -> tuple[mx.array, mx
         scale, shift = _batchnorm(state, norm)
         weight = weight * scale.reshape((out,) + (1,) * (weight.ndim - 1))
         bias = bias * scale + shift
-    if weight.ndim == 3:  # (out, in, k) -> (k * in, out): a matmul of the taps side by side
-        weight = np.transpose(weight, (2, 1, 0)).reshape(-1, out)
-    else:  # (out, in, kh, kw) -> (out, kh, kw, in), as mx.conv2d takes it
+    if weight.shape[1] == 1:  # the stem
         weight = np.moveaxis(weight, 1, -1)
+    else:  # (out, in, k...) -> (k..., in, out) -> (taps, in, out)
+        weight = np.moveaxis(weight, (0, 1), (-1, -2)).reshape(-1, weight.shape[1], out)
+        weight = weight[0] if len(weight) == 1 else weight
     return mx.array(np.ascontiguousarray(weight, dtype=np.float32)), mx.array(bias.astype(np.float32))
 
 
@@ -77,10 +79,10 @@ def _norm(state: dict, name: str) -> tuple[mx.array, mx.array]:
 
 
 def _res_block(state: dict, name: str) -> dict:
-    block = {"conv1": _conv(state, f"{name}.conv1", f"{name}.bn1"),
-             "conv2": _conv(state, f"{name}.conv2", f"{name}.bn2"), "stride": 1}
+    block = {"conv1": _conv_weights(state, f"{name}.conv1", f"{name}.bn1"),
+             "conv2": _conv_weights(state, f"{name}.conv2", f"{name}.bn2"), "stride": 1}
     if f"{name}.shortcut.0.weight" in state:
-        block["shortcut"] = _conv(state, f"{name}.shortcut.0", f"{name}.shortcut.1")
+        block["shortcut"] = _conv_weights(state, f"{name}.shortcut.0", f"{name}.shortcut.1")
         block["stride"] = 2
     return block
 
@@ -88,9 +90,9 @@ def _res_block(state: dict, name: str) -> dict:
 def _dense_layer(state: dict, name: str) -> dict:
     cam = f"{name}.cam_layer"
     return {"norm1": _norm(state, f"{name}.nonlinear1.batchnorm"),
-            "linear1": _conv(state, f"{name}.linear1", f"{name}.nonlinear2.batchnorm"),
-            "local": _conv(state, f"{cam}.linear_local"),
-            "mask1": _conv(state, f"{cam}.linear1"), "mask2": _conv(state, f"{cam}.linear2")}
+            "linear1": _conv_weights(state, f"{name}.linear1", f"{name}.nonlinear2.batchnorm"),
+            "local": _conv_weights(state, f"{cam}.linear_local"),
+            "mask1": _conv_weights(state, f"{cam}.linear1"), "mask2": _conv_weights(state, f"{cam}.linear2")}
 
 
 def prepare(state: dict) -> dict:
@@ -98,16 +100,16 @@ def prepare(state: dict) -> dict:
     state = {name: np.asarray(value, dtype=np.float32) for name, value in state.items()
              if not name.endswith("num_batches_tracked")}
     return {
-        "stem": _conv(state, "head.conv1", "head.bn1"),
+        "stem": _conv_weights(state, "head.conv1", "head.bn1"),
         "res": [_res_block(state, f"head.layer{i}.{j}") for i in (1, 2) for j in (0, 1)],
-        "squeeze": _conv(state, "head.conv2", "head.bn2"),
-        "tdnn": _conv(state, "xvector.tdnn.linear", "xvector.tdnn.nonlinear.batchnorm"),
+        "squeeze": _conv_weights(state, "head.conv2", "head.bn2"),
+        "tdnn": _conv_weights(state, "xvector.tdnn.linear", "xvector.tdnn.nonlinear.batchnorm"),
         "blocks": [[_dense_layer(state, f"xvector.block{b}.tdnnd{i}") for i in range(1, layers + 1)]
                    for b, (layers, _) in enumerate(BLOCKS, start=1)],
         "transits": [(_norm(state, f"xvector.transit{b}.nonlinear.batchnorm"),
-                      _conv(state, f"xvector.transit{b}.linear")) for b in range(1, len(BLOCKS) + 1)],
+                      _conv_weights(state, f"xvector.transit{b}.linear")) for b in range(1, len(BLOCKS) + 1)],
         "out_norm": _norm(state, "xvector.out_nonlinear.batchnorm"),
-        "dense": _conv(state, "xvector.dense.linear", "xvector.dense.nonlinear.batchnorm"),
+        "dense": _conv_weights(state, "xvector.dense.linear", "xvector.dense.nonlinear.batchnorm"),
     }
 
 
@@ -127,34 +129,54 @@ def _pointwise(x: mx.array, params: tuple[mx.array, mx.array]) -> mx.array:
     return x @ params[0] + params[1]
 
 
+def _conv(x: mx.array, params, kernel: tuple[int, int], stride: int = 1, dilation: int = 1) -> mx.array:
+    """A convolution over (rows, columns) of x (batch, rows, columns, channels), "same" padding,
+    ``stride`` and ``dilation`` over rows only: the sum of one matmul per tap.
+
+    x, padded, is read as one long list of positions (batch, row, column flattened): a tap is
+    then a fixed offset into that list, and its input a contiguous slice of it, so no copy per
+    tap (im2col). The sums run in the BLAS (``addmm``). Positions where a slice runs past a row
+    or into the next item of the batch give values that are cut away. A stride of 2 reads the
+    even and the odd rows as two planes, one after the other: a tap is again an offset.
+    ``mx.conv2d`` gives the same numbers 2-3 times slower on the CPU (its im2col copy costs
+    twice its matmul), ``mx.conv1d`` with a dilation or a stride 5-8 times."""
+    weight, bias = params
+    batch, rows, cols, _ = x.shape
+    pad_rows, pad_cols = (kernel[0] - 1) // 2 * dilation, (kernel[1] - 1) // 2
+    odd = (rows + 2 * pad_rows) % stride  # two planes need an even count of rows
+    padded = mx.pad(x, [(0, 0), (pad_rows, pad_rows + odd), (pad_cols, pad_cols), (0, 0)])
+    width, height = cols + 2 * pad_cols, padded.shape[1]
+    if stride == 2:
+        padded = mx.transpose(padded.reshape(batch, height // 2, 2, width, -1), (0, 2, 1, 3, 4))
+    row_offset = [(i * dilation) % stride * (height // stride) + i * dilation // stride for i in range(kernel[0])]
+    offsets = [row_offset[i] * width + j for i in range(kernel[0]) for j in range(kernel[1])]
+    flat = padded.reshape(batch * height * width, -1)
+    length = len(flat) - max(offsets)
+    out = flat[offsets[0]:offsets[0] + length] @ weight[0]
+    for tap, offset in enumerate(offsets[1:], start=1):
+        out = mx.addmm(out, flat[offset:offset + length], weight[tap])
+    out = mx.pad(out, [(0, max(offsets)), (0, 0)]).reshape(batch, height, width, -1)
+    return out[:, :(rows - 1) // stride + 1, :cols] + bias
+
+
 def _conv1d(x: mx.array, params, kernel: int, stride: int = 1, dilation: int = 1) -> mx.array:
-    """A 1-D convolution over frames, "same" padding, as one matmul of the taps side by side
-    (im2col). ``mx.conv1d`` gives the same numbers but runs 5-8 times slower on the CPU with a
-    dilation or a stride (it is the speakers pass's hot spot otherwise)."""
-    pad = (kernel - 1) // 2 * dilation
-    frames = (x.shape[1] - 1) // stride + 1
-    padded = mx.pad(x, [(0, 0), (pad, pad), (0, 0)])
-    span = stride * (frames - 1) + 1
-    taps = [padded[:, k * dilation:k * dilation + span:stride] for k in range(kernel)]
-    return _pointwise(mx.concatenate(taps, axis=-1), params)
-
-
-def _conv2d(x: mx.array, params, stride=(1, 1), padding=1) -> mx.array:
-    return mx.conv2d(x, params[0], stride=stride, padding=padding) + params[1]
+    """A convolution over frames of x (batch, frames, channels)."""
+    return _conv(x[:, :, None], params, (kernel, 1), stride, dilation)[:, :, 0]
 
 
 def _head(params: dict, x: mx.array) -> mx.array:
     """FCM: (batch, frames, 80) -> (batch, frames, 320)."""
-    out = _relu(_conv2d(mx.transpose(x, (0, 2, 1))[..., None], params["stem"]))  # (B, F, T, C)
+    weight, bias = params["stem"]  # one input channel: mx.conv2d's own way is fine
+    out = _relu(mx.conv2d(mx.transpose(x, (0, 2, 1))[..., None], weight, padding=1) + bias)  # (B, F, T, C)
     for block in params["res"]:
-        stride = (block["stride"], 1)
-        y = _relu(_conv2d(out, block["conv1"], stride))
+        stride = block["stride"]
+        y = _relu(_conv(out, block["conv1"], (3, 3), stride))
         mx.eval(y)  # stage by stage: see forward
-        y = _conv2d(y, block["conv2"])
-        shortcut = _conv2d(out, block["shortcut"], stride, padding=0) if "shortcut" in block else out
+        y = _conv(y, block["conv2"], (3, 3))
+        shortcut = _pointwise(out[:, ::stride], block["shortcut"]) if "shortcut" in block else out
         out = _relu(y + shortcut)
         mx.eval(out)
-    out = _relu(_conv2d(out, params["squeeze"], (2, 1)))  # (B, 10, T, 32)
+    out = _relu(_conv(out, params["squeeze"], (3, 3), 2))  # (B, 10, T, 32)
     batch, freqs, frames, channels = out.shape
     return mx.transpose(out, (0, 2, 3, 1)).reshape(batch, frames, channels * freqs)  # channel-major, as torch
 
