@@ -8,6 +8,7 @@ API. A change that needs an arrow the other way is a change of design, made here
     media/ subtitles/     audio in; words out as files                  -> deadline, transcript, shared
     transcript/           Word, Segment, Transcript; text rules         -> shared
     model/  native/       plain MLX Whisper; the CPU kernels            -> transcript; shared (never each other)
+    speakers/             who speaks when: segmentation, CAM++, clusters -> shared
     deadline/             reads of files with a deadline                -> shared
     shared: constants, errors, options, settings, cachedir
 """
