@@ -1,0 +1,1 @@
+"""Tests of the speakers pass: segmentation, embeddings, clustering, labels."""
