@@ -56,10 +56,10 @@ def meetings() -> list[dict]:
     return found
 
 
-def reader_sets(repeat: int = 1) -> list[dict]:
-    """The alternating-readers recordings, one per ls_testother reading."""
+def reader_sets(repeat: int = 1, limit: int = 3) -> list[dict]:
+    """The alternating-readers recordings, one per ls_testother reading (the first ``limit``)."""
     found = []
-    for path in sorted((DATA / "audio" / "long_en").glob("ls_testother_*.flac")):
+    for path in sorted((DATA / "audio" / "long_en").glob("ls_testother_*.flac"))[:limit]:
         samples, turns = readers.alternating(readers.pieces(DATA, path.stem, load_audio(path)), repeat)
         found.append({"name": path.stem, "samples": samples, "reference": turns, "half": "readers", "collar": 0.25})
     return found
@@ -120,7 +120,7 @@ sys.path.insert(0, {root!r})
 from bench.speakers.der import reader_sets
 from transcriber.speakers import weights
 from transcriber.speakers.pipeline import Diarizer
-samples = reader_sets(repeat=4)[0]["samples"][:600 * 16000]
+samples = reader_sets(repeat=5, limit=1)[0]["samples"][:600 * 16000]
 start = time.perf_counter()
 diarizer = Diarizer.from_weights(weights.speaker_weights(), step={step})
 turns = diarizer.diarize(samples)

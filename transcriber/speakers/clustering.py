@@ -86,3 +86,21 @@ def cluster(embeddings: np.ndarray, same_window: np.ndarray, threshold: float = 
     if n - len(merges) > count:  # a window with more speakers than asked for: drop the rule
         merges = merge_tree(plain)
     return cut(n, merges, count)
+
+
+def cluster_then_assign(embeddings: np.ndarray, windows: np.ndarray, long: np.ndarray, threshold: float = THRESHOLD,
+                        num_speakers: Optional[int] = None, min_speakers: Optional[int] = None,
+                        max_speakers: Optional[int] = None) -> np.ndarray:
+    """``cluster`` of the embeddings of enough speech (``long``), then every other one given the
+    cluster of the nearest centroid (cosine), as pyannote assigns its too-short speakers. With
+    no long one at all, the short ones are clustered themselves."""
+    if not long.any():
+        long = np.ones(len(embeddings), dtype=bool)
+    labels = np.zeros(len(embeddings), dtype=int)
+    if len(embeddings) == 0:
+        return labels
+    labels[long] = cluster(embeddings[long], windows[long], threshold, num_speakers, min_speakers, max_speakers)
+    unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+    centroids = np.stack([unit[long][labels[long] == c].mean(axis=0) for c in range(labels[long].max() + 1)])
+    labels[~long] = np.argmax(unit[~long] @ centroids.T, axis=1)
+    return labels

@@ -6,12 +6,14 @@ pyannote's SpeakerDiarization pipeline, step by step, on our MLX ports:
    zero-padded when the recording is shorter), its powerset output made hard: each frame's
    most likely class says which of the window's 3 local speakers are active (overlap kept);
 2. a CAM++ embedding per (window, local speaker) from the frames where that speaker speaks
-   alone (all its frames when that is under ``MIN_EMBED_S``; none under it at all: the pair is
-   left out, as pyannote leaves out too-short speakers);
+   alone (all its frames when that is under ``MIN_EMBED_S``), at most ``MAX_EMBED_S`` of them
+   (its longest runs); a pair under ``MIN_EMBED_S`` does not take part in the clustering but
+   is given the nearest cluster afterwards, as pyannote does with its too-short speakers;
 3. clustering.py: those embeddings clustered across the file (threshold, or the count given);
 4. each window's local activity renamed to the global speakers and overlap-added over the
    file's frame grid; per frame, the speaker count the segmentation says (its local counts
-   averaged over the windows that see the frame, rounded) picks the most active speakers;
+   averaged over the windows that see the frame, rounded half up: with few windows a frame
+   one of two windows hears speech in is speech) picks the most active speakers;
 5. runs of active frames -> (start, end, label) turns, labels ``0, 1, ...`` in order of first
    speech; two speakers may be active at once.
 
@@ -21,7 +23,8 @@ filterbank frames picked out of one filterbank of the whole recording (senko's w
 the window's audio with the other speakers masked out in the model's pooling (pyannote's
 way); clustering is average linkage on cosine distance, with a window's local speakers kept
 apart, instead of pyannote's centroid linkage plus its reassignment of small clusters and
-the Hungarian assignment per window. The frame times are the segmentation's (16.875 ms apart).
+the Hungarian assignment per window; the embedded speech is capped (MAX_EMBED_S) for speed.
+The frame times are the segmentation's (16.875 ms apart).
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ from transcriber.speakers.segmentation import (
 from transcriber.speakers.weights import speaker_weights
 
 STEP = 5.0  # seconds between window starts
-MIN_EMBED_S = 0.4  # shortest speech a local speaker needs for an embedding
+MIN_EMBED_S = 0.4  # shortest speech a local speaker needs to take part in the clustering
+MAX_EMBED_S = 3.0  # the most of a local speaker's speech embedded (CAM++'s cost is per frame)
+MIN_FRAMES = 10  # filterbank frames (0.1 s) a local speaker needs to be kept at all
 FIRST_CENTRE = 495  # sample at the centre of a window's first frame
 FRAME_SAMPLES = 270  # samples between segmentation frames
 
@@ -54,12 +59,15 @@ class Local:
 
 
 def window_starts(n_samples: int, step: float = STEP) -> np.ndarray:
-    """Start sample of every window: ``step`` apart, the last ending at the end."""
+    """Start sample of every window: ``step`` apart, the last ending at the end (a window
+    under 0.5 s after the one before it replaces that one)."""
     hop = int(round(step * SAMPLE_RATE))
     last = max(0, n_samples - WINDOW_SAMPLES)
     starts = list(range(0, last + 1, hop))
-    if starts[-1] != last:
+    if last - starts[-1] > SAMPLE_RATE // 2:
         starts.append(last)
+    else:  # a window a few samples on would see nothing new: the last one moves to the end
+        starts[-1] = last
     return np.array(starts, dtype=np.int64)
 
 
@@ -73,30 +81,47 @@ def segment(model: Segmentation, samples: np.ndarray, step: float = STEP) -> Loc
 
 
 def speaker_frames(local: Local, n_fbank: int) -> list[tuple[int, int, np.ndarray]]:
-    """Step 2's selection: (window, local speaker, filterbank frame indices) of each pair with
-    enough speech, alone where it can be."""
+    """Step 2's selection: (window, local speaker, filterbank frame indices) of each pair that
+    speaks at all: its frames alone when they reach MIN_EMBED_S, else all its frames; at most
+    MAX_EMBED_S of them (its longest runs)."""
     chosen = []
-    min_frames = int(MIN_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
+    least = int(MIN_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
     for w, start in enumerate(local.starts):
         act = local.activity[w]
         alone = act * (act.sum(axis=1, keepdims=True) == 1)
         for k in range(act.shape[1]):
-            for mask in (alone[:, k], act[:, k]):
-                frames = _fbank_frames(mask, int(start), n_fbank)
-                if len(frames) >= min_frames:
-                    chosen.append((w, k, frames))
-                    break
+            frames = _fbank_frames(alone[:, k], int(start), n_fbank)
+            if len(frames) < least:
+                frames = _fbank_frames(act[:, k], int(start), n_fbank)
+            if len(frames) >= MIN_FRAMES:
+                chosen.append((w, k, longest_runs(frames, int(MAX_EMBED_S * SAMPLE_RATE / FRAME_SHIFT))))
     return chosen
 
 
+def longest_runs(frames: np.ndarray, most: int) -> np.ndarray:
+    """At most ``most`` of the sorted frame indices: whole runs of consecutive ones, longest
+    first (the last one cut), back in time order."""
+    if len(frames) <= most:
+        return frames
+    runs = np.split(frames, np.flatnonzero(np.diff(frames) > 1) + 1)
+    kept, total = [], 0
+    for run in sorted(runs, key=len, reverse=True):
+        kept.append(run[:most - total])
+        total += len(kept[-1])
+        if total >= most:
+            break
+    return np.sort(np.concatenate(kept))
+
+
 def _fbank_frames(mask: np.ndarray, start: int, n_fbank: int) -> np.ndarray:
-    """Filterbank frames (10 ms) whose centre lies in an active segmentation frame."""
-    centres = (np.arange(n_fbank) * FRAME_SHIFT + 200 - start - FIRST_CENTRE + FRAME_SAMPLES / 2)
+    """Filterbank frames (10 ms) whose centre lies in an active segmentation frame of the
+    window starting at sample ``start``."""
+    first = start // FRAME_SHIFT
+    index = np.arange(first, min(n_fbank, first + WINDOW_SAMPLES // FRAME_SHIFT + 1))
+    centres = index * FRAME_SHIFT + 200 - start - FIRST_CENTRE + FRAME_SAMPLES / 2
     seg_index = np.floor(centres / FRAME_SAMPLES).astype(np.int64)
     inside = (seg_index >= 0) & (seg_index < len(mask))
-    picked = np.zeros(n_fbank, dtype=bool)
-    picked[inside] = mask[seg_index[inside]] > 0
-    return np.flatnonzero(picked)
+    return index[inside][mask[seg_index[inside]] > 0]
 
 
 def embed(model: CAMPPlus, samples: np.ndarray, chosen: list) -> np.ndarray:
@@ -127,7 +152,7 @@ def reconstruct(local: Local, chosen: list, labels: np.ndarray, n_samples: int) 
         score[first:first + n] += mapped
         count[first:first + n] += local.activity[w, :n].sum(axis=1)
         seen[first:first + n] += 1
-    return _top_speakers(score / np.maximum(seen, 1)[:, None], np.round(count / np.maximum(seen, 1)))
+    return _top_speakers(score / np.maximum(seen, 1)[:, None], np.floor(count / np.maximum(seen, 1) + 0.5))
 
 
 def _top_speakers(score: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -188,8 +213,11 @@ class Diarizer:
                max_speakers: Optional[int] = None, threshold: Optional[float] = None) -> list:
         """Steps 3 to 5: cluster, reconstruct, turns (the benchmark varies the threshold)."""
         windows = np.array([w for w, _, _ in prepared.chosen], dtype=np.int64)
-        labels = clustering.cluster(prepared.embeddings, windows, self.threshold if threshold is None else threshold,
-                                    num_speakers, min_speakers, max_speakers)
+        sizes = np.array([len(f) for _, _, f in prepared.chosen], dtype=np.int64)
+        long = sizes >= int(MIN_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
+        labels = clustering.cluster_then_assign(
+            prepared.embeddings, windows, long, self.threshold if threshold is None else threshold,
+            num_speakers, min_speakers, max_speakers)
         active = reconstruct(prepared.local, prepared.chosen, labels, prepared.n_samples)
         return to_turns(active, prepared.n_samples)
 
