@@ -1,0 +1,87 @@
+"""The diarization pipeline on real speech: two readers alternating, one reader, an AMI meeting.
+
+The bounds are measured DERs (bench/speakers/der.py) with a margin: they catch a pipeline that
+stops finding speakers, not a small change of numbers. The clustering's own rules (count
+bounds, window-mates kept apart) are checked on made-up embeddings without any data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evalkit import der, readers
+from transcriber.media.audio import load_audio
+from transcriber.speakers import clustering
+from transcriber.speakers.pipeline import Diarizer, window_starts
+
+READING = "ls_testother_367-130732_533-1066"
+MEETING = "ami_pyannote_debug_dev01"
+READERS_BOUND = 0.08  # alternating readers, 0.25 s collar
+MEETING_BOUND = 0.45  # one AMI excerpt, no collar
+
+
+@pytest.fixture(scope="module")
+def diarizer(speaker_weights):
+    return Diarizer.from_weights(speaker_weights)
+
+
+@pytest.fixture(scope="module")
+def reading(data_dir):
+    return readers.pieces(data_dir, READING, load_audio(data_dir / "audio" / "long_en" / f"{READING}.flac"))
+
+
+@pytest.fixture(scope="module")
+def alternating(reading):
+    samples, reference = readers.alternating({k: v[:5] for k, v in reading.items()})
+    return samples, reference
+
+
+def labels(turns) -> set:
+    return {label for _, _, label in turns}
+
+
+def test_windows_cover_the_recording():
+    assert list(window_starts(25 * 16000, 5.0)) == [0, 80000, 160000, 240000]
+    assert list(window_starts(22 * 16000, 5.0)) == [0, 80000, 160000, 192000]
+    assert list(window_starts(3 * 16000, 5.0)) == [0]
+
+
+def test_clustering_honours_counts_and_keeps_window_mates_apart():
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(3, 192))
+    points = np.concatenate([c + 0.05 * rng.normal(size=(4, 192)) for c in centres])
+    windows = np.arange(12)
+    assert len(set(clustering.cluster(points, windows))) == 3
+    assert len(set(clustering.cluster(points, windows, num_speakers=2))) == 2
+    assert len(set(clustering.cluster(points, windows, max_speakers=2))) == 2
+    assert len(set(clustering.cluster(points, windows, min_speakers=5))) == 5
+    twins = clustering.cluster(points[:2], np.array([0, 0]))
+    assert twins[0] != twins[1]
+
+
+def test_alternating_readers_get_two_speakers(diarizer, alternating):
+    samples, reference = alternating
+    turns = diarizer.diarize(samples)
+    assert len(labels(turns)) == 2
+    assert der.score(reference, turns, len(samples) / 16000, collar=0.25).der < READERS_BOUND
+
+
+def test_speaker_count_given_is_honoured(diarizer, alternating):
+    samples, reference = alternating
+    prepared = diarizer.prepare(samples)
+    assert len(labels(diarizer.finish(prepared, num_speakers=2))) == 2
+    assert len(labels(diarizer.finish(prepared, num_speakers=3))) == 3
+    assert len(labels(diarizer.finish(prepared, max_speakers=1))) == 1
+
+
+def test_one_reader_is_one_speaker(diarizer, reading):
+    samples, _ = readers.one_reader({k: v[:6] for k, v in reading.items()})
+    assert len(labels(diarizer.diarize(samples))) == 1
+
+
+def test_meeting_excerpt(diarizer, data_dir):
+    samples = load_audio(data_dir / "audio" / "diarization" / f"{MEETING}.flac")
+    reference = der.read_rttm(data_dir / "alignments" / f"{MEETING}.rttm")
+    turns = diarizer.diarize(samples, num_speakers=len(labels(reference)))
+    assert der.score(reference, turns, 30.0).der < MEETING_BOUND

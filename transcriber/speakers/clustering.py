@@ -1,0 +1,106 @@
+"""Which local speakers are the same person: agglomerative clustering of their embeddings.
+
+Every (window, local speaker) pair has a CAM++ embedding; pairs closer than a threshold (cosine
+distance, average linkage) are one speaker across the file. pyannote clusters the same way in
+spirit (its AgglomerativeClustering: centroid linkage of unit vectors, a calibrated threshold);
+average linkage on cosine distance is what we use (``THRESHOLD`` calibrated on half of the
+diarization set: bench/speakers/der.py). A count the user gives (``num_speakers``, or
+``min_speakers``/``max_speakers`` bounds) cuts the same tree at that many clusters instead.
+Two local speakers of one window are never merged (they are different people by definition of
+the segmentation model): their distance is set to the largest.
+
+numpy only (no scipy): the few hundred embeddings of an hour fit an O(n^2) matrix and the
+O(n^3) merge loop in well under a second.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+THRESHOLD = 0.6  # cosine distance at which average linkage stops merging (calibrated)
+CANNOT = 2.0  # the largest cosine distance: two local speakers of one window
+
+
+def cosine_distances(embeddings: np.ndarray) -> np.ndarray:
+    """(n, n) 1 - cosine similarity of the rows of ``embeddings``."""
+    unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+    return np.clip(1.0 - unit @ unit.T, 0.0, CANNOT)
+
+
+def merge_tree(distances: np.ndarray) -> list[tuple[int, int, float]]:
+    """Average-linkage merges of n points: (kept cluster, absorbed cluster, distance) in merge
+    order, n - 1 of them (or fewer once only CANNOT-apart clusters remain). Cluster ids are
+    point indices: a merged cluster keeps the smaller id."""
+    n = len(distances)
+    d = distances.astype(np.float64).copy()
+    np.fill_diagonal(d, np.inf)
+    sizes = np.ones(n)
+    alive = np.ones(n, dtype=bool)
+    merges = []
+    for _ in range(n - 1):
+        flat = int(np.argmin(d))
+        a, b = sorted(divmod(flat, n))
+        if not np.isfinite(d[a, b]) or d[a, b] >= CANNOT:
+            break
+        merges.append((a, b, float(d[a, b])))
+        pooled = (d[a] * sizes[a] + d[b] * sizes[b]) / (sizes[a] + sizes[b])
+        pooled = np.where((d[a] >= CANNOT) | (d[b] >= CANNOT), CANNOT, pooled)  # never with a window-mate
+        d[a], d[:, a] = pooled, pooled
+        d[a, a] = np.inf
+        d[b], d[:, b] = np.inf, np.inf
+        sizes[a] += sizes[b]
+        alive[b] = False
+    return merges
+
+
+def cut(n: int, merges: list[tuple[int, int, float]], count: int) -> np.ndarray:
+    """Cluster index of each of n points after the first ``n - count`` merges."""
+    parent = np.arange(n)
+    for a, b, _ in merges[:max(0, n - count)]:
+        parent[parent == b] = a
+    _, labels = np.unique(parent, return_inverse=True)
+    return labels
+
+
+def cluster(embeddings: np.ndarray, same_window: np.ndarray, threshold: float = THRESHOLD,
+            num_speakers: Optional[int] = None, min_speakers: Optional[int] = None,
+            max_speakers: Optional[int] = None) -> np.ndarray:
+    """Cluster index (0..k-1) of each embedding. ``same_window[i]`` is the window of embedding
+    i: two of one window never share a cluster. The count is ``num_speakers`` when given, else
+    the merges below ``threshold``, kept within ``min_speakers``..``max_speakers``."""
+    n = len(embeddings)
+    if n == 0:
+        return np.zeros(0, dtype=int)
+    plain = cosine_distances(embeddings)
+    distances = np.where(same_window[:, None] == same_window[None, :], CANNOT, plain)
+    np.fill_diagonal(distances, 0.0)
+    merges = merge_tree(distances)
+    if num_speakers is not None:
+        count = num_speakers
+    else:
+        count = n - sum(1 for _, _, d in merges if d < threshold)
+        count = min(max(count, min_speakers or 1), max_speakers or n)
+    count = min(max(count, 1), n)
+    if n - len(merges) > count:  # a window with more speakers than asked for: drop the rule
+        merges = merge_tree(plain)
+    return cut(n, merges, count)
+
+
+def cluster_then_assign(embeddings: np.ndarray, windows: np.ndarray, long: np.ndarray, threshold: float = THRESHOLD,
+                        num_speakers: Optional[int] = None, min_speakers: Optional[int] = None,
+                        max_speakers: Optional[int] = None) -> np.ndarray:
+    """``cluster`` of the embeddings of enough speech (``long``), then every other one given the
+    cluster of the nearest centroid (cosine), as pyannote assigns its too-short speakers. With
+    no long one at all, the short ones are clustered themselves."""
+    if not long.any():
+        long = np.ones(len(embeddings), dtype=bool)
+    labels = np.zeros(len(embeddings), dtype=int)
+    if len(embeddings) == 0:
+        return labels
+    labels[long] = cluster(embeddings[long], windows[long], threshold, num_speakers, min_speakers, max_speakers)
+    unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+    centroids = np.stack([unit[long][labels[long] == c].mean(axis=0) for c in range(labels[long].max() + 1)])
+    labels[~long] = np.argmax(unit[~long] @ centroids.T, axis=1)
+    return labels

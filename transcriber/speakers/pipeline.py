@@ -1,0 +1,238 @@
+"""Who speaks when in a whole recording: ``diarize(samples)`` -> speaker turns.
+
+pyannote's SpeakerDiarization pipeline, step by step, on our MLX ports:
+
+1. segmentation-3.0 over sliding 10 s windows (``STEP`` apart; the last one ends at the end,
+   zero-padded when the recording is shorter), its powerset output made hard: each frame's
+   most likely class says which of the window's 3 local speakers are active (overlap kept);
+2. a CAM++ embedding per (window, local speaker) from the frames where that speaker speaks
+   alone (all its frames when that is under ``MIN_EMBED_S``), at most ``MAX_EMBED_S`` of them
+   (its longest runs); a pair under ``MIN_EMBED_S`` does not take part in the clustering but
+   is given the nearest cluster afterwards, as pyannote does with its too-short speakers;
+3. clustering.py: those embeddings clustered across the file (threshold, or the count given);
+4. each window's local activity renamed to the global speakers and overlap-added over the
+   file's frame grid; per frame, the speaker count the segmentation says (its local counts
+   averaged over the windows that see the frame, rounded half up: with few windows a frame
+   one of two windows hears speech in is speech) picks the most active speakers;
+5. runs of active frames -> (start, end, label) turns, labels ``0, 1, ...`` in order of first
+   speech; two speakers may be active at once.
+
+Where we depart from pyannote: the step is 5 s, not 1 s (each window costs; the DER measured
+at 1 s, 2.5 s, 5 s is in bench/speakers/der.py's report); the embedding is of the speaker's
+filterbank frames picked out of one filterbank of the whole recording (senko's way), not of
+the window's audio with the other speakers masked out in the model's pooling (pyannote's
+way); clustering is average linkage on cosine distance, with a window's local speakers kept
+apart, instead of pyannote's centroid linkage plus its reassignment of small clusters and
+the Hungarian assignment per window; the embedded speech is capped (MAX_EMBED_S) for speed.
+The frame times are the segmentation's (16.875 ms apart).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from transcriber.speakers import clustering
+from transcriber.speakers.campplus import CAMPPlus
+from transcriber.speakers.fbank import FRAME_SHIFT, fbank
+from transcriber.speakers.segmentation import (
+    FRAME_STEP, SAMPLE_RATE, WINDOW_SAMPLES, Segmentation, num_frames, powerset_to_speakers)
+from transcriber.speakers.weights import speaker_weights
+
+STEP = 5.0  # seconds between window starts
+MIN_EMBED_S = 0.4  # shortest speech a local speaker needs to take part in the clustering
+MAX_EMBED_S = 3.0  # the most of a local speaker's speech embedded (CAM++'s cost is per frame)
+MIN_FRAMES = 10  # filterbank frames (0.1 s) a local speaker needs to be kept at all
+FIRST_CENTRE = 495  # sample at the centre of a window's first frame
+FRAME_SAMPLES = 270  # samples between segmentation frames
+
+
+@dataclass
+class Local:
+    """The segmentation's view: window starts (samples) and hard local activity [windows,
+    frames, 3]."""
+
+    starts: np.ndarray
+    activity: np.ndarray
+
+
+def window_starts(n_samples: int, step: float = STEP) -> np.ndarray:
+    """Start sample of every window: ``step`` apart, the last ending at the end (a window
+    under 0.5 s after the one before it replaces that one)."""
+    hop = int(round(step * SAMPLE_RATE))
+    last = max(0, n_samples - WINDOW_SAMPLES)
+    starts = list(range(0, last + 1, hop))
+    if last - starts[-1] > SAMPLE_RATE // 2:
+        starts.append(last)
+    else:  # a window a few samples on would see nothing new: the last one moves to the end
+        starts[-1] = last
+    return np.array(starts, dtype=np.int64)
+
+
+def segment(model: Segmentation, samples: np.ndarray, step: float = STEP) -> Local:
+    """Step 1: the hard local activity of every window."""
+    starts = window_starts(len(samples), step)
+    padded = np.zeros(max(len(samples), WINDOW_SAMPLES), dtype=np.float32)
+    padded[:len(samples)] = samples
+    windows = np.stack([padded[s:s + WINDOW_SAMPLES] for s in starts])
+    return Local(starts, powerset_to_speakers(model.scores(windows)))
+
+
+def speaker_frames(local: Local, n_fbank: int) -> list[tuple[int, int, np.ndarray]]:
+    """Step 2's selection: (window, local speaker, filterbank frame indices) of each pair that
+    speaks at all: its frames alone when they reach MIN_EMBED_S, else all its frames; at most
+    MAX_EMBED_S of them (its longest runs)."""
+    chosen = []
+    least = int(MIN_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
+    for w, start in enumerate(local.starts):
+        act = local.activity[w]
+        alone = act * (act.sum(axis=1, keepdims=True) == 1)
+        for k in range(act.shape[1]):
+            frames = _fbank_frames(alone[:, k], int(start), n_fbank)
+            if len(frames) < least:
+                frames = _fbank_frames(act[:, k], int(start), n_fbank)
+            if len(frames) >= MIN_FRAMES:
+                chosen.append((w, k, longest_runs(frames, int(MAX_EMBED_S * SAMPLE_RATE / FRAME_SHIFT))))
+    return chosen
+
+
+def longest_runs(frames: np.ndarray, most: int) -> np.ndarray:
+    """At most ``most`` of the sorted frame indices: whole runs of consecutive ones, longest
+    first (the last one cut), back in time order."""
+    if len(frames) <= most:
+        return frames
+    runs = np.split(frames, np.flatnonzero(np.diff(frames) > 1) + 1)
+    kept, total = [], 0
+    for run in sorted(runs, key=len, reverse=True):
+        kept.append(run[:most - total])
+        total += len(kept[-1])
+        if total >= most:
+            break
+    return np.sort(np.concatenate(kept))
+
+
+def _fbank_frames(mask: np.ndarray, start: int, n_fbank: int) -> np.ndarray:
+    """Filterbank frames (10 ms) whose centre lies in an active segmentation frame of the
+    window starting at sample ``start``."""
+    first = start // FRAME_SHIFT
+    index = np.arange(first, min(n_fbank, first + WINDOW_SAMPLES // FRAME_SHIFT + 1))
+    centres = index * FRAME_SHIFT + 200 - start - FIRST_CENTRE + FRAME_SAMPLES / 2
+    seg_index = np.floor(centres / FRAME_SAMPLES).astype(np.int64)
+    inside = (seg_index >= 0) & (seg_index < len(mask))
+    return index[inside][mask[seg_index[inside]] > 0]
+
+
+def embed(model: CAMPPlus, samples: np.ndarray, chosen: list) -> np.ndarray:
+    """Step 2: a CAM++ embedding of each chosen pair's frames, mean-normalised."""
+    bank = fbank(samples)
+    pieces = []
+    for _, _, frames in chosen:
+        piece = bank[frames]
+        pieces.append(piece - piece.mean(axis=0, keepdims=True))
+    return model.embed(pieces) if pieces else np.zeros((0, 192), np.float32)
+
+
+def reconstruct(local: Local, chosen: list, labels: np.ndarray, n_samples: int) -> np.ndarray:
+    """Step 4: [file frames, speakers] 0/1 activity of the global speakers."""
+    n_speakers = int(labels.max()) + 1 if len(labels) else 0
+    total = num_frames(max(n_samples, WINDOW_SAMPLES))
+    frames = local.activity.shape[1]
+    score = np.zeros((total, max(n_speakers, 1)), np.float32)
+    count = np.zeros(total, np.float32)
+    seen = np.zeros(total, np.float32)
+    for w, start in enumerate(local.starts):
+        first = int(round(start / FRAME_SAMPLES))
+        n = min(frames, total - first)
+        mapped = np.zeros((n, score.shape[1]), np.float32)
+        for (cw, k, _), label in zip(chosen, labels):
+            if cw == w:
+                mapped[:, label] = np.maximum(mapped[:, label], local.activity[w, :n, k])  # 2 local -> 1: max
+        score[first:first + n] += mapped
+        count[first:first + n] += local.activity[w, :n].sum(axis=1)
+        seen[first:first + n] += 1
+    return _top_speakers(score / np.maximum(seen, 1)[:, None], np.floor(count / np.maximum(seen, 1) + 0.5))
+
+
+def _top_speakers(score: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Per frame, the ``count`` speakers of highest score (and a score above 0)."""
+    order = np.argsort(-score, axis=1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(score.shape[1])[None, :].repeat(len(score), 0), axis=1)
+    return ((rank < count[:, None]) & (score > 0)).astype(np.int8)
+
+
+def to_turns(active: np.ndarray, n_samples: int) -> list[tuple[float, float, int]]:
+    """Step 5: runs of active frames -> (start s, end s, label) turns sorted by start, labels
+    renumbered in order of first speech. A frame covers FRAME_STEP around its centre."""
+    duration = n_samples / SAMPLE_RATE
+    turns = []
+    for speaker in range(active.shape[1]):
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], active[:, speaker], [0]])))
+        for a, b in zip(edges[::2], edges[1::2]):
+            start = (FIRST_CENTRE / SAMPLE_RATE) + (a - 0.5) * FRAME_STEP
+            end = (FIRST_CENTRE / SAMPLE_RATE) + (b - 0.5) * FRAME_STEP
+            if min(end, duration) > max(start, 0.0):
+                turns.append((max(start, 0.0), min(end, duration), speaker))
+    turns.sort()
+    order: dict[int, int] = {}
+    for _, _, speaker in turns:
+        order.setdefault(speaker, len(order))
+    return [(round(float(s), 3), round(float(e), 3), order[k]) for s, e, k in turns]
+
+
+class Diarizer:
+    """The two models, loaded once; ``diarize`` per recording."""
+
+    def __init__(self, segmentation: Segmentation, embedding: CAMPPlus, step: float = STEP,
+                 threshold: float = clustering.THRESHOLD):
+        self.segmentation, self.embedding = segmentation, embedding
+        self.step, self.threshold = step, threshold
+
+    @classmethod
+    def from_weights(cls, weights, **options) -> "Diarizer":
+        """From ``weights.speaker_weights()`` (its .segmentation and .embedding paths)."""
+        return cls(Segmentation.from_weights(weights.segmentation), CAMPPlus.from_weights(weights.embedding), **options)
+
+    def diarize(self, samples: np.ndarray, num_speakers: Optional[int] = None,
+                min_speakers: Optional[int] = None, max_speakers: Optional[int] = None) -> list:
+        """(start s, end s, label) speaker turns of 16 kHz mono samples, overlap allowed."""
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if len(samples) == 0:
+            return []
+        return self.finish(self.prepare(samples), num_speakers, min_speakers, max_speakers)
+
+    def prepare(self, samples: np.ndarray) -> "Prepared":
+        """Steps 1 and 2, the models' part: what clustering needs."""
+        local = segment(self.segmentation, samples, self.step)
+        chosen = speaker_frames(local, max(0, 1 + (len(samples) - 400) // FRAME_SHIFT))
+        return Prepared(local, chosen, embed(self.embedding, samples, chosen), len(samples))
+
+    def finish(self, prepared: "Prepared", num_speakers: Optional[int] = None, min_speakers: Optional[int] = None,
+               max_speakers: Optional[int] = None, threshold: Optional[float] = None) -> list:
+        """Steps 3 to 5: cluster, reconstruct, turns (the benchmark varies the threshold)."""
+        windows = np.array([w for w, _, _ in prepared.chosen], dtype=np.int64)
+        sizes = np.array([len(f) for _, _, f in prepared.chosen], dtype=np.int64)
+        long = sizes >= int(MIN_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
+        labels = clustering.cluster_then_assign(
+            prepared.embeddings, windows, long, self.threshold if threshold is None else threshold,
+            num_speakers, min_speakers, max_speakers)
+        active = reconstruct(prepared.local, prepared.chosen, labels, prepared.n_samples)
+        return to_turns(active, prepared.n_samples)
+
+
+@dataclass
+class Prepared:
+    """One recording's segmentation, chosen (window, speaker, frames) and their embeddings."""
+
+    local: Local
+    chosen: list
+    embeddings: np.ndarray
+    n_samples: int
+
+
+def diarize(samples: np.ndarray, num_speakers: Optional[int] = None, min_speakers: Optional[int] = None,
+            max_speakers: Optional[int] = None) -> list:
+    """Speaker turns of 16 kHz mono samples with the pulled weights (``Diarizer.diarize``)."""
+    return Diarizer.from_weights(speaker_weights()).diarize(samples, num_speakers, min_speakers, max_speakers)
