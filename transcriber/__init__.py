@@ -33,7 +33,8 @@ _LAZY = {"probe": ".media.audio", "CueOptions": ".subtitles.cues", "doctor_repor
          "render_outputs": ".subtitles.files", "write_rendered": ".subtitles.files", "blas": ".native.blas:",
          "LiveSource": ".media.follow", "FollowOptions": ".media.follow", "kernels_note": ".native:first_run_note",
          "detect_language": ".engines.detect", "LANGUAGES": ".model.tokenizer", "embed": ".subtitles.embed:",
-         "pull_speakers": ".speakers.weights", "speaker_weights": ".speakers.weights"}
+         "pull_speakers": ".speakers.weights", "speaker_weights": ".speakers.weights",
+         "add_speakers": ".speakers.stage", "SpeakerOptions": ".transcript.speakers"}
 
 
 def __getattr__(name: str):
@@ -129,5 +130,6 @@ __all__ = ["transcribe", "stream", "load_model", "check_model_options", "DEFAULT
            "StreamingEngine", "StreamingOptions", "StreamingSession", "LiveSource", "FollowOptions", "FOLLOWABLE", "FOLLOW_MODES",
            "CueOptions", "OutputOptions", "output_option_table", "FORMATS", "write_outputs", "render_outputs", "write_rendered", "blas",
            "doctor_report", "kernels_note", "detect_language", "LANGUAGES", "embed", "pull_speakers", "speaker_weights",
+           "add_speakers", "SpeakerOptions",
            "TranscriberError", "AudioError", "ModelError", "RunFault", "ToolError", "no_space", "settings", "OutputError", "ReadTimeout", "bounded", "bounded_each",
            "start_reader"]

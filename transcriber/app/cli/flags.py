@@ -308,6 +308,8 @@ def check_contradictions(spec: JobSpec, others: dict) -> None:
     for name, (_, fmts, _) in output_option_table().items():  # a format's own option, without the format
         if fmts and spec.output(name) and not set(fmts) & set(spec.formats):
             raise click.UsageError(f"{flag_of(name)} needs the {' or '.join(fmts)} format (-f {fmts[0]})")
+    if "rttm" in spec.formats and not spec.output("speakers"):
+        raise click.UsageError("-f rttm writes who speaks when: it needs --speakers")
     if others.get("ray_address") is not None and others.get("batch_files", 1) > 1:
         raise click.UsageError("--batch-files and --ray contradict: Ray workers take one file at a time")
     if others.get("ray_address") is not None and others.get("threads") is not None:

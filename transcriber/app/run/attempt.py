@@ -368,7 +368,7 @@ class Attempt:
     def finish(self) -> list[str]:
         """Write the outputs from the committed words (atomically), then mark the job done."""
         self.check_source()
-        transcript = self._transcript(self.committed)
+        transcript = self._labelled(self._transcript(self.committed))
         written = self._write(transcript)
         embed = self.spec.output("embed")
         if embed:
@@ -399,6 +399,15 @@ class Attempt:
         # by name when used (numpy, the writers): a rerun that only skips files never imports them
         return transcriber.assemble(segments, self.language, self.duration, self.model or "", self.probability,
                                     self.spec.task, self.offset)
+
+    def _labelled(self, transcript):
+        """``--speakers``: the speaker pass over the file's audio, once its words are complete (live
+        outputs written while it is transcribed have none)."""
+        speakers = self.spec.output_options().speakers
+        if not speakers.speakers:
+            return transcript
+        return transcriber.add_speakers(transcript, self.job.path, speakers, self.spec.option("audio_track"),
+                                        self.offset)
 
     def _embed(self, transcript, in_place: bool) -> list[str]:
         """The subtitles muxed into the video (``--embed``, transcriber/subtitles/embed.py): a copy beside

@@ -74,6 +74,8 @@ def follow_command(store: JobStore, source: str, spec: JobSpec, output_dir: Opti
     if spec.mode not in FOLLOW_MODES:
         raise click.UsageError(f"follow decodes with the streaming engine: --mode {spec.mode} cannot be used")
     live = LiveSource(source, settings.live_options())
+    if spec.output("speakers") and live.kind != "file":  # the pass reads the finished recording again
+        raise click.UsageError(f"--speakers reads the finished recording's file: {live.name} is not one")
     stem = outputs_stem(source, live.kind, output_dir, settings.name)
     reporter = Reporter(quiet=quiet)
 

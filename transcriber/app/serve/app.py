@@ -8,9 +8,9 @@ parameter for parameter:
   multipart ``audio_file``: the subtitles (txt, vtt, srt, tsv or json) as an attachment named
   ``<upload>.<output>``; ``encode=false``: the body is raw 16 kHz mono s16le PCM (Bazarr's own
   ffmpeg made it); ``vad_filter=true``: only the speech Silero VAD finds is decoded (--vad);
-  ``async=true``: a 202 with the job's id at once (jobs_api.py). Every other parameter of
-  whisper-asr-webservice (``diarize``, the speaker counts) and any unknown one is a 400 naming
-  it: none is silently ignored.
+  ``diarize=true`` (with ``min_speakers``/``max_speakers``): speaker labels (--speakers);
+  ``async=true``: a 202 with the job's id at once (jobs_api.py). Any unknown parameter is a 400
+  naming it: none is silently ignored.
 - ``POST /detect-language?encode=`` with ``audio_file``: ``{"detected_language": "english",
   "language_code": "en", "confidence": 0.98}``.
 - ``GET /status``: the version (Bazarr's "Test connection"), without the token.
@@ -189,13 +189,13 @@ def refuse_unknown(given, known, where: str) -> None:
         raise RequestError(400, f"{where} takes no parameter {unknown[0]!r}", unknown[0])
 
 
-def refuse_unimplemented(diarize: bool = False, min_speakers: Optional[int] = None,
-                         max_speakers: Optional[int] = None) -> None:
-    """RequestError (400) naming a whisper-asr-webservice parameter this service does not
-    implement, asked for: a client that sets it is told, never ignored."""
-    for name, value in (("diarize", diarize or None), ("min_speakers", min_speakers), ("max_speakers", max_speakers)):
-        if value is not None:
-            raise RequestError(400, f"{name}: this service does not tell speakers apart", name)
+def speaker_options(diarize: bool, min_speakers: Optional[int], max_speakers: Optional[int]) -> dict:
+    """whisper-asr-webservice's speaker parameters as the job's speaker options (a count
+    without ``diarize=true`` is a 400 naming it, as the CLI's flags are)."""
+    for name, value in (("min_speakers", min_speakers), ("max_speakers", max_speakers)):
+        if value is not None and not diarize:
+            raise RequestError(400, f"{name} needs diarize=true", name)
+    return {"speakers": True, "min_speakers": min_speakers, "max_speakers": max_speakers} if diarize else {}
 
 
 def without_words(text: str) -> str:
@@ -227,14 +227,15 @@ def _asr_routes(app: FastAPI, service: Service) -> None:
                   word_timestamps: bool = Query(False, description="JSON: each segment's words with their "
                                                                    "times (words are always timed)"),
                   output: Output = Query("txt"),
-                  diarize: bool = Query(False, description="true is refused: no speaker labels"),
-                  min_speakers: Optional[int] = Query(None, description="refused: no speaker labels"),
-                  max_speakers: Optional[int] = Query(None, description="refused: no speaker labels"),
+                  diarize: bool = Query(False, description="Label who speaks (--speakers): VTT voices, "
+                                                           "SRT and TXT names, JSON speaker fields"),
+                  min_speakers: Optional[int] = Query(None, description="With diarize: at least this many"),
+                  max_speakers: Optional[int] = Query(None, description="With diarize: at most this many"),
                   run_async: bool = Query(False, alias="async", description="Answer at once (202) with the "
                                                                              "job's id and links: GET /jobs/{id}")):
         refuse_unknown(request.query_params, ASR_PARAMETERS, "/asr")
-        refuse_unimplemented(diarize, min_speakers, max_speakers)
-        spec = service.spec(task, language, initial_prompt, output, vad=vad_filter)  # ValueError: 422, before the upload is kept
+        spec = service.spec(task, language, initial_prompt, output, vad=vad_filter,  # ValueError: 422, before the upload is kept
+                            speakers=speaker_options(diarize, min_speakers, max_speakers))
         media = await _saved(service, audio_file, encode, spec.fingerprint())
         job = await asyncio.to_thread(service.accept, media, spec, service.spool.out)  # in the store before the answer
         if run_async:

@@ -194,14 +194,17 @@ class Service:
 
     def spec(self, task: str = "transcribe", language: Optional[str] = None, initial_prompt: Optional[str] = None,
              output: str = "srt", tag_language: bool = False, model: Optional[str] = None,
-             temperatures: Optional[tuple[float, ...]] = None, vad: bool = False) -> JobSpec:
+             temperatures: Optional[tuple[float, ...]] = None, vad: bool = False,
+             speakers: Optional[dict] = None) -> JobSpec:
         """The job spec of a request: the service's mode, its model (or ``model``, another
         installed one), the request's options (``vad``: only the speech Silero VAD finds is
-        decoded); ValueError (naming the option) for one the model or mode cannot take."""
+        decoded; ``speakers``: the speaker options, ``{"speakers": True, "max_speakers": 3}``);
+        ValueError (naming the option) for one the model or mode cannot take."""
         options = {"task": task, "language": language, "initial_prompt": initial_prompt or None,
                    "temperature": temperatures, "vad": vad or None}
+        outputs = {name: value for name, value in (speakers or {}).items() if value is not None}
         return JobSpec(model=model or self.settings.model, mode=self.settings.mode, options=options,
-                       formats=(output,), tag_language=tag_language)
+                       formats=(output,), tag_language=tag_language, outputs=outputs)
 
     def accept(self, media: Path, spec: JobSpec, output_dir: Optional[Path]) -> Job:
         """Write ``media``'s job to the store (its outputs in ``output_dir``, None: beside it) and

@@ -11,6 +11,7 @@ from typing import Any, Callable, NamedTuple, Optional
 from transcriber.options import Option, build, check_fields
 from transcriber.subtitles.cues import DASH, CueOptions, name_prefix
 from transcriber.subtitles.lines import line_layout
+from transcriber.transcript.speakers import SpeakerOptions
 from transcriber.transcript.text import layout_token
 from transcriber.transcript.types import Transcript, Word
 
@@ -40,10 +41,14 @@ class OutputOptions:
     highlight_words: bool = HIGHLIGHT_WORDS.field(False)
     json_cues: bool = JSON_CUES.field(False)  # JSON: the cues too, next to the word timeline
     embed: Optional[str] = EMBED.field(None)  # the subtitles muxed into the video (transcriber/subtitles/embed.py)
+    # who speaks: the speaker pass run before the files are written (transcriber.add_speakers)
+    speakers: SpeakerOptions = field(default_factory=SpeakerOptions)
 
     def __post_init__(self) -> None:
         if not isinstance(self.cues, CueOptions):
             raise ValueError(f"OutputOptions.cues must be CueOptions, got {self.cues!r}")
+        if not isinstance(self.speakers, SpeakerOptions):
+            raise ValueError(f"OutputOptions.speakers must be SpeakerOptions, got {self.speakers!r}")
         check_fields(self, qualified=True)
 
     @classmethod
