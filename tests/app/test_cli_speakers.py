@@ -26,15 +26,19 @@ def transcribe(*args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, timeout=900)
 
 
-@pytest.fixture(scope="module")
-def two_readers(tmp_path_factory, speaker_weights):
-    """About a minute: the first three utterances of each reader, alternating; its turns."""
+def two_reader_audio(with_turns: bool = False):
+    """About a minute: the first three utterances of each reader, alternating (and its turns)."""
     data = require_data()
     samples = load_audio(data / "audio" / "long_en" / f"{READING}.flac")
     by_reader = {who: pieces[:3] for who, pieces in readers.pieces(data, READING, samples).items()}
     audio, turns = readers.alternating(by_reader)
-    folder = tmp_path_factory.mktemp("speakers")
-    return write_wav(folder / "two readers.wav", audio), turns
+    return (audio, turns) if with_turns else audio
+
+
+@pytest.fixture(scope="module")
+def two_readers(tmp_path_factory, speaker_weights):
+    audio, turns = two_reader_audio(with_turns=True)
+    return write_wav(tmp_path_factory.mktemp("speakers") / "two readers.wav", audio), turns
 
 
 @pytest.mark.slow

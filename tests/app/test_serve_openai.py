@@ -10,6 +10,7 @@ import json
 import re
 import time
 
+import numpy as np
 import pytest
 import sqlite_utils
 import srt
@@ -182,6 +183,27 @@ def test_asr_vad_filter_decodes_only_the_speech_at_the_files_times(api, api_fold
     assert 7.5 <= timed[0]["start"] < 9.5 and timed[-1]["end"] <= 8 + 11.1
     specs = [json.loads(row["spec"]) for row in sqlite_utils.Database(api_folder / "jobs.db")["jobs"].rows]
     assert any(spec["options"].get("vad") is True for spec in specs), specs
+
+
+@pytest.mark.slow
+def test_asr_diarize_labels_who_speaks(api, speaker_weights, tmp_path):
+    """diarize=true (whisper-asr-webservice's speaker labels): two LibriSpeech readers taking
+    turns come back as two WebVTT voices; max_speakers=1 makes them one."""
+    from tests.app.test_cli_speakers import two_reader_audio
+
+    url, _ = api
+    upload = (np.clip(two_reader_audio(), -1, 1) * 32767).astype("<i2").tobytes()
+
+    def vtt(**params):
+        r = requests.post(url + "/asr", params={"token": TOKEN, "encode": "false", "output": "vtt", "language": "en",
+                                                "diarize": "true", **params},
+                          files={"audio_file": ("two readers.pcm", upload)}, timeout=900)
+        assert r.status_code == 200, r.text
+        return r.text
+
+    labelled = vtt()
+    assert "<v Speaker 1>" in labelled and "<v Speaker 2>" in labelled
+    assert "<v Speaker 2>" not in vtt(max_speakers="1")
 
 
 def test_status_tells_the_version_without_the_token(api):
