@@ -5,6 +5,7 @@ other speaker options that keeps the words and redoes only the speaker pass and 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -68,3 +69,24 @@ def test_two_readers_are_told_apart_in_every_format(two_readers):
     assert rerun["fingerprint"] == job["fingerprint"] and json.loads(rerun["spec"])["num_speakers"] == 2
     relabelled = json.loads(stem.with_suffix(".json").read_text())
     assert [w["word"] for s in relabelled["segments"] for w in s["words"]] == [w["word"] for w in words]
+
+
+@pytest.mark.slow
+def test_a_job_killed_mid_file_resumes_to_the_same_speakers(two_readers, tmp_path):
+    """kill -9 after the first checkpoint, rerun: the labelled outputs are the uninterrupted run's."""
+    from tests.app.test_jobs_e2e import transcribe as run
+
+    media, _ = two_readers
+    reference, work = tmp_path / "ref", tmp_path / "work"
+    args = ("--speakers", "-f", "json,vtt", "-q")
+    for folder in (reference, work):
+        folder.mkdir()
+        (folder / media.name).write_bytes(media.read_bytes())
+    done = run(reference / media.name, *args, db=tmp_path / "ref.db", timeout=900)
+    assert done.returncode == 0, done.stderr
+    killed = run(work / media.name, *args, db=tmp_path / "jobs.db", timeout=900, TRANSCRIBER_TEST_KILL_AT="checkpoint:1")
+    assert killed.returncode == -signal.SIGKILL and not (work / "two readers.json").exists()
+    resumed = run(work / media.name, *args, db=tmp_path / "jobs.db", timeout=900)
+    assert resumed.returncode == 0, resumed.stderr
+    for ext in (".json", ".vtt"):
+        assert (work / f"two readers{ext}").read_text() == (reference / f"two readers{ext}").read_text(), ext
