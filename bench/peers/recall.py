@@ -276,9 +276,7 @@ ROWS = [("pooled WER % (long_en)", "wer"), ("lost pieces", "lost"), ("words over
 
 def print_tables(summaries: dict, files: list[dict], scores: dict) -> None:
     for model, rows in summaries.items():
-        for mode in MODES.values():
-            if mode not in rows:
-                continue
+        for mode in [name for name in rows if name not in (FW, WCPP)]:  # ours, each mode (and --vad)
             cols = [mode] + [p for p in (FW, WCPP) if p in rows]
             print(f"\n### {model}, {mode}\n\n| | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
             for label, key in ROWS:

@@ -6,9 +6,9 @@
 The detector (transcriber/media/vad.py, Silero VAD) reads the file once; the engine then decodes
 a ``SpeechSource`` (the speech spans joined end to end), and every time of its steps is put back
 on the file's timeline through the spans: a word by the span its middle belongs to, kept inside
-it (the joined audio has 0.5 s of silence between two spans, each span owning the half next to
-it: a last word whose timing runs on into the pause, or a first word timed early in it, stays
-with its own speech), the position past the last span is the file's end. The spans travel in the step's state, so a resumed job decodes the same audio and
+it (the joined audio has 2 s of silence between two spans, each span owning the half next to it:
+a last word whose timing runs on into the pause, or a first word timed early in it, stays with
+its own speech), the position past the last span is the file's end. The spans travel in the step's state, so a resumed job decodes the same audio and
 never runs the detector again.
 """
 

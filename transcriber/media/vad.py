@@ -6,7 +6,7 @@
     timeline.to_source(12.0)                      # a time of the joined audio -> of the source
 
 Engines decode ``SpeechSource`` as any source (they never know): one-shot's 30 s windows are
-built from speech only (with 0.5 s of silence between two spans), streaming replays only speech
+built from speech only (with 2 s of silence between two spans), streaming replays only speech
 chunks. ``SpanMap`` puts the times they
 give back on the source's timeline (transcriber/engines/vad.py does, step by step).
 
@@ -32,7 +32,11 @@ from transcriber.media.silero import WINDOW, SileroVad
 
 Span = tuple[int, int]  # samples of the source: [first, end)
 READ_SECONDS = 30.0  # what the detector and SpeechSource read of the source at a time
-GAP = 0.5  # seconds of silence between two spans in the joined audio (SpanMap)
+# Seconds of silence between two spans in the joined audio (SpanMap). Measured on the 21-minute
+# podcast (bench/peers/podcast.py --layout long, tiny.en; docs/decoding.md "Voice activity
+# detection"): at 0.5 s streaming lost 30 s of a reading after a seam (WER 15.6%) and one-shot
+# timed a last word into the next span; at 2 s neither (10.75% / 9.29%, 0 words over non-speech).
+GAP = 2.0
 
 
 @dataclass(frozen=True)
