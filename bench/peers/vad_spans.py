@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -59,9 +60,15 @@ def pieces(path: str) -> tuple[list[tuple[int, int]], float]:
     return out, time.perf_counter() - t0
 
 
-def side_by_side(model, path: str, width: int) -> tuple[list, float]:
-    """Every piece its own file, ``width`` side by side: (words on the file's timeline, seconds)."""
-    t0 = time.perf_counter()
+def cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def side_by_side(model, path: str, width: int) -> tuple[list, float, float]:
+    """Every piece its own file, ``width`` side by side: (words on the file's timeline, seconds,
+    CPU seconds)."""
+    t0, c0 = time.perf_counter(), cpu()
     cut, _ = pieces(path)
     engine = transcriber.make_engine("oneshot", model, transcriber.engine_options("oneshot", {"language": "en"}))
     files = engine.side_by_side(width)
@@ -80,19 +87,19 @@ def side_by_side(model, path: str, width: int) -> tuple[list, float]:
         shift = cut[key][0] / SAMPLE_RATE
         words.setdefault(key, []).extend(replace(w, start=w.start + shift, end=w.end + shift) for w in event.words)
     files.close()
-    return [w for k in sorted(words) for w in words[k]], time.perf_counter() - t0
+    return [w for k in sorted(words) for w in words[k]], time.perf_counter() - t0, cpu() - c0
 
 
-def joined(model, path: str) -> tuple[list, float]:
-    t0 = time.perf_counter()
+def joined(model, path: str) -> tuple[list, float, float]:
+    t0, c0 = time.perf_counter(), cpu()
     engine = transcriber.make_engine("oneshot", model, transcriber.engine_options("oneshot", {"language": "en", "vad": True}))
     words = [w for step in engine.steps(path) for w in step.words]
-    return words, time.perf_counter() - t0
+    return words, time.perf_counter() - t0, cpu() - c0
 
 
-def row(name: str, words, seconds: float, cast, duration: float) -> str:
+def row(name: str, words, seconds: float, cpu_seconds: float, cast, duration: float) -> str:
     card = podcast.score(cast, words)
-    return (f"| {name} | {seconds:.1f} | {seconds / duration:.4f} | {100 * card.wer:.2f} | "
+    return (f"| {name} | {seconds:.1f} | {cpu_seconds:.1f} | {seconds / duration:.4f} | {100 * card.wer:.2f} | "
             f"{len(card.words_in_nonspeech)} | {card.lost_at_boundaries} |")
 
 
@@ -116,8 +123,8 @@ def main():
             cut, vad_s = pieces(path)
             print(f"### {title}: {cast.duration:.0f} s, {len(cut)} pieces, {sum(b - a for a, b in cut) / SAMPLE_RATE:.0f} s "
                   f"of speech, detector {vad_s:.1f} s\n")
-            print("| system | seconds | RTF | WER % | words in music/silence | words lost at music edges |")
-            print("|---|---:|---:|---:|---:|---:|")
+            print("| system | seconds | CPU s | RTF | WER % | words in music/silence | words lost at music edges |")
+            print("|---|---:|---:|---:|---:|---:|---:|")
             print(row("--vad (spans joined, one window after another)", *joined(model, path), cast, cast.duration))
             for width in map(int, args.widths.split(",")):
                 print(row(f"pieces side by side, width {width}", *side_by_side(model, path, width), cast, cast.duration))
