@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-THRESHOLD = 0.9  # cosine distance at which average linkage stops merging (calibrated: bench/speakers/der.py)
+THRESHOLD = 0.65  # cosine distance at which average linkage stops merging (calibrated: bench/speakers/der.py)
 
 
 def cosine_distances(embeddings: np.ndarray) -> np.ndarray:
