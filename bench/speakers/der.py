@@ -1,6 +1,6 @@
 """The speaker pass's diarization error rate, speed and memory on the evaluation recordings.
 
-    .venv/bin/python -m bench.speakers der [--steps 5] [--calibrate] [--speed] [--check-against ../shared/tools/der.py]
+    .venv/bin/python -m bench.speakers der [--steps 5] [--calibrate | --thresholds 0.6 0.7] [--speed] [--check-against ../shared/tools/der.py]
 
 Sets (evalkit/der.py scores them: 10 ms frames, overlap counted, pooled: total errors over
 total reference speech):
@@ -87,6 +87,8 @@ def report(diarizer, items, prepared, threshold) -> None:
         groups.setdefault(item["half"], []).append(item)
     groups["meetings (all 11)"] = [i for i in items if i["half"] in ("fit", "held-out")]
     for name, group in groups.items():
+        if not group:
+            continue
         for given in (True, False):
             label = f"{name}, count {'given' if given else 'not given'}"
             print(line(label, score_set(diarizer, group, prepared, threshold, given)))
@@ -143,22 +145,29 @@ def speed(step: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=float, nargs="+", default=[5.0], help="window steps (s) to measure")
-    parser.add_argument("--threshold", type=float, default=clustering.THRESHOLD)
+    parser.add_argument("--thresholds", type=float, nargs="+", default=[clustering.THRESHOLD],
+                        help="clustering thresholds to report (without --calibrate)")
     parser.add_argument("--calibrate", action="store_true", help="pick the threshold on the fit half")
     parser.add_argument("--no-readers", action="store_true", help="the meetings only")
+    parser.add_argument("--no-meetings", action="store_true", help="the readers only")
     parser.add_argument("--speed", action="store_true", help="time the pass on a 10-minute recording")
+    parser.add_argument("--only-speed", action="store_true", help="the speed only, no DER")
     parser.add_argument("--check-against", metavar="DER_PY", help="compare with this scorer script")
     args = parser.parse_args()
-    items = meetings() + ([] if args.no_readers else reader_sets())
+    if args.only_speed:
+        for step in args.steps:
+            speed(step)
+        return
+    items = ([] if args.no_meetings else meetings()) + ([] if args.no_readers else reader_sets())
     for step in args.steps:
         diarizer = Diarizer.from_weights(weights.speaker_weights(), step=step)
         start = time.perf_counter()
         prepared = {item["name"]: diarizer.prepare(item["samples"]) for item in items}
         audio = sum(len(i["samples"]) for i in items) / 16000
         print(f"--- step {step} s: models on {audio:.0f} s of audio in {time.perf_counter() - start:.0f} s")
-        threshold = calibrate(diarizer, items, prepared) if args.calibrate else args.threshold
-        print(f"threshold {threshold}")
-        report(diarizer, items, prepared, threshold)
+        for threshold in [calibrate(diarizer, items, prepared)] if args.calibrate else args.thresholds:
+            print(f"threshold {threshold}")
+            report(diarizer, items, prepared, threshold)
         if args.check_against:
             check_against(args.check_against, items)
         if args.speed:

@@ -16,9 +16,9 @@ from transcriber.speakers import clustering
 from transcriber.speakers.pipeline import Diarizer, window_starts
 
 READING = "ls_testother_367-130732_533-1066"
-MEETING = "ami_pyannote_debug_dev01"
-READERS_BOUND = 0.08  # alternating readers, 0.25 s collar
-MEETING_BOUND = 0.45  # one AMI excerpt, no collar
+MEETING = "ami_pyannote_debug_dev00"
+READERS_BOUND = 0.08  # alternating readers, 0.25 s collar (measured 0.044)
+MEETING_BOUND = 0.45  # one AMI excerpt, no collar, count not given (measured 0.321)
 
 
 @pytest.fixture(scope="module")
@@ -47,24 +47,27 @@ def test_windows_cover_the_recording():
     assert list(window_starts(3 * 16000, 5.0)) == [0]
 
 
-def test_clustering_honours_counts_and_keeps_window_mates_apart():
+def test_clustering_honours_counts():
     rng = np.random.default_rng(0)
-    centres = rng.normal(size=(3, 192))
+    centres = 10 * np.eye(3, 192)  # three directions far apart
     points = np.concatenate([c + 0.05 * rng.normal(size=(4, 192)) for c in centres])
-    windows = np.arange(12)
-    assert len(set(clustering.cluster(points, windows))) == 3
-    assert len(set(clustering.cluster(points, windows, num_speakers=2))) == 2
-    assert len(set(clustering.cluster(points, windows, max_speakers=2))) == 2
-    assert len(set(clustering.cluster(points, windows, min_speakers=5))) == 5
-    twins = clustering.cluster(points[:2], np.array([0, 0]))
-    assert twins[0] != twins[1]
+    assert len(set(clustering.cluster(points))) == 3
+    assert len(set(clustering.cluster(points, num_speakers=2))) == 2
+    assert len(set(clustering.cluster(points, max_speakers=2))) == 2
+    assert len(set(clustering.cluster(points, min_speakers=5))) == 5
+    short = np.zeros(12, dtype=bool)
+    short[::4] = True
+    labels = clustering.cluster_then_assign(points, ~short)
+    assert len(set(labels)) == 3 and all(labels[i] == labels[i + 1] for i in range(0, 12, 4))
 
 
 def test_alternating_readers_get_two_speakers(diarizer, alternating):
     samples, reference = alternating
     turns = diarizer.diarize(samples)
     assert len(labels(turns)) == 2
-    assert der.score(reference, turns, len(samples) / 16000, collar=0.25).der < READERS_BOUND
+    measured = der.score(reference, turns, len(samples) / 16000, collar=0.25).der
+    print(f"alternating readers: DER {measured:.3f}")
+    assert measured < READERS_BOUND
 
 
 def test_speaker_count_given_is_honoured(diarizer, alternating):
@@ -83,5 +86,7 @@ def test_one_reader_is_one_speaker(diarizer, reading):
 def test_meeting_excerpt(diarizer, data_dir):
     samples = load_audio(data_dir / "audio" / "diarization" / f"{MEETING}.flac")
     reference = der.read_rttm(data_dir / "alignments" / f"{MEETING}.rttm")
-    turns = diarizer.diarize(samples, num_speakers=len(labels(reference)))
-    assert der.score(reference, turns, 30.0).der < MEETING_BOUND
+    turns = diarizer.diarize(samples)
+    measured = der.score(reference, turns, 30.0).der
+    print(f"{MEETING}: DER {measured:.3f}")
+    assert measured < MEETING_BOUND
