@@ -38,7 +38,7 @@ ALLOWED = {
     "backend": {"model", "native"},
     "engines": {"media", "model", "backend", "transcript", "deadline"},
     "doctor": {"media", "model", "native", "backend"},
-    "speakers": {"media", "transcript", "deadline"},  # who speaks when: its own models on MLX; stage.py reads the audio, labels the words
+    "speakers": {"media", "transcript", "deadline", "native"},  # who speaks when: its own models on MLX; stage.py reads the audio, labels the words
 }
 
 

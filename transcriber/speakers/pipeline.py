@@ -34,6 +34,7 @@ from typing import Optional
 
 import numpy as np
 
+from transcriber.native.blas import bind_once
 from transcriber.speakers import clustering
 from transcriber.speakers.campplus import CAMPPlus
 from transcriber.speakers.fbank import FRAME_SHIFT, fbank
@@ -192,7 +193,10 @@ class Diarizer:
 
     @classmethod
     def from_weights(cls, weights, **options) -> "Diarizer":
-        """From ``weights.speaker_weights()`` (its .segmentation and .embedding paths)."""
+        """From ``weights.speaker_weights()`` (its .segmentation and .embedding paths). MLX's
+        matmuls are bound to the fast BLAS first, as loading a Whisper model does: a process that
+        diarizes without one would run them on MLX's own sgemm, several times slower."""
+        bind_once()
         return cls(Segmentation.from_weights(weights.segmentation), CAMPPlus.from_weights(weights.embedding), **options)
 
     def diarize(self, samples: np.ndarray, num_speakers: Optional[int] = None,
