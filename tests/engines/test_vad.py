@@ -68,7 +68,7 @@ def test_a_resumed_job_decodes_the_same_words_and_never_runs_the_detector_again(
     def no_second_pass(*args, **kwargs):
         raise AssertionError("the detector ran again on resume")
 
-    monkeypatch.setattr(speech_only, "speech_spans", no_second_pass)
+    monkeypatch.setattr(speech_only, "detect", no_second_pass)
     rest = run(model, "stream", path, state=first[-1].state)
     assert [w for s in first + rest for w in s.words] == whole
 

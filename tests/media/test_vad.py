@@ -12,7 +12,7 @@ from transcriber.constants import SAMPLE_RATE as SR
 from transcriber.media.audio import load_audio
 from transcriber.media.source import as_source
 from transcriber.media.silero import WINDOW, SileroVad, WeightsError, read_ggml
-from transcriber.media.vad import SpanMap, SpanRules, SpeechSource, spans_of, speech_spans
+from transcriber.media.vad import SpanMap, SpanRules, SpeechSource, detect, spans_of, speech_spans
 
 from tests.conftest import JFK, audio_path
 
@@ -140,3 +140,15 @@ def test_the_detector_finds_a_reading_after_silence_and_nothing_in_silence(tmp_p
     assert len(spans) == 1 and 7.5 <= spans[0][0] / SR <= 8.3 and 8 + 10.5 <= spans[0][1] / SR <= 8 + 11.5
     quiet = write_wav(tmp_path / "quiet.wav", np.zeros(5 * SR, np.float32))
     assert speech_spans(as_source(quiet)) == ([], 5 * SR)
+
+
+def test_the_audio_the_detector_read_is_decoded_from_memory_the_same(tmp_path):
+    speech = load_audio(JFK)
+    path = write_wav(tmp_path / "late.wav", np.concatenate([np.zeros(8 * SR, np.float32), speech]))
+    spans, total, heard = detect(as_source(path))
+    assert heard is not None and len(heard.samples) == total and heard.name == str(path)
+    from_file = list(SpeechSource(as_source(path), spans).chunks(1.0, start=0.5))
+    from_memory = list(SpeechSource(heard, spans).chunks(1.0, start=0.5))
+    assert [o for o, _ in from_file] == [o for o, _ in from_memory]
+    np.testing.assert_array_equal(np.concatenate([c for _, c in from_file]), np.concatenate([c for _, c in from_memory]))
+    assert detect(as_source(path), keep_seconds=10.0)[2] is None  # longer than that: read again, not kept

@@ -3,8 +3,9 @@
     engine = SpeechOnly(OneShotEngine(model, options))     # make_engine does, when options.vad
     for step in engine.steps("podcast.mp3"): ...           # times on the file's timeline
 
-The detector (transcriber/media/vad.py, Silero VAD) reads the file once; the engine then decodes
-a ``SpeechSource`` (the speech spans joined end to end), and every time of its steps is put back
+The detector (transcriber/media/vad.py, Silero VAD) reads the file once (and keeps its audio, up
+to an hour of it, so the decode reads memory, not the file again); the engine then decodes a
+``SpeechSource`` (the speech spans joined end to end), and every time of its steps is put back
 on the file's timeline through the spans: a word by the span its middle belongs to, kept inside
 it (the joined audio has 2 s of silence between two spans, each span owning the half next to it:
 a last word whose timing runs on into the pause, or a first word timed early in it, stays with
@@ -21,7 +22,7 @@ from typing import Iterator, Optional
 from transcriber.constants import SAMPLE_RATE
 from transcriber.engines.engine import Step, Wrapped
 from transcriber.media.source import as_source
-from transcriber.media.vad import SpanMap, SpeechSource, speech_spans
+from transcriber.media.vad import SpanMap, SpeechSource, detect
 from transcriber.transcript.types import Segment, Word
 
 _KEY = "speech_spans"
@@ -33,13 +34,14 @@ class SpeechOnly(Wrapped):
 
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
         source = as_source(source, getattr(self.engine.options, "audio_track", None))
+        heard = None
         if state and _KEY in state:
             spans, total, inner = [tuple(s) for s in state[_KEY]["spans"]], state[_KEY]["samples"], state["engine"]
         else:
-            (spans, total), inner = speech_spans(source), state
+            (spans, total, heard), inner = detect(source), state
         timeline, known = SpanMap(spans), {_KEY: {"spans": [list(s) for s in spans], "samples": total}}
         step = None
-        with contextlib.closing(self.engine.steps(SpeechSource(source, spans), inner)) as steps:
+        with contextlib.closing(self.engine.steps(SpeechSource(heard or source, spans), inner)) as steps:
             for step in steps:
                 yield _on_file(step, timeline, total, known)
         if step is None and not spans:  # nothing to decode (one-shot gives no step then): the file is done

@@ -37,6 +37,7 @@ READ_SECONDS = 30.0  # what the detector and SpeechSource read of the source at 
 # detection"): at 0.5 s streaming lost 30 s of a reading after a seam (WER 15.6%) and one-shot
 # timed a last word into the next span; at 2 s neither (10.75% / 9.29%, 0 words over non-speech).
 GAP = 2.0
+KEEP_SECONDS = 3600.0  # the detector's pass keeps a file's audio up to this long (230 MB) for the decode after it
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,21 @@ class SpanRules:
 
 def speech_spans(source, rules: SpanRules = SpanRules(), net: Optional[SileroVad] = None) -> tuple[list[Span], int]:
     """(the speech spans of ``source``, the number of samples it has): one pass over its audio."""
+    spans, total, _ = detect(source, rules, net, keep_seconds=0.0)
+    return spans, total
+
+
+def detect(source, rules: SpanRules = SpanRules(), net: Optional[SileroVad] = None,
+           keep_seconds: float = KEEP_SECONDS) -> tuple[list[Span], int, Optional["Heard"]]:
+    """``speech_spans``, and the audio the pass read as a source of its own (``Heard``: the
+    decode after it reads memory, not the file again) when it is ``keep_seconds`` long at most."""
     net = net or SileroVad.installed()
-    probabilities, state, carry, total = [], None, np.zeros(0, np.float32), 0
+    probabilities, state, carry, total, kept = [], None, np.zeros(0, np.float32), 0, []
     audio = source.chunks(READ_SECONDS)
     try:
         for _, samples in audio:
             total += len(samples)
+            kept = kept + [samples] if kept is not None and total <= keep_seconds * SAMPLE_RATE else None
             carry = np.concatenate([carry, samples])
             whole = len(carry) // WINDOW * WINDOW
             p, state = net.probabilities(carry[:whole], state)
@@ -63,7 +73,48 @@ def speech_spans(source, rules: SpanRules = SpanRules(), net: Optional[SileroVad
     finally:
         audio.close()
     p = np.concatenate(probabilities) if probabilities else np.zeros(0, np.float32)
-    return spans_of(p, total, rules), total
+    heard = None if kept is None else Heard(source, np.concatenate(kept or [np.zeros(0, np.float32)]), audio.warnings)
+    return spans_of(p, total, rules), total, heard
+
+
+class Heard:
+    """A source's audio already read (the detector's pass), served as that source's: the same
+    ``chunks``, ``head``, ``start_offset``, name and decoder warnings."""
+
+    def __init__(self, source, samples: np.ndarray, warnings: tuple[str, ...] = ()):
+        self.source, self.samples, self.warnings = source, samples, tuple(warnings)
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    def start_offset(self) -> float:
+        return self.source.start_offset()
+
+    def chunks(self, chunk_seconds: float, start: float = 0.0) -> "_ArrayChunks":
+        return _ArrayChunks(self.samples, round(chunk_seconds * SAMPLE_RATE), round(start * SAMPLE_RATE), self.warnings)
+
+    def head(self, seconds: float) -> np.ndarray:
+        return self.samples[:round(seconds * SAMPLE_RATE)]
+
+
+class _ArrayChunks:
+    """(sample offset, samples) of an array from ``start``, ``size`` at a time (an AudioStream's shape)."""
+
+    def __init__(self, samples: np.ndarray, size: int, start: int, warnings: tuple[str, ...]):
+        self.samples, self.size, self.offset, self.warnings = samples, size, start, warnings
+
+    def __iter__(self) -> "_ArrayChunks":
+        return self
+
+    def __next__(self) -> tuple[int, np.ndarray]:
+        if self.offset >= len(self.samples):
+            raise StopIteration
+        offset, self.offset = self.offset, self.offset + self.size
+        return offset, self.samples[offset:offset + self.size]
+
+    def close(self) -> None:
+        self.offset = len(self.samples)
 
 
 def spans_of(probabilities: np.ndarray, total: int, rules: SpanRules = SpanRules()) -> list[Span]:
