@@ -4,7 +4,8 @@
 Run with the repository's .venv/bin/python; job and result as in _worker_common.py
 ("compute_type" is ignored). Optional job fields: "model" (default tiny.en), "language"
 (default "en"; null: detect), "detail" (each result is {"text", "language",
-"language_probability"} instead of the text), "vad" (decode only the speech Silero VAD finds),
+"language_probability"} instead of the text), "vad" (decode only the speech Silero VAD finds), "speech_spans"
+(with "vad": [start, end] seconds decoded instead of the detector's spans, which is not run),
 "words" (with "detail": each result also has
 "words", [start, end, text, probability] of every word, and "rereads": each stretch the guard
 read alone, with its scores, for bench/peers/reread_corner.py).
@@ -16,6 +17,7 @@ import sys
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repo root
 import transcriber  # noqa: E402  (binds MLX to the fastest BLAS measured here)
 import mlx.core as mx  # noqa: E402
+from transcriber.constants import SAMPLE_RATE  # noqa: E402
 
 from _worker_common import run  # noqa: E402
 
@@ -24,7 +26,23 @@ JOB: dict = {}
 
 def load(job):
     JOB.update(job)
+    if job.get("speech_spans"):
+        given_spans(job["speech_spans"])
     return transcriber.load_model(job.get("model", "tiny.en"))
+
+
+def given_spans(seconds):
+    """--vad decodes these spans (seconds) of every file: the detector is not run."""
+    import transcriber.engines.vad as engine_vad
+    from transcriber.media.audio import load_audio
+    from transcriber.media.vad import Heard
+
+    def detect(source):  # (the file read once, served from memory to the decode, as the detector's pass does)
+        samples = load_audio(source.path)
+        spans = [(round(a * SAMPLE_RATE), min(len(samples), round(b * SAMPLE_RATE))) for a, b in seconds]
+        return spans, len(samples), Heard(source, samples)
+
+    engine_vad.detect = detect
 
 
 class Rereads(logging.Handler):

@@ -7,7 +7,9 @@
 
 Systems: ours one-shot, ours streaming (1 s chunks), faster-whisper (int8, the same tiny.en
 weights: bench/peers/compare_faster_whisper.py's peer) without and with its Silero VAD
-(``vad_filter``); ours with ``--vad`` (Silero VAD: only speech decoded). ``--layout long`` is the
+(``vad_filter``); ours with ``--vad`` (Silero VAD: only speech decoded); ours with the
+reference's speech regions as the spans (``*-oracle``: no detector pass; what a perfect
+detector would save). ``--layout long`` is the
 20-minute file, half not speech, that the VAD is measured on. Each runs in its own fresh interpreter (bench/_worker_*.py), word timestamps on.
 The recordings: --data, else $TRANSCRIBER_TEST_DATA, else ../shared/data. Prints a markdown table;
 columns are explained in evalkit/podcast.py.
@@ -36,10 +38,21 @@ SYSTEMS = {
     "oneshot-vad": ("ours one-shot --vad", OURS_PY, "_worker_ours.py", {"mode": "oneshot", "vad": True}),
     "stream-vad": ("ours streaming --vad", OURS_PY, "_worker_ours.py",
                    {"mode": "stream", "chunk_seconds": 1.0, "vad": True}),
+    # the floor of any detector: the reference's speech regions (0.4 s of padding, as the VAD's) given
+    # in place of the detector's spans, and no detector pass
+    "oneshot-oracle": ("ours one-shot, spans from the reference", OURS_PY, "_worker_ours.py",
+                       {"mode": "oneshot", "vad": True, "oracle": True}),
+    "stream-oracle": ("ours streaming, spans from the reference", OURS_PY, "_worker_ours.py",
+                      {"mode": "stream", "chunk_seconds": 1.0, "vad": True, "oracle": True}),
     "fw": ("faster-whisper int8", PEER_PY, "_worker_peer.py", {"compute_type": "int8"}),
     "fw-vad": ("faster-whisper int8 + vad_filter", PEER_PY, "_worker_peer.py",
                {"compute_type": "int8", "vad_filter": True}),
 }
+
+
+def reference_spans(cast, pad: float = 0.4) -> list[list[float]]:
+    """The podcast's speech regions, ``pad`` seconds wider each side (the VAD pads its spans so)."""
+    return [[max(0.0, r.start - pad), min(cast.duration, r.end + pad)] for r in cast.speech]
 
 
 def table(rows, duration: float) -> str:
@@ -79,6 +92,8 @@ def main():
               f"load {os.getloadavg()[0]:.2f}", file=sys.stderr)
         for key in args.systems.split(","):
             name, python, worker, fields = SYSTEMS[key]
+            if fields.get("oracle"):
+                fields = {**fields, "speech_spans": reference_spans(cast)}
             job = {"files": [str(path)], "threads": args.threads, "word_timestamps": True, "warmup": False,
                    "detail": True, "words": True, "model": args.model, "compute_type": None, **fields}
             t0 = time.perf_counter()
