@@ -109,7 +109,9 @@ def test_a_wrong_token_is_a_401_in_openai_shape(api):
 
 @pytest.mark.parametrize("kwargs, param", [
     ({"extra_body": {"diarize": "true"}}, "diarize"),
-    ({"chunking_strategy": "auto"}, "chunking_strategy"),
+    ({"chunking_strategy": {"type": "server_vad", "threshold": 0.4}}, "chunking_strategy"),
+    ({"extra_body": {"chunking_strategy": "semantic"}}, "chunking_strategy"),
+    ({"include": ["logprobs"]}, "include[]"),
     ({"temperature": 3.0}, "temperature"),
     ({"language": "xx"}, "language"),
     ({"response_format": "json", "timestamp_granularities": ["word"]}, "timestamp_granularities[]"),
@@ -204,6 +206,70 @@ def test_asr_diarize_labels_who_speaks(api, speaker_weights, tmp_path):
     labelled = vtt()
     assert "<v Speaker 1>" in labelled and "<v Speaker 2>" in labelled
     assert "<v Speaker 2>" not in vtt(max_speakers="1")
+
+
+@pytest.mark.slow
+def test_diarized_json_names_the_speakers_as_openai_does(api, speaker_weights, tmp_path):
+    """response_format=diarized_json (OpenAI's speaker-labelled answer, read by the real client's
+    TranscriptionDiarized): two readers taking turns are segments of speakers A and B, each
+    segment's speaker the reader heard over its middle, A the first to speak."""
+    from tests.app.test_cli_speakers import two_reader_audio
+    from tests.media.test_vad import write_wav
+
+    _, client = api
+    audio, turns = two_reader_audio(with_turns=True)
+    with open(write_wav(tmp_path / "two readers.wav", audio), "rb") as f:
+        answer = client.audio.transcriptions.create(model="whisper-1", file=f, response_format="diarized_json",
+                                                    language="en")
+    assert type(answer).__name__ == "TranscriptionDiarized" and answer.task == "transcribe"
+    assert answer.duration == pytest.approx(len(audio) / 16000, abs=0.1)
+    segments = answer.segments
+    assert {s.speaker for s in segments} == {"A", "B"} and segments[0].speaker == "A"
+    assert all(s.type == "transcript.text.segment" and s.text and s.start < s.end for s in segments)
+    assert words(" ".join(s.text for s in segments)) == words(answer.text)
+    first_reader = min(turns, key=lambda t: t[0])[2]
+
+    def reader_at(t):
+        return next((who for start, end, who in turns if start <= t <= end), None)
+
+    heard = [(s.speaker == "A") == (reader_at((s.start + s.end) / 2) == first_reader) for s in segments
+             if reader_at((s.start + s.end) / 2) is not None]
+    assert len(heard) >= 6 and sum(heard) >= 0.9 * len(heard), heard
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # (the client's types know it is not one)
+def test_diarized_json_is_a_transcription_format_only(api):
+    _, client = api
+    with open(JFK, "rb") as f, pytest.raises(openai.BadRequestError) as caught:
+        client.audio.translations.create(model="whisper-1", file=f, response_format="diarized_json")
+    assert caught.value.body["param"] == "response_format"
+
+
+def test_chunking_strategy_auto_runs_the_voice_activity_detector(api, api_folder):
+    """OpenAI's chunking_strategy=auto chooses chunks by voice activity: here --vad (only the
+    speech decoded), a job of its own with vad in its spec."""
+    _, client = api
+    answer = transcribe(client, response_format="verbose_json", chunking_strategy="auto")
+    assert "ask not what your country can do for you" in answer.text.lower()
+    specs = [json.loads(row["spec"]) for row in sqlite_utils.Database(api_folder / "jobs.db")["jobs"].rows]
+    assert any(spec["options"].get("vad") is True and spec["formats"] == ["json"] for spec in specs), specs
+
+
+def test_diarized_segments_break_where_the_speaker_changes():
+    from transcriber.app.serve.openai_api import _letter, diarized
+
+    def word(text, start, speaker):
+        return {"word": text, "start": start, "end": start + 0.5, "speaker": speaker}
+
+    timeline = {"segments": [
+        {"text": " Hello there. Hi.", "start": 0.0, "end": 2.0, "speaker": "Speaker 1",
+         "words": [word(" Hello", 0.0, "Speaker 1"), word(" there.", 0.5, "Speaker 1"), word(" Hi.", 1.5, "Speaker 2")]},
+        {"text": " Yes.", "start": 3.0, "end": 3.5, "speaker": "Speaker 2", "words": [word(" Yes.", 3.0, "Speaker 2")]},
+    ]}
+    assert [(s["id"], s["speaker"], s["text"], s["start"], s["end"]) for s in diarized(timeline)] == [
+        ("seg_0", "A", "Hello there.", 0.0, 1.0), ("seg_1", "B", "Hi.", 1.5, 2.0), ("seg_2", "B", "Yes.", 3.0, 3.5)]
+    assert [_letter(f"Speaker {n}") for n in (1, 2, 26, 27)] == ["A", "B", "Z", "AA"]
+    assert _letter(None) == "A" and _letter("Alice") == "Alice"
 
 
 def test_status_tells_the_version_without_the_token(api):

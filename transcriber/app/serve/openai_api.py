@@ -2,8 +2,11 @@
 Assistant-style clients, subgen, WhisperLiveKit, speaches; the ``openai`` Python client):
 
 - ``POST /v1/audio/transcriptions``: multipart ``file``, ``model``, ``language``, ``prompt``,
-  ``response_format`` (json, text, srt, verbose_json, vtt), ``temperature``,
-  ``timestamp_granularities[]`` (word, segment: with verbose_json);
+  ``response_format`` (json, text, srt, verbose_json, vtt, and ``diarized_json``: segments
+  that break where the speaker changes, each with its ``speaker``, A, B, ... in order of first
+  speech, as OpenAI labels them; the speaker pass, ``--speakers``), ``temperature``,
+  ``timestamp_granularities[]`` (word, segment: with verbose_json), ``chunking_strategy``
+  (``auto``: OpenAI's chunks chosen by voice activity; here ``--vad``: only the speech decoded);
 - ``POST /v1/audio/translations``: the same but ``language`` and the granularities; the text in
   English (a multilingual model);
 - ``GET /v1/models``: the installed models, as OpenAI lists models.
@@ -35,9 +38,11 @@ from transcriber.app.serve.jobs_api import accepted
 from transcriber.app.serve.service import RequestError, Service
 
 RESPONSE_FORMATS = ("json", "text", "srt", "verbose_json", "vtt")
+DIARIZED = "diarized_json"  # (transcriptions only, as OpenAI's)
 GRANULARITIES = ("word", "segment")
 SERVICE_MODEL = "whisper-1"  # OpenAI's model name: the service's own model
-FIELDS = {"file", "model", "language", "prompt", "response_format", "temperature", "timestamp_granularities[]"}
+FIELDS = {"file", "model", "language", "prompt", "response_format", "temperature", "timestamp_granularities[]",
+          "chunking_strategy"}
 TRANSLATION_FIELDS = {"file", "model", "prompt", "response_format", "temperature"}
 
 
@@ -84,6 +89,9 @@ def _read(form, service: Service, task: str) -> tuple[UploadFile, dict]:
     cannot take."""
     known = FIELDS if task == "transcribe" else TRANSLATION_FIELDS
     unknown = sorted(set(form.keys()) - known)
+    if any(name.startswith("chunking_strategy[") for name in unknown):  # (a server_vad object's fields)
+        raise RequestError(400, "chunking_strategy takes auto (voice activity: --vad), not an object",
+                           "chunking_strategy")
     if unknown:
         raise RequestError(400, f"this service does not take {unknown[0]!r}", unknown[0])
     upload = form.get("file")
@@ -101,8 +109,12 @@ def _read(form, service: Service, task: str) -> tuple[UploadFile, dict]:
     if language is not None and language not in LANGUAGES:
         raise RequestError(400, f"unknown language {language!r}: one of Whisper's codes", "language")
     response_format = _one(form, "response_format") or "json"
-    if response_format not in RESPONSE_FORMATS:
-        raise RequestError(400, f"response_format takes one of {', '.join(RESPONSE_FORMATS)}", "response_format")
+    formats = RESPONSE_FORMATS + ((DIARIZED,) if task == "transcribe" else ())
+    if response_format not in formats:
+        raise RequestError(400, f"response_format takes one of {', '.join(formats)}", "response_format")
+    chunking = _one(form, "chunking_strategy")
+    if chunking not in (None, "auto"):
+        raise RequestError(400, "chunking_strategy takes auto (voice activity: --vad) only", "chunking_strategy")
     granularities = form.getlist("timestamp_granularities[]")
     if [g for g in granularities if g not in GRANULARITIES]:
         raise RequestError(400, "timestamp_granularities[] takes word and/or segment", "timestamp_granularities[]")
@@ -112,7 +124,7 @@ def _read(form, service: Service, task: str) -> tuple[UploadFile, dict]:
     return upload, {"model": None if model == SERVICE_MODEL else model, "language": language,
                     "prompt": _one(form, "prompt") or None, "response_format": response_format,
                     "temperature": _temperature(_one(form, "temperature")),
-                    "granularities": tuple(granularities) or ("segment",)}
+                    "granularities": tuple(granularities) or ("segment",), "vad": chunking == "auto"}
 
 
 def _one(form, name: str) -> Optional[str]:
@@ -139,8 +151,9 @@ def _spec(service: Service, task: str, asked: dict):
     """The job spec; what the model or mode cannot do (an English-only model asked to
     translate, a temperature in streaming mode) is a 400 naming the parameter."""
     try:
+        speakers = {"speakers": True} if asked["response_format"] == DIARIZED else None
         spec = service.spec(task, asked["language"], asked["prompt"], "json", model=asked["model"],
-                            temperatures=asked["temperature"])
+                            temperatures=asked["temperature"], vad=asked["vad"], speakers=speakers)
         check_model_options(spec.model, language=asked["language"], task=task)
         return spec
     except ValueError as e:
@@ -162,6 +175,9 @@ def respond(timeline: str, response_format: str, granularities: tuple[str, ...],
         transcript = Transcript.from_dict(data)
         return PlainTextResponse(FORMATS[response_format].render(transcript, OutputOptions()),
                                  media_type=FORMATS[response_format].media_type)
+    if response_format == DIARIZED:
+        return JSONResponse({"task": task, "duration": data["duration"], "text": text, "segments": diarized(data),
+                             "usage": {"type": "duration", "seconds": data["duration"]}})
     language = "en" if task == "translate" else data["language"]  # OpenAI's: the text's language
     verbose = {"task": task, "language": LANGUAGES.get(language, language),
                "duration": data["duration"], "text": text}
@@ -171,3 +187,32 @@ def respond(timeline: str, response_format: str, granularities: tuple[str, ...],
         verbose["words"] = [{"word": w["word"].strip(), "start": w["start"], "end": w["end"]}
                             for s in data["segments"] for w in s["words"]]
     return JSONResponse(verbose)
+
+
+def diarized(data: dict) -> list[dict]:
+    """OpenAI's diarized segments from a labelled JSON timeline: each segment's words in runs of
+    one speaker, a segment each; our "Speaker N" is OpenAI's N-th capital letter."""
+    runs = []
+    for segment in data["segments"]:
+        words = segment.get("words") or [{**segment, "word": segment["text"]}]
+        for word in words:
+            speaker = _letter(word.get("speaker") or segment.get("speaker"))
+            if runs and runs[-1]["speaker"] == speaker and runs[-1]["segment"] is segment:
+                runs[-1].update(end=word["end"], text=runs[-1]["text"] + word["word"])
+            else:
+                runs.append({"segment": segment, "speaker": speaker, "start": word["start"], "end": word["end"],
+                             "text": word["word"]})
+    return [{"type": "transcript.text.segment", "id": f"seg_{i}", "start": run["start"], "end": run["end"],
+             "text": run["text"].strip(), "speaker": run["speaker"]} for i, run in enumerate(runs)]
+
+
+def _letter(label: Optional[str]) -> str:
+    """"Speaker 2" -> "B" (past Z: "AA", ...); a label of another shape as it is."""
+    number = label.rsplit(" ", 1)[-1] if label else ""
+    if not number.isdigit() or int(number) < 1:
+        return label or "A"
+    n, letters = int(number), ""
+    while n:
+        n, rest = divmod(n - 1, 26)
+        letters = chr(ord("A") + rest) + letters
+    return letters
