@@ -163,8 +163,10 @@ def _conv(x: mx.array, params, kernel: tuple[int, int], stride: int = 1, dilatio
     out = flat[offsets[0]:offsets[0] + length] @ weight[0]
     for tap, offset in enumerate(offsets[1:], start=1):
         out = mx.addmm(out, flat[offset:offset + length], weight[tap])
-    out = mx.pad(out, [(0, plane - length), (0, 0)]).reshape(batch, height, width, -1)
-    return out[:, :(rows - 1) // stride + 1, :cols] + bias
+    channels = out.shape[1]  # the outputs, read in place: the last one lies before ``length``
+    out = mx.as_strided(out, (batch, (rows - 1) // stride + 1, cols, channels),
+                        (height * width * channels, width * channels, channels, 1))
+    return out + bias
 
 
 def _conv1d(x: mx.array, params, kernel: int, stride: int = 1, dilation: int = 1) -> mx.array:
