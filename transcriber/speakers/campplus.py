@@ -93,11 +93,23 @@ def _res_block(state: dict, name: str) -> dict:
     return block
 
 
+def _norm_into(state: dict, norm: str, linear: tuple[mx.array, mx.array]) -> tuple[tuple, tuple]:
+    """A batch norm, a ReLU, then a 1x1 convolution (``linear``): where every scale s of the norm
+    is positive, relu(x * s + t) @ W = relu(x + t / s) @ (s W), so the scale moves into the
+    weight rows and the norm is one addition: (None, t / s), the scaled (weight, bias). Else
+    the norm as it is, (scale, shift), and ``linear`` unchanged."""
+    scale, shift = _batchnorm(state, norm)
+    if (scale <= 0).any():
+        return (mx.array(scale.astype(np.float32)), mx.array(shift.astype(np.float32))), linear
+    weight, bias = linear
+    return (None, mx.array((shift / scale).astype(np.float32))), (weight * mx.array(scale.astype(np.float32))[:, None], bias)
+
+
 def _dense_layer(state: dict, name: str) -> dict:
     cam = f"{name}.cam_layer"
-    return {"norm1": _norm(state, f"{name}.nonlinear1.batchnorm"),
-            "linear1": _conv_weights(state, f"{name}.linear1", f"{name}.nonlinear2.batchnorm"),
-            "local": _conv_weights(state, f"{cam}.linear_local"),
+    norm1, linear1 = _norm_into(state, f"{name}.nonlinear1.batchnorm",
+                                _conv_weights(state, f"{name}.linear1", f"{name}.nonlinear2.batchnorm"))
+    return {"norm1": norm1, "linear1": linear1, "local": _conv_weights(state, f"{cam}.linear_local"),
             "mask1": _conv_weights(state, f"{cam}.linear1"), "mask2": _conv_weights(state, f"{cam}.linear2")}
 
 
@@ -112,8 +124,8 @@ def prepare(state: dict) -> dict:
         "tdnn": _conv_weights(state, "xvector.tdnn.linear", "xvector.tdnn.nonlinear.batchnorm"),
         "blocks": [[_dense_layer(state, f"xvector.block{b}.tdnnd{i}") for i in range(1, layers + 1)]
                    for b, (layers, _) in enumerate(BLOCKS, start=1)],
-        "transits": [(_norm(state, f"xvector.transit{b}.nonlinear.batchnorm"),
-                      _conv_weights(state, f"xvector.transit{b}.linear")) for b in range(1, len(BLOCKS) + 1)],
+        "transits": [_norm_into(state, f"xvector.transit{b}.nonlinear.batchnorm",
+                                _conv_weights(state, f"xvector.transit{b}.linear")) for b in range(1, len(BLOCKS) + 1)],
         "out_norm": _norm(state, "xvector.out_nonlinear.batchnorm"),
         "dense": _conv_weights(state, "xvector.dense.linear", "xvector.dense.nonlinear.batchnorm"),
     }
@@ -126,8 +138,9 @@ def _relu(x: mx.array) -> mx.array:
 
 
 def _affine(x: mx.array, params: tuple[mx.array, mx.array]) -> mx.array:
-    """A folded batch norm: x * scale + shift, per channel (the last axis)."""
-    return x * params[0] + params[1]
+    """A folded batch norm: x * scale + shift, per channel (the last axis); x + shift where the
+    scale went into the next weights (``_norm_into``: scale None)."""
+    return x + params[1] if params[0] is None else x * params[0] + params[1]
 
 
 def _pointwise(x: mx.array, params: tuple[mx.array, mx.array]) -> mx.array:
