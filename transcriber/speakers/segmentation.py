@@ -81,9 +81,9 @@ def instance_norm(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
 
 def max_pool3(x: mx.array) -> mx.array:
     """MaxPool1d(3, stride 3) over time on [batch, time, channels] (a trailing rest dropped)."""
-    batch, time, channels = x.shape
-    usable = time - time % 3
-    return mx.max(x[:, :usable].reshape(batch, usable // 3, 3, channels), axis=2)
+    batch, time, channels = x.shape  # x viewed as [batch, time // 3, 3, channels] in place
+    view = mx.as_strided(x, (batch, time // 3, 3, channels), (time * channels, 3 * channels, channels, 1))
+    return mx.max(view, axis=2)
 
 
 def leaky_relu(x: mx.array) -> mx.array:
@@ -114,8 +114,8 @@ def conv_taps(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
     out = flat[:length] @ weight[0]
     for tap in range(1, taps):
         out = mx.addmm(out, flat[tap:tap + length], weight[tap])
-    out = mx.pad(out, [(0, taps - 1), (0, 0)]).reshape(batch, time, -1)
-    return out[:, :time - taps + 1] + bias
+    channels = out.shape[1]  # the outputs, read in place (a strided view): the last lies before ``length``
+    return mx.as_strided(out, (batch, time - taps + 1, channels), (time * channels, channels, 1)) + bias
 
 
 class Segmentation:
