@@ -15,6 +15,10 @@ The 7 classes are a powerset of 3 speakers with at most 2 at once: {}, {1}, {2},
 {1,3}, {2,3} (``POWERSET``). A 10 s window (160000 samples) gives 589 frames; a frame covers
 991 samples (61.9 ms, the receptive field) and frames are 270 samples apart (16.875 ms), the
 first centred on sample 495 (``FRAME_STEP``, ``FRAME_DURATION``, ``num_frames``).
+
+Speed: 2.64 GFLOP per window (SincNet 0.96, of it 0.64 the sinc filters; the LSTM's input
+projections 1.0, its recurrence 0.62; the linear layers 0.06); about 42 ms of one core of the
+2-core Xeon per window (63 GFLOP/s), a third of it in the sequential recurrence.
 """
 
 from __future__ import annotations
