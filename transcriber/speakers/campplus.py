@@ -25,10 +25,12 @@ it). Activations are channels-last; each convolution is one matmul per tap (``_c
 against the torch model by ``bench/speakers/check_campplus.py`` (largest difference of an
 embedding about 1e-5, cosine 1.0000000).
 
-Speed: the time is matmuls, about 55% in the head's 3x3 convolutions, 45% in the dense blocks.
-On Linux, MLX's bundled BLAS runs them 4-5 times slower than the BLAS ``transcriber.native.blas``
-binds (loading Whisper binds it; this module imports no other room, so whoever runs the
-speakers pass without Whisper binds it first).
+Speed: 1.07 GFLOP per second of audio (0.48 in the head's 3x3 convolutions, 0.59 in the
+x-vector part); on one core of the 2-core Xeon, about 0.018 s per second of audio (59 GFLOP/s;
+its sgemm alone runs these shapes at 90-130), the rest being MLX's copies and elementwise passes.
+On Linux, MLX's bundled BLAS runs the matmuls 4-5 times slower than the BLAS
+``transcriber.native.blas`` binds (loading Whisper binds it; this module imports no other room,
+so whoever runs the speakers pass without Whisper binds it first).
 """
 
 from __future__ import annotations
@@ -93,11 +95,23 @@ def _res_block(state: dict, name: str) -> dict:
     return block
 
 
+def _norm_into(state: dict, norm: str, linear: tuple[mx.array, mx.array]) -> tuple[tuple, tuple]:
+    """A batch norm, a ReLU, then a 1x1 convolution (``linear``): where every scale s of the norm
+    is positive, relu(x * s + t) @ W = relu(x + t / s) @ (s W), so the scale moves into the
+    weight rows and the norm is one addition: (None, t / s), the scaled (weight, bias). Else
+    the norm as it is, (scale, shift), and ``linear`` unchanged."""
+    scale, shift = _batchnorm(state, norm)
+    if (scale <= 0).any():
+        return (mx.array(scale.astype(np.float32)), mx.array(shift.astype(np.float32))), linear
+    weight, bias = linear
+    return (None, mx.array((shift / scale).astype(np.float32))), (weight * mx.array(scale.astype(np.float32))[:, None], bias)
+
+
 def _dense_layer(state: dict, name: str) -> dict:
     cam = f"{name}.cam_layer"
-    return {"norm1": _norm(state, f"{name}.nonlinear1.batchnorm"),
-            "linear1": _conv_weights(state, f"{name}.linear1", f"{name}.nonlinear2.batchnorm"),
-            "local": _conv_weights(state, f"{cam}.linear_local"),
+    norm1, linear1 = _norm_into(state, f"{name}.nonlinear1.batchnorm",
+                                _conv_weights(state, f"{name}.linear1", f"{name}.nonlinear2.batchnorm"))
+    return {"norm1": norm1, "linear1": linear1, "local": _conv_weights(state, f"{cam}.linear_local"),
             "mask1": _conv_weights(state, f"{cam}.linear1"), "mask2": _conv_weights(state, f"{cam}.linear2")}
 
 
@@ -112,8 +126,8 @@ def prepare(state: dict) -> dict:
         "tdnn": _conv_weights(state, "xvector.tdnn.linear", "xvector.tdnn.nonlinear.batchnorm"),
         "blocks": [[_dense_layer(state, f"xvector.block{b}.tdnnd{i}") for i in range(1, layers + 1)]
                    for b, (layers, _) in enumerate(BLOCKS, start=1)],
-        "transits": [(_norm(state, f"xvector.transit{b}.nonlinear.batchnorm"),
-                      _conv_weights(state, f"xvector.transit{b}.linear")) for b in range(1, len(BLOCKS) + 1)],
+        "transits": [_norm_into(state, f"xvector.transit{b}.nonlinear.batchnorm",
+                                _conv_weights(state, f"xvector.transit{b}.linear")) for b in range(1, len(BLOCKS) + 1)],
         "out_norm": _norm(state, "xvector.out_nonlinear.batchnorm"),
         "dense": _conv_weights(state, "xvector.dense.linear", "xvector.dense.nonlinear.batchnorm"),
     }
@@ -126,8 +140,9 @@ def _relu(x: mx.array) -> mx.array:
 
 
 def _affine(x: mx.array, params: tuple[mx.array, mx.array]) -> mx.array:
-    """A folded batch norm: x * scale + shift, per channel (the last axis)."""
-    return x * params[0] + params[1]
+    """A folded batch norm: x * scale + shift, per channel (the last axis); x + shift where the
+    scale went into the next weights (``_norm_into``: scale None)."""
+    return x + params[1] if params[0] is None else x * params[0] + params[1]
 
 
 def _pointwise(x: mx.array, params: tuple[mx.array, mx.array]) -> mx.array:
@@ -143,26 +158,30 @@ def _conv(x: mx.array, params, kernel: tuple[int, int], stride: int = 1, dilatio
     then a fixed offset into that list, and its input a contiguous slice of it, so no copy per
     tap (im2col). The sums run in the BLAS (``addmm``). Positions where a slice runs past a row
     or into the next item of the batch give values that are cut away. A stride of 2 reads the
-    even and the odd rows as two planes, one after the other: a tap is again an offset.
-    ``mx.conv2d`` gives the same numbers 2-3 times slower on the CPU (its im2col copy costs
-    twice its matmul), ``mx.conv1d`` with a dilation or a stride 5-8 times."""
+    even and the odd rows as two planes, the even rows of the whole batch first: a tap is again
+    an offset, and only the even plane's positions (the outputs) are computed. ``mx.conv2d``
+    gives the same numbers 2-3 times slower on the CPU (its im2col copy costs twice its matmul),
+    ``mx.conv1d`` with a dilation or a stride 5-8 times."""
     weight, bias = params
     batch, rows, cols, _ = x.shape
     pad_rows, pad_cols = (kernel[0] - 1) // 2 * dilation, (kernel[1] - 1) // 2
     odd = (rows + 2 * pad_rows) % stride  # two planes need an even count of rows
     padded = mx.pad(x, [(0, 0), (pad_rows, pad_rows + odd), (pad_cols, pad_cols), (0, 0)])
-    width, height = cols + 2 * pad_cols, padded.shape[1]
-    if stride == 2:
-        padded = mx.transpose(padded.reshape(batch, height // 2, 2, width, -1), (0, 2, 1, 3, 4))
-    row_offset = [(i * dilation) % stride * (height // stride) + i * dilation // stride for i in range(kernel[0])]
-    offsets = [row_offset[i] * width + j for i in range(kernel[0]) for j in range(kernel[1])]
-    flat = padded.reshape(batch * height * width, -1)
-    length = len(flat) - max(offsets)
+    width, height = cols + 2 * pad_cols, padded.shape[1] // stride  # height: of a plane
+    if stride == 2:  # (plane, batch, row, column, channels)
+        padded = mx.transpose(padded.reshape(batch, height, 2, width, -1), (2, 0, 1, 3, 4))
+    plane = batch * height * width  # positions in a plane; the outputs are the first plane's
+    offsets = [(i * dilation) % stride * plane + (i * dilation) // stride * width + j
+               for i in range(kernel[0]) for j in range(kernel[1])]
+    flat = padded.reshape(stride * plane, -1)
+    length = min(plane, len(flat) - max(offsets))
     out = flat[offsets[0]:offsets[0] + length] @ weight[0]
     for tap, offset in enumerate(offsets[1:], start=1):
         out = mx.addmm(out, flat[offset:offset + length], weight[tap])
-    out = mx.pad(out, [(0, max(offsets)), (0, 0)]).reshape(batch, height, width, -1)
-    return out[:, :(rows - 1) // stride + 1, :cols] + bias
+    channels = out.shape[1]  # the outputs, read in place: the last one lies before ``length``
+    out = mx.as_strided(out, (batch, (rows - 1) // stride + 1, cols, channels),
+                        (height * width * channels, width * channels, channels, 1))
+    return out + bias
 
 
 def _conv1d(x: mx.array, params, kernel: int, stride: int = 1, dilation: int = 1) -> mx.array:

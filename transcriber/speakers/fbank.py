@@ -67,8 +67,9 @@ def n_frames(n_samples: int) -> int:
 
 def _block(samples: np.ndarray, first: int, count: int) -> np.ndarray:
     """Log-mel of frames ``first`` .. ``first + count - 1``."""
-    starts = (first + np.arange(count)) * FRAME_SHIFT
-    frames = samples[starts[:, None] + np.arange(FRAME_LENGTH)[None, :]].astype(np.float64)
+    view = np.lib.stride_tricks.as_strided(samples[first * FRAME_SHIFT:], (count, FRAME_LENGTH),
+                                           (FRAME_SHIFT * samples.strides[0], samples.strides[0]))
+    frames = view.astype(np.float64)  # the frames copied out of a strided view: no index arrays
     frames -= frames.mean(axis=1, keepdims=True)
     frames[:, 1:] -= PREEMPHASIS * frames[:, :-1].copy()
     frames[:, 0] -= PREEMPHASIS * frames[:, 0]
