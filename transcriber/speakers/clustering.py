@@ -94,3 +94,15 @@ def cluster_then_assign(embeddings: np.ndarray, long: np.ndarray, threshold: flo
     centroids = np.stack([unit[long][labels[long] == c].mean(axis=0) for c in range(labels[long].max() + 1)])
     labels[~long] = np.argmax(unit[~long] @ centroids.T, axis=1)
     return labels
+
+
+def runners_up(embeddings: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Each embedding's nearest cluster centroid (cosine) other than its own; -1 with one
+    cluster. The reconstruction gives it the frames where its own cluster already speaks."""
+    if len(labels) == 0 or labels.max() == 0:
+        return np.full(len(labels), -1)
+    unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+    centroids = np.stack([unit[labels == c].mean(axis=0) for c in range(labels.max() + 1)])
+    similarity = unit @ centroids.T
+    similarity[np.arange(len(labels)), labels] = -np.inf
+    return np.argmax(similarity, axis=1)
