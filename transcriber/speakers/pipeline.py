@@ -18,8 +18,9 @@ pyannote's SpeakerDiarization pipeline, step by step, on our MLX ports:
    grid; per frame, the speaker count the segmentation says (its local counts averaged over the
    windows that see the frame, rounded half up: with few windows a frame one of two windows
    hears speech in is speech) picks the most active speakers;
-5. runs of active frames -> (start, end, label) turns, labels ``0, 1, ...`` in order of first
-   speech; two speakers may be active at once.
+5. each speaker's speech widened by PAD_S each side into silence (``widen``), then runs of
+   active frames -> (start, end, label) turns, labels ``0, 1, ...`` in order of first speech;
+   two speakers may be active at once.
 
 Where we depart from pyannote: the step is 5 s, not 1 s (each window costs; pooled meeting DER
 measured 0.305 at 1 s, 0.273 at 2.5 s, 0.290 at 5 s with the same misses, ~0.19, at each step);
@@ -58,6 +59,7 @@ MAX_EMBED_S = 3.0  # the most of a piece's speech embedded (CAM++'s cost is per 
 MIN_FRAMES = 10  # filterbank frames (0.1 s) a piece needs to be kept at all
 PAUSE_S = 0.6  # a local speaker's pause this long may cut its speech into pieces embedded apart
 PIECE_S = 1.5  # ... when the pieces on both sides have this much speech
+PAD_S = 0.05  # a turn widened by this much each side into silence (the fit half's best of 0 to 0.2)
 FIRST_CENTRE = 495  # sample at the centre of a window's first frame
 FRAME_SAMPLES = 270  # samples between segmentation frames
 
@@ -243,6 +245,21 @@ def _top_speakers(score: np.ndarray, count: np.ndarray) -> np.ndarray:
     return ((rank < count[:, None]) & (score > 0)).astype(np.int8)
 
 
+def widen(active: np.ndarray, frames: int) -> np.ndarray:
+    """``active`` [frames, speakers] with each speaker's speech widened by ``frames`` each
+    side into frames where nobody speaks (never over another speaker)."""
+    if frames <= 0 or active.size == 0:
+        return active
+    silent = active.sum(axis=1) == 0
+    out = active.copy()
+    for shift in range(1, frames + 1):
+        grown = np.zeros_like(active)
+        grown[shift:] |= active[:-shift]
+        grown[:-shift] |= active[shift:]
+        out |= grown * silent[:, None].astype(active.dtype)
+    return out
+
+
 def to_turns(active: np.ndarray, n_samples: int) -> list[tuple[float, float, int]]:
     """Step 5: runs of active frames -> (start s, end s, label) turns sorted by start, labels
     renumbered in order of first speech. A frame covers FRAME_STEP around its centre."""
@@ -302,7 +319,7 @@ class Diarizer:
             num_speakers, min_speakers, max_speakers)
         second = clustering.runners_up(prepared.embeddings, labels)
         active = reconstruct(prepared.local, prepared.pieces, labels, second, prepared.n_samples)
-        return to_turns(active, prepared.n_samples)
+        return to_turns(widen(active, int(round(PAD_S / FRAME_STEP))), prepared.n_samples)
 
 
 @dataclass
