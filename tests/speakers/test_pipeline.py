@@ -13,7 +13,7 @@ import pytest
 from evalkit import der, readers
 from transcriber.media.audio import load_audio
 from transcriber.speakers import clustering
-from transcriber.speakers.pipeline import Diarizer, window_starts
+from transcriber.speakers.pipeline import Diarizer, Piece, _window_speakers, split_at_pauses, window_starts
 
 READING = "ls_testother_367-130732_533-1066"
 MEETING = "ami_pyannote_debug_dev00"
@@ -45,6 +45,33 @@ def test_windows_cover_the_recording():
     assert list(window_starts(25 * 16000, 5.0)) == [0, 80000, 160000, 240000]
     assert list(window_starts(22 * 16000, 5.0)) == [0, 80000, 160000, 192000]
     assert list(window_starts(3 * 16000, 5.0)) == [0]
+
+
+def test_a_local_speaker_is_cut_at_its_pauses():
+    # the segmentation gave two voices one local speaker, 0.5 s of silence between them: two pieces
+    mask = np.zeros(400, dtype=np.int8)
+    mask[0:150] = mask[180:400] = 1
+    assert split_at_pauses(mask, gap=20, least=80) == [(0, 150), (180, 400)]
+    assert split_at_pauses(mask, gap=40, least=80) == [(0, 400)]  # a shorter pause is not a cut
+    mask[390:] = 0
+    mask[395:] = 1  # a 5-frame scrap after a pause joins its neighbour rather than stand alone
+    assert split_at_pauses(mask, gap=3, least=80) == [(0, 150), (180, 400)]
+    assert split_at_pauses(np.zeros(10, dtype=np.int8), 3, 5) == []
+
+
+def test_one_cluster_is_not_heard_twice_at_once():
+    # two local speakers of one window, both put in cluster 0, overlap in frames 5-9: there
+    # the second one's frames go to its next best cluster (1), elsewhere they stay in cluster 0
+    activity = np.zeros((20, 3), dtype=np.int8)
+    activity[0:10, 0] = 1
+    activity[5:15, 1] = 1
+    pieces = [Piece(0, 0, (0, 10), np.arange(5)), Piece(0, 1, (5, 15), np.arange(5))]
+    mapped = _window_speakers(activity, pieces, np.array([0, 0]), np.array([1, 1]), 2)
+    assert mapped[:, 0].tolist() == [1] * 15 + [0] * 5
+    assert mapped[:, 1].tolist() == [0] * 5 + [1] * 5 + [0] * 10
+    # with one cluster only (no next best: -1) both stay in it
+    mapped = _window_speakers(activity, pieces, np.array([0, 0]), np.array([-1, -1]), 1)
+    assert mapped[:, 0].tolist() == [1] * 15 + [0] * 5
 
 
 def test_clustering_honours_counts():

@@ -5,25 +5,36 @@ pyannote's SpeakerDiarization pipeline, step by step, on our MLX ports:
 1. segmentation-3.0 over sliding 10 s windows (``STEP`` apart; the last one ends at the end,
    zero-padded when the recording is shorter), its powerset output made hard: each frame's
    most likely class says which of the window's 3 local speakers are active (overlap kept);
-2. a CAM++ embedding per (window, local speaker) from the frames where that speaker speaks
-   alone (all its frames when that is under ``MIN_EMBED_S``), at most ``MAX_EMBED_S`` of them
-   (its longest runs); a pair under ``MIN_EMBED_S`` does not take part in the clustering but
-   is given the nearest cluster afterwards, as pyannote does with its too-short speakers;
+2. each local speaker's speech in a window cut into pieces where it pauses PAUSE_S or more
+   (both sides keeping PIECE_S of speech), and a CAM++ embedding per piece from the frames where
+   that speaker speaks alone (all its frames when that is under ``MIN_EMBED_S``), at most
+   ``MAX_EMBED_S`` of them (its longest runs); a piece under ``MIN_EMBED_S`` does not take part
+   in the clustering but is given the nearest cluster afterwards, as pyannote does with its
+   too-short speakers;
 3. clustering.py: those embeddings clustered across the file (threshold, or the count given);
-4. each window's local activity renamed to the global speakers and overlap-added over the
-   file's frame grid; per frame, the speaker count the segmentation says (its local counts
-   averaged over the windows that see the frame, rounded half up: with few windows a frame
-   one of two windows hears speech in is speech) picks the most active speakers;
-5. runs of active frames -> (start, end, label) turns, labels ``0, 1, ...`` in order of first
-   speech; two speakers may be active at once.
+4. each window's local activity renamed to the global speakers (where two local speakers of
+   one window landed in one cluster and speak at once, the later one's frames go to its next
+   best cluster: one voice is not heard twice at once) and overlap-added over the file's frame
+   grid; per frame, the speaker count the segmentation says (its local counts averaged over the
+   windows that see the frame, rounded half up: with few windows a frame one of two windows
+   hears speech in is speech) picks the most active speakers;
+5. each speaker's speech widened by PAD_S each side into silence (``widen``), then runs of
+   active frames -> (start, end, label) turns, labels ``0, 1, ...`` in order of first speech;
+   two speakers may be active at once.
 
 Where we depart from pyannote: the step is 5 s, not 1 s (each window costs; pooled meeting DER
-measured 0.305 at 1 s, 0.273 at 2.5 s, 0.290 at 5 s with the same misses, ~0.19, at each step); the embedding is of the speaker's
-filterbank frames picked out of one filterbank of the whole recording (senko's way), not of
-the window's audio with the other speakers masked out in the model's pooling (pyannote's
-way); clustering is average linkage on cosine distance, a window's local speakers free to join one
-cluster (then their activities are merged), instead of pyannote's centroid linkage plus its
-reassignment of small clusters and the Hungarian assignment per window; the embedded speech is capped (MAX_EMBED_S) for speed.
+measured 0.305 at 1 s, 0.273 at 2.5 s, 0.290 at 5 s with the same misses, ~0.19, at each step);
+the embedding is of the speaker's filterbank frames picked out of one filterbank of the whole
+recording (senko's way), not of the window's audio with the other speakers masked out in the
+model's pooling (pyannote's way); a local speaker is embedded per piece, not once per window:
+the segmentation model now and then gives two voices one local speaker in a window when a
+pause separates them (two readers alternating: a third of the windows), and one embedding of
+both made the quieter one's speech the other's (confusion 0.074 of the readers' speech, 0.011
+cut at pauses; bench/speakers/der.py); clustering is average linkage on cosine distance, a
+window's local speakers free to join one cluster (then their activities are merged, but not
+where they overlap, above), instead of pyannote's centroid linkage plus its reassignment of
+small clusters and the Hungarian assignment per window; the embedded speech is capped
+(MAX_EMBED_S) for speed.
 The frame times are the segmentation's (16.875 ms apart).
 """
 
@@ -43,9 +54,12 @@ from transcriber.speakers.segmentation import (
 from transcriber.speakers.weights import speaker_weights
 
 STEP = 5.0  # seconds between window starts
-MIN_EMBED_S = 0.4  # shortest speech a local speaker needs to take part in the clustering
-MAX_EMBED_S = 3.0  # the most of a local speaker's speech embedded (CAM++'s cost is per frame)
-MIN_FRAMES = 10  # filterbank frames (0.1 s) a local speaker needs to be kept at all
+MIN_EMBED_S = 0.4  # shortest speech a piece needs to take part in the clustering
+MAX_EMBED_S = 3.0  # the most of a piece's speech embedded (CAM++'s cost is per frame)
+MIN_FRAMES = 10  # filterbank frames (0.1 s) a piece needs to be kept at all
+PAUSE_S = 0.6  # a local speaker's pause this long may cut its speech into pieces embedded apart
+PIECE_S = 1.5  # ... when the pieces on both sides have this much speech
+PAD_S = 0.05  # a turn widened by this much each side into silence (the fit half's best of 0 to 0.2)
 FIRST_CENTRE = 495  # sample at the centre of a window's first frame
 FRAME_SAMPLES = 270  # samples between segmentation frames
 
@@ -57,6 +71,17 @@ class Local:
 
     starts: np.ndarray
     activity: np.ndarray
+
+
+@dataclass
+class Piece:
+    """A stretch of one local speaker's speech in one window: segmentation frames
+    [span[0], span[1]) of the window, and the filterbank frames embedded for it."""
+
+    window: int
+    speaker: int
+    span: tuple[int, int]
+    frames: np.ndarray
 
 
 def window_starts(n_samples: int, step: float = STEP) -> np.ndarray:
@@ -81,22 +106,54 @@ def segment(model: Segmentation, samples: np.ndarray, step: float = STEP) -> Loc
     return Local(starts, powerset_to_speakers(model.scores(windows)))
 
 
-def speaker_frames(local: Local, n_fbank: int) -> list[tuple[int, int, np.ndarray]]:
-    """Step 2's selection: (window, local speaker, filterbank frame indices) of each pair that
-    speaks at all: its frames alone when they reach MIN_EMBED_S, else all its frames; at most
-    MAX_EMBED_S of them (its longest runs)."""
-    chosen = []
+def split_at_pauses(mask: np.ndarray, gap: int, least: int) -> list[tuple[int, int]]:
+    """[(first, end)] frame spans of a local speaker's 0/1 activity: its speech cut where it
+    pauses ``gap`` frames or more; a span of under ``least`` active frames joins the nearer
+    neighbour (a short piece's embedding is too noisy to stand alone)."""
+    on = np.flatnonzero(mask)
+    if len(on) == 0:
+        return []
+    cuts = np.flatnonzero(np.diff(on) >= gap)
+    spans = [[int(a), int(b) + 1] for a, b in zip(np.concatenate([[on[0]], on[cuts + 1]]),
+                                                   np.concatenate([on[cuts], [on[-1]]]))]
+    while len(spans) > 1:
+        sizes = [int(mask[a:b].sum()) for a, b in spans]
+        i = int(np.argmin(sizes))
+        if sizes[i] >= least:
+            break
+        j = 1 if i == 0 else i - 1 if i == len(spans) - 1 or \
+            spans[i][0] - spans[i - 1][1] <= spans[i + 1][0] - spans[i][1] else i + 1
+        lo, hi = min(i, j), max(i, j)
+        spans[lo:hi + 1] = [[spans[lo][0], spans[hi][1]]]
+    return [(a, b) for a, b in spans]
+
+
+def speaker_pieces(local: Local, n_fbank: int) -> list[Piece]:
+    """Step 2's selection: every local speaker's speech in every window, cut at its pauses
+    (``split_at_pauses``), each piece with the filterbank frames to embed: its frames alone
+    when they reach MIN_EMBED_S, else all of them; at most MAX_EMBED_S (its longest runs)."""
+    pieces = []
     least = int(MIN_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
+    most = int(MAX_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
+    gap, shortest = int(round(PAUSE_S / FRAME_STEP)), int(round(PIECE_S / FRAME_STEP))
     for w, start in enumerate(local.starts):
         act = local.activity[w]
         alone = act * (act.sum(axis=1, keepdims=True) == 1)
         for k in range(act.shape[1]):
-            frames = _fbank_frames(alone[:, k], int(start), n_fbank)
-            if len(frames) < least:
-                frames = _fbank_frames(act[:, k], int(start), n_fbank)
-            if len(frames) >= MIN_FRAMES:
-                chosen.append((w, k, longest_runs(frames, int(MAX_EMBED_S * SAMPLE_RATE / FRAME_SHIFT))))
-    return chosen
+            for a, b in split_at_pauses(act[:, k], gap, shortest):
+                frames = _fbank_frames(_within(alone[:, k], a, b), int(start), n_fbank)
+                if len(frames) < least:
+                    frames = _fbank_frames(_within(act[:, k], a, b), int(start), n_fbank)
+                if len(frames) >= MIN_FRAMES:
+                    pieces.append(Piece(w, k, (a, b), longest_runs(frames, most)))
+    return pieces
+
+
+def _within(mask: np.ndarray, first: int, end: int) -> np.ndarray:
+    """``mask`` with everything outside frames [first, end) off."""
+    out = np.zeros_like(mask)
+    out[first:end] = mask[first:end]
+    return out
 
 
 def longest_runs(frames: np.ndarray, most: int) -> np.ndarray:
@@ -125,35 +182,59 @@ def _fbank_frames(mask: np.ndarray, start: int, n_fbank: int) -> np.ndarray:
     return index[inside][mask[seg_index[inside]] > 0]
 
 
-def embed(model: CAMPPlus, samples: np.ndarray, chosen: list) -> np.ndarray:
-    """Step 2: a CAM++ embedding of each chosen pair's frames, mean-normalised."""
+def embed(model: CAMPPlus, samples: np.ndarray, pieces: list[Piece]) -> np.ndarray:
+    """Step 2: a CAM++ embedding of each piece's frames, mean-normalised."""
     bank = fbank(samples)
-    pieces = []
-    for _, _, frames in chosen:
-        piece = bank[frames]
-        pieces.append(piece - piece.mean(axis=0, keepdims=True))
-    return model.embed(pieces) if pieces else np.zeros((0, 192), np.float32)
+    inputs = []
+    for piece in pieces:
+        chunk = bank[piece.frames]
+        inputs.append(chunk - chunk.mean(axis=0, keepdims=True))
+    return model.embed(inputs) if inputs else np.zeros((0, 192), np.float32)
 
 
-def reconstruct(local: Local, chosen: list, labels: np.ndarray, n_samples: int) -> np.ndarray:
-    """Step 4: [file frames, speakers] 0/1 activity of the global speakers."""
+def reconstruct(local: Local, pieces: list[Piece], labels: np.ndarray, second: np.ndarray,
+                n_samples: int) -> np.ndarray:
+    """Step 4: [file frames, speakers] 0/1 activity of the global speakers. ``second``: each
+    piece's next best cluster, taken where the piece overlaps a window-mate of its own cluster."""
     n_speakers = int(labels.max()) + 1 if len(labels) else 0
     total = num_frames(max(n_samples, WINDOW_SAMPLES))
     frames = local.activity.shape[1]
     score = np.zeros((total, max(n_speakers, 1)), np.float32)
     count = np.zeros(total, np.float32)
     seen = np.zeros(total, np.float32)
+    by_window: dict[int, list[int]] = {}
+    for i, piece in enumerate(pieces):
+        by_window.setdefault(piece.window, []).append(i)
     for w, start in enumerate(local.starts):
         first = int(round(start / FRAME_SAMPLES))
         n = min(frames, total - first)
-        mapped = np.zeros((n, score.shape[1]), np.float32)
-        for (cw, k, _), label in zip(chosen, labels):
-            if cw == w:
-                mapped[:, label] = np.maximum(mapped[:, label], local.activity[w, :n, k])  # 2 local -> 1: max
-        score[first:first + n] += mapped
+        score[first:first + n] += _window_speakers(local.activity[w, :n], [pieces[i] for i in by_window.get(w, [])],
+                                                   labels[by_window.get(w, [])], second[by_window.get(w, [])],
+                                                   score.shape[1])
         count[first:first + n] += local.activity[w, :n].sum(axis=1)
         seen[first:first + n] += 1
     return _top_speakers(score / np.maximum(seen, 1)[:, None], np.floor(count / np.maximum(seen, 1) + 0.5))
+
+
+def _window_speakers(activity: np.ndarray, pieces: list[Piece], labels: np.ndarray, second: np.ndarray,
+                     n_speakers: int) -> np.ndarray:
+    """One window's local activity [frames, 3] renamed to the global speakers [frames,
+    n_speakers]: a piece's frames go to its cluster; where two local speakers of one cluster
+    speak at once, the later piece's frames go to its next best cluster (a voice is heard once at
+    a time: pyannote keeps window-mates in different clusters altogether)."""
+    mapped = np.zeros((len(activity), n_speakers), np.float32)
+    owner = np.full((len(activity), n_speakers), -1)
+    for piece, label, other in zip(pieces, labels, second):
+        a, b = piece.span
+        own = np.zeros(len(activity), dtype=bool)
+        own[a:b] = activity[a:b, piece.speaker] > 0
+        clash = own & (owner[:, label] >= 0) & (owner[:, label] != piece.speaker)
+        if other >= 0:
+            mapped[clash, other] = 1
+            own &= ~clash
+        mapped[own, label] = 1
+        owner[own, label] = piece.speaker
+    return mapped
 
 
 def _top_speakers(score: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -162,6 +243,21 @@ def _top_speakers(score: np.ndarray, count: np.ndarray) -> np.ndarray:
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.arange(score.shape[1])[None, :].repeat(len(score), 0), axis=1)
     return ((rank < count[:, None]) & (score > 0)).astype(np.int8)
+
+
+def widen(active: np.ndarray, frames: int) -> np.ndarray:
+    """``active`` [frames, speakers] with each speaker's speech widened by ``frames`` each
+    side into frames where nobody speaks (never over another speaker)."""
+    if frames <= 0 or active.size == 0:
+        return active
+    silent = active.sum(axis=1) == 0
+    out = active.copy()
+    for shift in range(1, frames + 1):
+        grown = np.zeros_like(active)
+        grown[shift:] |= active[:-shift]
+        grown[:-shift] |= active[shift:]
+        out |= grown * silent[:, None].astype(active.dtype)
+    return out
 
 
 def to_turns(active: np.ndarray, n_samples: int) -> list[tuple[float, float, int]]:
@@ -210,27 +306,28 @@ class Diarizer:
     def prepare(self, samples: np.ndarray) -> "Prepared":
         """Steps 1 and 2, the models' part: what clustering needs."""
         local = segment(self.segmentation, samples, self.step)
-        chosen = speaker_frames(local, max(0, 1 + (len(samples) - 400) // FRAME_SHIFT))
-        return Prepared(local, chosen, embed(self.embedding, samples, chosen), len(samples))
+        pieces = speaker_pieces(local, max(0, 1 + (len(samples) - 400) // FRAME_SHIFT))
+        return Prepared(local, pieces, embed(self.embedding, samples, pieces), len(samples))
 
     def finish(self, prepared: "Prepared", num_speakers: Optional[int] = None, min_speakers: Optional[int] = None,
                max_speakers: Optional[int] = None, threshold: Optional[float] = None) -> list:
         """Steps 3 to 5: cluster, reconstruct, turns (the benchmark varies the threshold)."""
-        sizes = np.array([len(f) for _, _, f in prepared.chosen], dtype=np.int64)
+        sizes = np.array([len(piece.frames) for piece in prepared.pieces], dtype=np.int64)
         long = sizes >= int(MIN_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
         labels = clustering.cluster_then_assign(
             prepared.embeddings, long, self.threshold if threshold is None else threshold,
             num_speakers, min_speakers, max_speakers)
-        active = reconstruct(prepared.local, prepared.chosen, labels, prepared.n_samples)
-        return to_turns(active, prepared.n_samples)
+        second = clustering.runners_up(prepared.embeddings, labels)
+        active = reconstruct(prepared.local, prepared.pieces, labels, second, prepared.n_samples)
+        return to_turns(widen(active, int(round(PAD_S / FRAME_STEP))), prepared.n_samples)
 
 
 @dataclass
 class Prepared:
-    """One recording's segmentation, chosen (window, speaker, frames) and their embeddings."""
+    """One recording's segmentation, its speakers' pieces and their embeddings."""
 
     local: Local
-    chosen: list
+    pieces: list
     embeddings: np.ndarray
     n_samples: int
 
