@@ -119,3 +119,26 @@ def test_the_convolution_by_taps_is_mlxs(rows, stride):
                            padding=(kernel - 1) // 2 * dilation, dilation=dilation) + bias
         assert ours.shape == theirs.shape
         assert np.abs(np.array(ours) - np.array(theirs)).max() < 1e-4
+
+
+@pytest.mark.parametrize("negative", [False, True])
+def test_a_norm_folded_into_the_next_weights_gives_the_same_layer(negative):
+    """``_norm_into``: relu(x s + t) W + b = relu(x + t/s) (s W) + b where every scale s is
+    positive; with one not positive the norm stays as it was."""
+    import mlx.core as mx
+
+    from transcriber.speakers import campplus
+
+    rng = np.random.default_rng(int(negative))
+    var = rng.uniform(0.5, 2, 8).astype(np.float32)
+    gamma = rng.uniform(0.2, 2, 8).astype(np.float32)
+    gamma[3] = -gamma[3] if negative else gamma[3]
+    state = {"bn.running_mean": rng.standard_normal(8).astype(np.float32), "bn.running_var": var,
+             "bn.weight": gamma, "bn.bias": rng.standard_normal(8).astype(np.float32)}
+    linear = (mx.array(rng.standard_normal((8, 5)).astype(np.float32)), mx.array(rng.standard_normal(5).astype(np.float32)))
+    x = mx.array(rng.standard_normal((2, 7, 8)).astype(np.float32))
+    plain = campplus._pointwise(campplus._relu(campplus._affine(x, campplus._norm(state, "bn"))), linear)
+    norm, folded_linear = campplus._norm_into(state, "bn", linear)
+    assert (norm[0] is None) == (not negative)
+    folded = campplus._pointwise(campplus._relu(campplus._affine(x, norm)), folded_linear)
+    assert np.abs(np.array(folded) - np.array(plain)).max() < 1e-5

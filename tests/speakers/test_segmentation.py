@@ -85,3 +85,28 @@ def test_speech_frames_match_the_rttm(model, data_dir, stem):
     centres = np.concatenate([10 * i + np.arange(589) * FRAME_STEP + FRAME_DURATION / 2 for i in range(3)])
     reference = rttm_speech(data_dir / "alignments" / Path(entry["speaker_rttm"]).name, centres)
     assert (speech == reference).mean() > 0.85
+
+
+@pytest.mark.parametrize("time", [30, 31, 32])
+def test_the_front_ends_own_operations_are_mlxs(time):
+    """sinc_conv (numpy's unfolding and one matmul), conv_taps (a matmul per tap) and max_pool3
+    (a strided view) against mx.conv1d and a reshaped max, on lengths that leave rests."""
+    import mlx.core as mx
+
+    from transcriber.speakers.segmentation import SINC_STRIDE, SINC_TAPS, conv_taps, max_pool3, sinc_conv
+
+    rng = np.random.default_rng(time)
+    audio = rng.standard_normal((2, SINC_TAPS + SINC_STRIDE * time + 3)).astype(np.float32)
+    filters = rng.standard_normal((4, SINC_TAPS)).astype(np.float32)
+    theirs = mx.abs(mx.conv1d(mx.array(audio)[:, :, None], mx.array(filters[:, :, None]), stride=SINC_STRIDE))
+    ours = sinc_conv(audio, np.ascontiguousarray(filters.T))
+    assert ours.shape == theirs.shape == (2, time + 1, 4)
+    assert np.abs(np.array(ours) - np.array(theirs)).max() < 1e-4
+    x = mx.array(rng.standard_normal((2, time, 6)).astype(np.float32))
+    weight, bias = rng.standard_normal((5, 6, 3)).astype(np.float32), mx.array(rng.standard_normal(3).astype(np.float32))
+    theirs = mx.conv1d(x, mx.array(weight.transpose(2, 0, 1))) + bias
+    ours = conv_taps(x, mx.array(weight), bias)
+    assert ours.shape == theirs.shape and np.abs(np.array(ours) - np.array(theirs)).max() < 1e-4
+    usable = time - time % 3
+    theirs = np.array(x)[:, :usable].reshape(2, usable // 3, 3, 6).max(axis=2)
+    assert np.array_equal(np.array(max_pool3(x)), theirs)
