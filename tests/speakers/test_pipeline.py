@@ -59,6 +59,17 @@ def test_a_local_speaker_is_cut_at_its_pauses():
     assert split_at_pauses(np.zeros(10, dtype=np.int8), 3, 5) == []
 
 
+def test_a_few_stray_pieces_are_not_a_speaker():
+    # 30 pieces of each of two voices and 2 strays far from both: the strays join the nearer voice
+    rng = np.random.default_rng(2)
+    voices = 10 * np.eye(3, 192)
+    points = np.concatenate([voices[0] + 0.3 * rng.normal(size=(30, 192)), voices[1] + 0.3 * rng.normal(size=(30, 192)),
+                             voices[2] + 0.3 * voices[0] + 0.3 * rng.normal(size=(2, 192))])
+    labels = clustering.cluster(points, threshold=0.5)
+    assert len(set(labels)) == 2 and labels[60] == labels[61] == labels[0]
+    assert len(set(clustering.cluster(points, num_speakers=3))) == 3  # a count given is kept
+
+
 def test_pieces_are_cut_in_equal_chunks():
     assert chunks([(0, 100), (150, 330)], 90) == [(0, 100), (150, 240), (240, 330)]
     assert chunks([(0, 40)], 90) == [(0, 40)]

@@ -5,9 +5,9 @@ threshold (cosine distance, average linkage) are one speaker across the file. py
 spirit (its AgglomerativeClustering: centroid linkage of unit vectors, a calibrated threshold);
 average linkage on cosine distance is what we use (``THRESHOLD`` calibrated on the fit half
 of the AMI excerpts, bench/speakers/der.py --calibrate, with the 1.5 s pieces, the overlap rule
-and the widening of pipeline.py: pooled DER 0.206 at 0.8, 0.227 at 0.75, 0.255 at 0.7, 0.270
-at 0.9, 0.358 at 0.6: short pieces' embeddings are noisier than whole windows', the threshold
-higher than the 0.65 of one embedding per window). A count the user gives (``num_speakers``, or
+and the widening of pipeline.py, small clusters absorbed: pooled DER 0.196 at 0.8, 0.203 at
+0.75, 0.220 at 0.7, 0.240 at 0.9, 0.242 at 0.6: short pieces' embeddings are noisier than whole
+windows', the threshold higher than the 0.65 of one embedding per window). A count the user gives (``num_speakers``, or
 ``min_speakers``/``max_speakers`` bounds) cuts the same tree at that many clusters instead.
 Two local speakers of one window may be merged: the segmentation model now and then gives one
 voice two local speakers in a window (after a pause); keeping window-mates apart made one reader
@@ -24,6 +24,7 @@ from typing import Optional
 
 import numpy as np
 
+MIN_CLUSTER = 12  # pieces a cluster needs (or 10 % of them, if fewer) to stand as a speaker (pyannote's)
 THRESHOLD = 0.8  # cosine distance at which average linkage stops merging (calibrated: bench/speakers/der.py)
 
 
@@ -80,17 +81,35 @@ def cut(n: int, merges: list[tuple[int, int, float]], count: int) -> np.ndarray:
 def cluster(embeddings: np.ndarray, threshold: float = THRESHOLD, num_speakers: Optional[int] = None,
             min_speakers: Optional[int] = None, max_speakers: Optional[int] = None) -> np.ndarray:
     """Cluster index (0..k-1) of each embedding. The count is ``num_speakers`` when given, else
-    the merges below ``threshold``, kept within ``min_speakers``..``max_speakers``."""
+    the merges below ``threshold`` with the small clusters absorbed (``absorb_small``), kept
+    within ``min_speakers``..``max_speakers`` (the tree cut at the bound when outside)."""
     n = len(embeddings)
     if n == 0:
         return np.zeros(0, dtype=int)
     merges = merge_tree(cosine_distances(embeddings))
     if num_speakers is not None:
-        count = num_speakers
-    else:
-        count = n - sum(1 for _, _, d in merges if d < threshold)
-        count = min(max(count, min_speakers or 1), max_speakers or n)
-    return cut(n, merges, min(max(count, 1), n))
+        return cut(n, merges, min(max(num_speakers, 1), n))
+    labels = absorb_small(embeddings, cut(n, merges, n - sum(1 for _, _, d in merges if d < threshold)))
+    count = int(labels.max()) + 1
+    bounded = min(max(count, min_speakers or 1), max_speakers or n)
+    return labels if bounded == count else cut(n, merges, min(max(bounded, 1), n))
+
+
+def absorb_small(embeddings: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Clusters of fewer than min(MIN_CLUSTER, 10 % of the pieces) pieces given to the nearest
+    larger one (centroids, cosine), as pyannote's clustering does with its min_cluster_size:
+    a few stray pieces are not a speaker (on a 10-minute two-reader recording they made a third)."""
+    sizes = np.bincount(labels)
+    large = sizes >= min(MIN_CLUSTER, max(1, round(0.1 * len(labels))))
+    if large.all() or not large.any():
+        return labels
+    unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+    kept = np.flatnonzero(large)
+    centroids = np.stack([unit[labels == c].mean(axis=0) for c in kept])
+    small = ~large[labels]
+    out = labels.copy()
+    out[small] = kept[np.argmax(unit[small] @ centroids.T, axis=1)]
+    return np.unique(out, return_inverse=True)[1]
 
 
 def cluster_then_assign(embeddings: np.ndarray, long: np.ndarray, threshold: float = THRESHOLD,
