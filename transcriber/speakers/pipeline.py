@@ -54,6 +54,7 @@ import numpy as np
 from transcriber.native.blas import bind_once
 from transcriber.speakers import clustering
 from transcriber.speakers.campplus import CAMPPlus
+from transcriber.speakers.cores import Run, alone, on_cores, settle
 from transcriber.speakers.fbank import FRAME_SHIFT, fbank
 from transcriber.speakers.segmentation import (
     FRAME_STEP, SAMPLE_RATE, WINDOW_SAMPLES, Segmentation, num_frames, powerset_to_speakers)
@@ -105,13 +106,14 @@ def window_starts(n_samples: int, step: float = STEP) -> np.ndarray:
     return np.array(starts, dtype=np.int64)
 
 
-def segment(model: Segmentation, samples: np.ndarray, step: float = STEP) -> Local:
-    """Step 1: the hard local activity of every window."""
+def segment(model: Segmentation, samples: np.ndarray, step: float = STEP, run: Run = alone) -> Local:
+    """Step 1: the hard local activity of every window (``run``: cores.py's, the windows in parts
+    side by side)."""
     starts = window_starts(len(samples), step)
     padded = np.zeros(max(len(samples), WINDOW_SAMPLES), dtype=np.float32)
     padded[:len(samples)] = samples
     windows = np.stack([padded[s:s + WINDOW_SAMPLES] for s in starts])
-    return Local(starts, powerset_to_speakers(model.scores(windows)))
+    return Local(starts, powerset_to_speakers(np.concatenate(run(model.scores, windows))))
 
 
 def split_at_pauses(mask: np.ndarray, gap: int, least: int) -> list[tuple[int, int]]:
@@ -208,14 +210,14 @@ def _fbank_frames(mask: np.ndarray, start: int, n_fbank: int) -> np.ndarray:
     return index[inside][mask[seg_index[inside]] > 0]
 
 
-def embed(model: CAMPPlus, samples: np.ndarray, pieces: list[Piece]) -> np.ndarray:
-    """Step 2: a CAM++ embedding of each piece's frames, mean-normalised."""
+def embed(model: CAMPPlus, samples: np.ndarray, pieces: list[Piece], run: Run = alone) -> np.ndarray:
+    """Step 2: a CAM++ embedding of each piece's frames, mean-normalised (``run``: as ``segment``'s)."""
     bank = fbank(samples)
     inputs = []
     for piece in pieces:
         chunk = bank[piece.frames]
         inputs.append(chunk - chunk.mean(axis=0, keepdims=True))
-    return model.embed(inputs) if inputs else np.zeros((0, 192), np.float32)
+    return np.concatenate(run(model.embed, inputs)) if inputs else np.zeros((0, 192), np.float32)
 
 
 def reconstruct(local: Local, pieces: list[Piece], labels: np.ndarray, second: np.ndarray,
@@ -312,6 +314,7 @@ class Diarizer:
                  threshold: float = clustering.THRESHOLD):
         self.segmentation, self.embedding = segmentation, embedding
         self.step, self.threshold = step, threshold
+        settle(segmentation, embedding)  # (their weights computed here: the parts run on other threads)
 
     @classmethod
     def from_weights(cls, weights, **options) -> "Diarizer":
@@ -330,10 +333,11 @@ class Diarizer:
         return self.finish(self.prepare(samples), num_speakers, min_speakers, max_speakers)
 
     def prepare(self, samples: np.ndarray) -> "Prepared":
-        """Steps 1 and 2, the models' part: what clustering needs."""
-        local = segment(self.segmentation, samples, self.step)
-        pieces = speaker_pieces(local, max(0, 1 + (len(samples) - 400) // FRAME_SHIFT))
-        return Prepared(local, pieces, embed(self.embedding, samples, pieces), len(samples))
+        """Steps 1 and 2, the models' part: what clustering needs (on every core: cores.py)."""
+        with on_cores() as run:
+            local = segment(self.segmentation, samples, self.step, run)
+            pieces = speaker_pieces(local, max(0, 1 + (len(samples) - 400) // FRAME_SHIFT))
+            return Prepared(local, pieces, embed(self.embedding, samples, pieces, run), len(samples))
 
     def finish(self, prepared: "Prepared", num_speakers: Optional[int] = None, min_speakers: Optional[int] = None,
                max_speakers: Optional[int] = None, threshold: Optional[float] = None) -> list:
