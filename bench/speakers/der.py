@@ -1,6 +1,7 @@
 """The speaker pass's diarization error rate, speed and memory on the evaluation recordings.
 
-    .venv/bin/python -m bench.speakers der [--steps 5] [--calibrate | --thresholds 0.6 0.7] [--speed] [--check-against ../shared/tools/der.py]
+    .venv/bin/python -m bench.speakers der [--steps 5] [--calibrate | --thresholds 0.6 0.7] [--pads 0.05 0.1 0.2 0.25 0.3 0.4]
+        [--speed] [--check-against ../shared/tools/der.py]
 
 Sets (evalkit/der.py scores them: 10 ms frames, overlap counted, pooled: total errors over
 total reference speech):
@@ -12,6 +13,10 @@ total reference speech):
   given; the middle of those within TIED of it) and reports both halves with it.
 - ``readers``: each ``ls_testother_*`` reading cut into its utterances and the two readers
   interleaved A, B, A, B with 0.5 s of silence (evalkit/readers.py), 0.25 s collar.
+
+``--pads``: the turns' widening into silence (pipeline.PAD_S) fitted on the meetings' fit half
+and the first readers' recording together, the rest held out (``fit_pads``); then the report at
+the diarizer's own pad.
 
 Each recording is scored with the speaker count given (``num_speakers``) and not given. The
 models run once per recording and step (``Diarizer.prepare``); the clustering reruns per
@@ -66,12 +71,12 @@ def reader_sets(repeat: int = 1, limit: int = 3) -> list[dict]:
     return found
 
 
-def score_set(diarizer, items, prepared, threshold, given) -> der.Score:
-    """Pooled score of a set at one threshold, the count given or not."""
+def score_set(diarizer, items, prepared, threshold, given, pad=None) -> der.Score:
+    """Pooled score of a set at one threshold (and pad: None, the diarizer's), the count given or not."""
     total = der.Score()
     for item in items:
         count = len({who for _, _, who in item["reference"]}) if given else None
-        turns = diarizer.finish(prepared[item["name"]], num_speakers=count, threshold=threshold)
+        turns = diarizer.finish(prepared[item["name"]], num_speakers=count, threshold=threshold, pad=pad)
         item.setdefault("hyp", {})[(threshold, given)] = turns
         total += der.score(item["reference"], turns, len(item["samples"]) / 16000, item["collar"])
     return total
@@ -104,6 +109,22 @@ def calibrate(diarizer, items, prepared) -> float:
     print("calibration on the fit half:", "  ".join(f"{t}: {d:.3f}" for t, d in results.items()))
     tied = [t for t, d in results.items() if d <= min(results.values()) + TIED]
     return tied[len(tied) // 2]
+
+
+def fit_pads(diarizer, items, prepared, threshold, pads) -> None:
+    """The turns' pad fitted on the meetings' fit half and the first readers' recording together
+    (the sum of their DERs, count not given; the least pad within TIED of the best), each set's
+    DER beside: the meetings' held-out half and the other readers' recordings are held out."""
+    readers_ = [i for i in items if i["half"] == "readers"]
+    sets = {"meetings fit": [i for i in items if i["half"] == "fit"], "readers fit": readers_[:1],
+            "meetings held-out": [i for i in items if i["half"] == "held-out"], "readers held-out": readers_[1:]}
+    sums = {}
+    for pad in pads:
+        scores = {name: score_set(diarizer, group, prepared, threshold, False, pad).der
+                  for name, group in sets.items() if group}
+        sums[pad] = scores.get("meetings fit", 0.0) + scores.get("readers fit", 0.0)
+        print(f"pad {pad:.2f}: fit sum {sums[pad]:.3f}  " + "  ".join(f"{k} {v:.3f}" for k, v in scores.items()))
+    print(f"pad fitted: {min(p for p in pads if sums[p] <= min(sums.values()) + TIED):.2f}")
 
 
 def check_against(script: str, items) -> None:
@@ -157,6 +178,7 @@ def main() -> None:
     parser.add_argument("--speed", action="store_true", help="time the pass on a 10-minute recording")
     parser.add_argument("--only-speed", action="store_true", help="the speed only, no DER")
     parser.add_argument("--check-against", metavar="DER_PY", help="compare with this scorer script")
+    parser.add_argument("--pads", type=float, nargs="+", help="fit the turns' pad among these (s), then report")
     args = parser.parse_args()
     if args.only_speed:
         for step in args.steps:
@@ -171,6 +193,8 @@ def main() -> None:
         print(f"--- step {step} s: models on {audio:.0f} s of audio in {time.perf_counter() - start:.0f} s")
         for threshold in [calibrate(diarizer, items, prepared)] if args.calibrate else args.thresholds:
             print(f"threshold {threshold}")
+            if args.pads:
+                fit_pads(diarizer, items, prepared, threshold, args.pads)
             report(diarizer, items, prepared, threshold)
         if args.check_against:
             check_against(args.check_against, items)
