@@ -39,7 +39,9 @@ LSTM_LAYERS, HIDDEN = 4, 128
 # Windows scored together: the LSTM's 589 steps cost about as much for 1 window as for a few,
 # so a batch shares them (per window and layer, on one core: 7.3 ms at 16, 6.7 at 32, 6.3 at 64);
 # the SincNet takes fewer at a time (its unfolded input is large).
-BATCH, SINC_BATCH = 32, 4
+# SINC_BATCH: 2, not 4: the pass runs two parts side by side (cores.py), and at 4 their
+# SincNet temporaries at once took the 10-minute pass's peak to 577-611 MB; at 2, 496 MB
+BATCH, SINC_BATCH = 32, 2
 CHUNK = 64  # LSTM steps whose input projections are made at once (32 windows: 8 MB, not 77)
 EPS = 1e-5  # torch's InstanceNorm1d
 SLOPE = 0.01  # torch's leaky_relu
