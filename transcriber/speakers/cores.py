@@ -19,6 +19,7 @@ streaming's already does, ``numpy_one_thread``).
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator, Sequence
@@ -30,7 +31,7 @@ from transcriber.native import blas
 Run = Callable[[Callable, Sequence], list]
 
 _local = threading.local()
-_pools: dict[int, ThreadPoolExecutor] = {}
+_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
 _lock = threading.Lock()
 
 
@@ -88,11 +89,13 @@ def _side_by_side(fn: Callable, items: Sequence, workers: int) -> list:
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
-    """One pool per size for the process (its threads and their streams made once)."""
+    """One pool per size for the process (its threads and their streams made once; a forked
+    child, which has none of its parent's threads, makes its own)."""
+    key = (os.getpid(), workers)
     with _lock:
-        if workers not in _pools:
-            _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="speakers", initializer=_new_stream)
-        return _pools[workers]
+        if key not in _pools:
+            _pools[key] = ThreadPoolExecutor(workers, thread_name_prefix="speakers", initializer=_new_stream)
+        return _pools[key]
 
 
 def _new_stream() -> None:
