@@ -244,9 +244,9 @@ def reconstruct(local: Local, pieces: list[Piece], labels: np.ndarray, second: n
     for w, start in enumerate(local.starts):
         first = int(round(start / FRAME_SAMPLES))
         n = min(frames, total - first)
-        score[first:first + n] += _window_speakers(local.activity[w, :n], [pieces[i] for i in by_window.get(w, [])],
-                                                   labels[by_window.get(w, [])], second[by_window.get(w, [])],
-                                                   score.shape[1])
+        mine = by_window.get(w, [])
+        score[first:first + n] += _window_speakers(local.activity[w, :n], [pieces[i] for i in mine], labels[mine],
+                                                   second[mine], score.shape[1])
         count[first:first + n] += local.activity[w, :n].sum(axis=1)
         seen[first:first + n] += 1
     return _top_speakers(score / np.maximum(seen, 1)[:, None], np.floor(count / np.maximum(seen, 1) + 0.5))
