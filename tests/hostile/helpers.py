@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -104,12 +105,15 @@ def leftovers(folder: Path) -> list[str]:
     return [p.name for p in folder.rglob("*") if p.name.endswith(".part")]
 
 
-def transcribe_cli(*args: str, seconds: float) -> subprocess.Popen:
-    """The command in its own process, with the bound on reads set to ``seconds``."""
+def transcribe_cli(*args: str, seconds: float, sigint: object = signal.SIG_DFL) -> subprocess.Popen:
+    """The command in its own process, with the bound on reads set to ``seconds``, started with
+    Ctrl-C's disposition ``sigint`` whatever this process's is (a script's background job starts
+    with it ignored: the suite run so once gave every such child an ignored SIGINT)."""
     env = {**os.environ, "TRANSCRIBER_BLAS": "none", "TRANSCRIBER_READ_TIMEOUT": str(seconds)}
     env = faults.environment({k: v for k, v in env.items() if k not in ("TRANSCRIBER_DB", "TRANSCRIBER_DEBUG")})
     return subprocess.Popen([sys.executable, "-m", "transcriber.app", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
 
 
 def media_folder(tmp_path: Path, n: int = 2) -> list[Path]:

@@ -233,14 +233,17 @@ def test_watch_reports_a_hung_folder_once_and_takes_its_files_when_it_answers(tm
     assert lines(result)[-1] == "watch stopped: 2 done, 0 failed"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_stop_during_a_hung_walk_ends_the_command_within_2_seconds(tmp_path, hung_tree, signum):
+@pytest.mark.parametrize("signum, sigint", [(signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.SIG_DFL),
+                                            (signal.SIGINT, signal.SIG_IGN)], ids=["SIGTERM", "SIGINT", "SIGINT-ignored"])
+def test_a_stop_during_a_hung_walk_ends_the_command_within_2_seconds(tmp_path, hung_tree, signum, sigint):
     """SIGTERM or Ctrl-C while the folder's listing hangs (the bound far off): one line, exit
-    128 + the signal within 2 s, nothing queued; the mount still hangs."""
+    128 + the signal within 2 s, nothing queued; the mount still hangs. Also when the command
+    was started with SIGINT ignored (a script's background job), as the run after the listing
+    stops on it (its StopFlag installs its own handler)."""
     mount = hung_tree({"in/a.flac": JFK})
     mount.hang_readdir("in")
     db = tmp_path / "jobs.db"
-    proc = transcribe_cli("--db", str(db), str(tmp_path / "mnt" / "in"), "-f", "json", seconds=120)
+    proc = transcribe_cli("--db", str(db), str(tmp_path / "mnt" / "in"), "-f", "json", seconds=120, sigint=sigint)
     try:
         assert mount.hung.wait(60), "the listing never reached the mount"
         time.sleep(0.3)

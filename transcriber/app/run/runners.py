@@ -94,21 +94,24 @@ def closing_on_interrupt(reporter, message: str, stop: Optional[StopFlag] = None
 def stopped_exits(message: str):
     """SIGTERM or Ctrl-C in the block (before anything is queued: nothing to checkpoint) prints
     ``message`` and exits 128 + the signal at once; the file-system calls it waits on are made
-    by the reader process (transcriber/app/run/discover.py), so a hung mount does not keep the command alive."""
+    by the reader process (transcriber/app/run/discover.py), so a hung mount does not keep the command alive.
+    Both signals get this handler, as the run's ``StopFlag`` does: a command started where Ctrl-C
+    is ignored (a background job of a script) still stops on SIGINT while it lists, as it does later."""
     caught: list[int] = []
 
     def handle(signum, frame):
         caught.append(signum)
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handle)
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     except KeyboardInterrupt:
         click.echo(message, err=True)
         sys.exit(128 + (caught[0] if caught else signal.SIGINT))
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def stop_flag(reporter, ray: Optional[RaySettings]) -> StopFlag:
