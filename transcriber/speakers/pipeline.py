@@ -77,6 +77,11 @@ LENGTH_STEP = 20  # embedded frames rounded down to a multiple of this: CAM++ ru
 # the best sum of their DERs; the meetings alone prefer 0.05, the readers' pieces keep 0.3-0.55 s
 # of near-silence at each end), the rest held out.
 PAD_S = 0.25
+# Recordings this long or longer: each window embeds only its own part (``own_parts``), each
+# second of speech once, not twice; shorter ones embed all each window hears (see the docstring).
+ONCE_FROM_S = 60.0
+CUT_S = 1.0  # two windows' own parts meet within this of the midpoint between their centres ...
+QUIET_S = 0.3  # ... where the fewest local speakers of both speak over this long
 FIRST_CENTRE = 495  # sample at the centre of a window's first frame
 FRAME_SAMPLES = 270  # samples between segmentation frames
 
@@ -124,6 +129,36 @@ def segment(model: Segmentation, samples: np.ndarray, step: float = STEP, run: R
     return Local(starts, powerset_to_speakers(np.concatenate(run(model.scores, windows))))
 
 
+def own_parts(local: Local) -> np.ndarray:
+    """[windows, 2]: the frames [first, end) of each window whose speech it alone embeds. Two
+    neighbouring windows' parts meet at the quietest frame (the fewest local speakers of both,
+    over QUIET_S) within CUT_S of the midpoint between their centres, the nearest to it among
+    equals: a cut inside a local speaker's speech leaves a short piece on each side, whose
+    embeddings stray (a 0.4 s one made a speaker of its own). The first window's part from its
+    start, the last one's to its end."""
+    frames = local.activity.shape[1]
+    first = np.round(local.starts / FRAME_SAMPLES).astype(np.int64)
+    cuts = [first[w + 1] + _meeting(local.activity[w], local.activity[w + 1], first[w + 1] - first[w])
+            for w in range(len(first) - 1)]
+    lo = np.concatenate([[0], cuts]).astype(np.int64) - first
+    hi = np.concatenate([cuts, [first[-1] + frames]]).astype(np.int64) - first
+    return np.stack([np.clip(lo, 0, frames), np.clip(hi, 0, frames)], axis=1)
+
+
+def _meeting(before: np.ndarray, after: np.ndarray, hop: int) -> int:
+    """The frame of window ``after`` (``hop`` frames after window ``before``) where its own part
+    begins."""
+    frames = len(before)
+    middle = (hop + frames) // 2 - hop
+    if hop >= frames:
+        return max(0, middle)
+    both = before[hop:].sum(axis=1) + after[:frames - hop].sum(axis=1)
+    busy = np.convolve(both, np.ones(max(1, int(round(QUIET_S / FRAME_STEP)))), mode="same")
+    reach = int(round(CUT_S / FRAME_STEP))
+    near = np.arange(max(0, middle - reach), min(len(both), middle + reach + 1))
+    return int(near[np.lexsort((np.abs(near - middle), busy[near]))[0]])
+
+
 def split_at_pauses(mask: np.ndarray, gap: int, least: int) -> list[tuple[int, int]]:
     """[(first, end)] frame spans of a local speaker's 0/1 activity: its speech cut where it
     pauses ``gap`` frames or more; a span of under ``least`` active frames joins the nearer
@@ -156,20 +191,23 @@ def chunks(spans: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
     return out
 
 
-def speaker_pieces(local: Local, n_fbank: int) -> list[Piece]:
-    """Step 2's selection: every local speaker's speech in every window, cut at its pauses
-    (``split_at_pauses``), each piece with the filterbank frames to embed: its frames alone
-    when they reach MIN_EMBED_S, else all of them; at most MAX_EMBED_S (its longest runs)."""
+def speaker_pieces(local: Local, n_fbank: int, own: Optional[np.ndarray] = None) -> list[Piece]:
+    """Step 2's selection: every local speaker's speech in every window (only in its ``own``
+    part, ``own_parts``, when given), cut at its pauses (``split_at_pauses``), each piece with
+    the filterbank frames to embed: its frames alone when they reach MIN_EMBED_S, else all of
+    them; at most MAX_EMBED_S (its longest runs)."""
+    if own is None:
+        own = np.array([[0, local.activity.shape[1]]] * len(local.starts))
     pieces = []
     least = int(MIN_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
     most = int(MAX_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
     gap, shortest = int(round(PAUSE_S / FRAME_STEP)), int(round(PIECE_S / FRAME_STEP))
     size = int(round(CHUNK_S / FRAME_STEP))
-    for w, start in enumerate(local.starts):
+    for w, (start, (lo, hi)) in enumerate(zip(local.starts, own)):
         act = local.activity[w]
         alone = act * (act.sum(axis=1, keepdims=True) == 1)
         for k in range(act.shape[1]):
-            for a, b in chunks(split_at_pauses(act[:, k], gap, shortest), size):
+            for a, b in chunks(split_at_pauses(_within(act[:, k], lo, hi), gap, shortest), size):
                 frames = _fbank_frames(_within(alone[:, k], a, b), int(start), n_fbank)
                 if len(frames) < least:
                     frames = _fbank_frames(_within(act[:, k], a, b), int(start), n_fbank)
@@ -344,7 +382,8 @@ class Diarizer:
         """Steps 1 and 2, the models' part: what clustering needs (on every core: cores.py)."""
         with on_cores() as run:
             local = segment(self.segmentation, samples, self.step, run)
-            pieces = speaker_pieces(local, max(0, 1 + (len(samples) - 400) // FRAME_SHIFT))
+            own = own_parts(local) if len(samples) >= ONCE_FROM_S * SAMPLE_RATE else None
+            pieces = speaker_pieces(local, max(0, 1 + (len(samples) - 400) // FRAME_SHIFT), own)
             return Prepared(local, pieces, embed(self.embedding, samples, pieces, run), len(samples))
 
     def finish(self, prepared: "Prepared", num_speakers: Optional[int] = None, min_speakers: Optional[int] = None,
