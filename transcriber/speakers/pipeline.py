@@ -5,7 +5,8 @@ pyannote's SpeakerDiarization pipeline, step by step, on our MLX ports:
 1. segmentation-3.0 over sliding 10 s windows (``STEP`` apart; the last one ends at the end,
    zero-padded when the recording is shorter), its powerset output made hard: each frame's
    most likely class says which of the window's 3 local speakers are active (overlap kept);
-2. each local speaker's speech in a window cut into pieces where it pauses PAUSE_S or more
+2. each local speaker's speech in a window (from ONCE_FROM_S on, only in the window's own part:
+   ``own_parts``) cut into pieces where it pauses PAUSE_S or more
    (both sides keeping PIECE_S of speech), a piece cut again into equal chunks of about
    CHUNK_S, and a CAM++ embedding per chunk ("piece" below) from the frames where that speaker
    speaks alone (all its frames when that is under ``MIN_EMBED_S``); a piece under
@@ -37,7 +38,22 @@ confusion 0.074 per window, 0.011 cut at pauses, 0.001 in 1.5 s chunks; meetings
 count given / not) 0.353 / 0.314 per window, 0.263 / 0.253 in chunks. The cost: CAM++ embeds
 all the speech each window hears (twice over at a 5 s step) instead of at most 3 s per local
 speaker and window, about twice the filterbank frames on the bench sets, and several pieces a
-second of speech go to the clustering. Clustering is average linkage on cosine distance, a
+second of speech go to the clustering. From ONCE_FROM_S (60 s) on, each window embeds only
+its own part (``own_parts``: the frames nearer its centre than any other window's, two
+neighbours' parts meeting at the quietest frame within CUT_S of the midpoint), each second of
+speech once; a local speaker's speech outside its window's own part is named by the window that
+owns those frames (scores and counts still averaged over the windows that see a frame). On the
+10-minute two-reader recording (2-core Xeon, load 1.5-2.0, the stages timed twice per process,
+main's code and this back to back): CAM++'s frames 84,967 -> 43,062, CPU 21.2-24.2 s -> 14.6-15.7
+s, wall 12.2-13.8 s -> 8.4-9.0 s. Shorter recordings embed all each window hears: with own parts
+everywhere the meetings (30 s, 5 windows) measured 0.314 / 0.276 count given / not, against
+0.277 / 0.266, the held-out half 0.356 / 0.361 against 0.338 / 0.365 (half the pieces make the
+tree's cut at a given count erratic: clustering only the own parts' pieces of all of them took
+trn06 0.157 -> 0.309, trn09 0.182 -> 0.295, count given); the readers (150-165 s) 0.014 against
+0.011. The 60 s was chosen knowing the meetings fall under it: their figures test the other path.
+Parts meeting at the midpoint (CUT_S 0) cut a reader's speech, and a 0.4 s piece became a
+speaker of its own with the count given (readers 0.154); docs/speed.md lists what else was tried.
+Clustering is average linkage on cosine distance, a
 window's local speakers free to join one cluster (then their activities are merged, but not
 where they overlap, above), instead of pyannote's centroid linkage plus its reassignment of
 small clusters and the Hungarian assignment per window. Turns are widened PAD_S (0.25 s) into
