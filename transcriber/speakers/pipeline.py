@@ -373,9 +373,9 @@ class Diarizer:
     """The two models, loaded once; ``diarize`` per recording."""
 
     def __init__(self, segmentation: Segmentation, embedding: CAMPPlus, step: float = STEP,
-                 threshold: float = clustering.THRESHOLD, pad: float = PAD_S):
+                 threshold: float = clustering.THRESHOLD, pad: float = PAD_S, once_from: float = ONCE_FROM_S):
         self.segmentation, self.embedding = segmentation, embedding
-        self.step, self.threshold, self.pad = step, threshold, pad
+        self.step, self.threshold, self.pad, self.once_from = step, threshold, pad, once_from
         settle(segmentation, embedding)  # (their weights computed here: the parts run on other threads)
 
     @classmethod
@@ -398,7 +398,7 @@ class Diarizer:
         """Steps 1 and 2, the models' part: what clustering needs (on every core: cores.py)."""
         with on_cores() as run:
             local = segment(self.segmentation, samples, self.step, run)
-            own = own_parts(local) if len(samples) >= ONCE_FROM_S * SAMPLE_RATE else None
+            own = own_parts(local) if len(samples) >= self.once_from * SAMPLE_RATE else None
             pieces = speaker_pieces(local, max(0, 1 + (len(samples) - 400) // FRAME_SHIFT), own)
             return Prepared(local, pieces, embed(self.embedding, samples, pieces, run), len(samples))
 
