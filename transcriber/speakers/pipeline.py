@@ -50,7 +50,9 @@ everywhere the meetings (30 s, 5 windows) measured 0.314 / 0.276 count given / n
 0.277 / 0.266, the held-out half 0.356 / 0.361 against 0.338 / 0.365 (half the pieces make the
 tree's cut at a given count erratic: clustering only the own parts' pieces of all of them took
 trn06 0.157 -> 0.309, trn09 0.182 -> 0.295, count given); the readers (150-165 s) 0.014 against
-0.011. The 60 s was chosen knowing the meetings fall under it: their figures test the other path.
+0.011. The 60 s was chosen knowing the meetings fall under it: their figures test the other path;
+the 11 joined in one 341 s recording (der --joined) 0.361 / 0.426 once, 0.372 / 0.456 all
+(reversed: 0.379 / 0.514, 0.388 / 0.484).
 Parts meeting at the midpoint (CUT_S 0) cut a reader's speech, and a 0.4 s piece became a
 speaker of its own with the count given (readers 0.154); docs/speed.md lists what else was tried.
 Clustering is average linkage on cosine distance, a
