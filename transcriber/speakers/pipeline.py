@@ -52,16 +52,16 @@ tree's cut at a given count erratic: clustering only the own parts' pieces of al
 trn06 0.157 -> 0.309, trn09 0.182 -> 0.295, count given); the readers (150-165 s) 0.014 against
 0.011. The 60 s was chosen knowing the meetings fall under it: their figures test the other path;
 the 11 joined in one 341 s recording (der --joined) 0.361 / 0.426 once, 0.372 / 0.456 all
-(reversed: 0.379 / 0.514, 0.388 / 0.484).
-Parts meeting at the midpoint (CUT_S 0) cut a reader's speech, and a 0.4 s piece became a
-speaker of its own with the count given (readers 0.154); docs/speed.md lists what else was tried.
-Clustering is average linkage on cosine distance, a
+(reversed: 0.379 / 0.514, 0.388 / 0.484). Parts meeting at the midpoint (CUT_S 0) cut a reader's
+speech, and a 0.4 s piece became a speaker of its own with the count given (readers 0.154);
+docs/speed.md lists what else was tried. Clustering is average linkage on cosine distance, a
 window's local speakers free to join one cluster (then their activities are merged, but not
 where they overlap, above), instead of pyannote's centroid linkage plus its reassignment of
 small clusters and the Hungarian assignment per window. Turns are widened PAD_S (0.25 s) into
 silence, which pyannote does not do (fitted with bench/speakers/der.py --pads; those numbers were
 at 0.05 s): the meetings all 11 0.277 / 0.266, their held-out half 0.338 / 0.365 (0.314 / 0.343
-at 0.05 s), the readers 0.011 (0.055), the held-out readers' recordings 0.006.
+at 0.05 s), the readers 0.011 (0.055), the held-out readers' recordings 0.006; with the once
+path the readers 0.014, held out 0.009 (the refit would now take 0.30).
 The frame times are the segmentation's (16.875 ms apart).
 """
 
