@@ -10,7 +10,7 @@ The scorer of the speaker benchmark and tests, written from the usual definition
 - per frame, with r reference and h hypothesis speakers: missed speech max(r - h, 0), false
   alarm max(h - r, 0), confusion min(r, h) minus the frames the mapped speakers agree on, the
   hypothesis speakers mapped one to one onto the reference speakers to agree most (exhaustive
-  over permutations: a recording has few speakers);
+  over permutations for a few speakers, the Hungarian method for more);
 - DER = (miss + false alarm + confusion) / reference speech, all counted in frames.
 
 ``Score`` keeps the frame counts, so a set is pooled by adding scores (total errors over total
@@ -101,11 +101,40 @@ def best_agreement(agree: np.ndarray) -> int:
         return 0
     if cols > rows:
         agree, rows, cols = agree.T, cols, rows
-    if rows > 9:  # too many to try them all: the hypothesis' 9 busiest speakers
-        agree = agree[np.argsort(-agree.sum(axis=1))[:9]]
-        rows = 9
+    if rows > 8:  # too many permutations to try them all
+        return hungarian(agree)
     return int(max(sum(agree[r, c] for c, r in enumerate(perm))
                    for perm in itertools.permutations(range(rows), cols)))
+
+
+def hungarian(agree: np.ndarray) -> int:
+    """The largest sum of a one-to-one pick of entries of ``agree`` (rows >= columns), by the
+    Hungarian method with potentials (O(n^2 m)): each column joins in turn along the cheapest
+    augmenting path."""
+    cost = -np.asarray(agree, dtype=np.float64).T  # columns as the assigned side: n <= m
+    n, m = cost.shape
+    u, v = np.zeros(n + 1), np.zeros(m + 1)
+    match, way = np.zeros(m + 1, dtype=np.int64), np.zeros(m + 1, dtype=np.int64)
+    for i in range(1, n + 1):
+        match[0], j0 = i, 0
+        least, used = np.full(m + 1, np.inf), np.zeros(m + 1, dtype=bool)
+        while match[j0] != 0:
+            used[j0] = True
+            i0 = match[j0]
+            free = np.flatnonzero(~used[1:]) + 1
+            reduced = cost[i0 - 1, free - 1] - u[i0] - v[free]
+            better = reduced < least[free]
+            least[free[better]], way[free[better]] = reduced[better], j0
+            j1 = int(free[np.argmin(least[free])])
+            delta = least[j1]
+            u[match[used]] += delta
+            v[used] -= delta
+            least[~used] -= delta
+            j0 = j1
+        while j0:
+            j1 = way[j0]
+            match[j0], j0 = match[j1], j1
+    return int(round(-sum(cost[match[j] - 1, j - 1] for j in range(1, m + 1) if match[j])))
 
 
 def score(reference: Sequence[Turn], hypothesis: Sequence[Turn], duration: float = 0.0,

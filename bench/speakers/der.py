@@ -24,6 +24,10 @@ threshold. ``--speed``: the whole pass (models loaded, then ``diarize``) on a 10
 two-reader recording in a subprocess: seconds, the fraction of real time, peak resident memory
 (``ru_maxrss``), the load average beside it (other work on the cores slows it).
 ``--check-against PATH``: our scorer and the data's own scorer script on the meeting outputs.
+``--joined``: the 11 meeting excerpts one after another (1 s of silence between, in name order
+and reversed; the RTTMs' speaker ids are global, 23 speakers), long enough for the path that
+embeds each second once (pipeline.ONCE_FROM_S), scored with it and with every window's speech
+embedded, at the threshold and pad given (the diarizer's by default).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -159,6 +165,24 @@ print(f"{{seconds:.0f}} s of audio: {{took:.1f}} s, {{took / seconds:.4f}}x real
 """
 
 
+def joined(step: float, threshold: float) -> None:
+    """``--joined``: the meetings as one recording, each path of the pipeline."""
+    items = meetings()
+    for name, order in (("in name order", items), ("reversed", items[::-1])):
+        gap = np.zeros(16000, dtype=np.float32)
+        samples = np.concatenate([part for item in order for part in (item["samples"], gap)])
+        starts = np.cumsum([0] + [len(item["samples"]) / 16000 + 1.0 for item in order])
+        reference = [(s + t, e + t, k) for item, t in zip(order, starts) for s, e, k in item["reference"]]
+        count = len({k for _, _, k in reference})
+        for once_from, path in ((0.0, "each second once"), (float("inf"), "all each window hears")):
+            diarizer = Diarizer.from_weights(weights.speaker_weights(), step=step, once_from=once_from)
+            prepared = diarizer.prepare(samples)
+            for given in (count, None):
+                turns = diarizer.finish(prepared, num_speakers=given, threshold=threshold)
+                label = f"joined {name}, {path}, count {'given' if given else 'not given'}"
+                print(line(label[:60], der.score(reference, turns, len(samples) / 16000)))
+
+
 def speed(step: float) -> None:
     before = os.getloadavg()[0]
     out = subprocess.run([sys.executable, "-c", SPEED_CHILD.format(root=str(ROOT), step=step)],
@@ -178,8 +202,13 @@ def main() -> None:
     parser.add_argument("--speed", action="store_true", help="time the pass on a 10-minute recording")
     parser.add_argument("--only-speed", action="store_true", help="the speed only, no DER")
     parser.add_argument("--check-against", metavar="DER_PY", help="compare with this scorer script")
+    parser.add_argument("--joined", action="store_true", help="the meetings joined in one recording, both paths")
     parser.add_argument("--pads", type=float, nargs="+", help="fit the turns' pad among these (s), then report")
     args = parser.parse_args()
+    if args.joined:
+        for step in args.steps:
+            joined(step, args.thresholds[0])
+        return
     if args.only_speed:
         for step in args.steps:
             speed(step)

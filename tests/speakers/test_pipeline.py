@@ -13,7 +13,8 @@ import pytest
 from evalkit import der, readers
 from transcriber.media.audio import load_audio
 from transcriber.speakers import clustering
-from transcriber.speakers.pipeline import Diarizer, Piece, _window_speakers, chunks, split_at_pauses, window_starts
+from transcriber.speakers.pipeline import (
+    ONCE_FROM_S, Diarizer, Local, Piece, _window_speakers, chunks, own_parts, speaker_pieces, split_at_pauses, window_starts)
 
 READING = "ls_testother_367-130732_533-1066"
 MEETING = "ami_pyannote_debug_dev00"
@@ -45,6 +46,27 @@ def test_windows_cover_the_recording():
     assert list(window_starts(25 * 16000, 5.0)) == [0, 80000, 160000, 240000]
     assert list(window_starts(22 * 16000, 5.0)) == [0, 80000, 160000, 192000]
     assert list(window_starts(3 * 16000, 5.0)) == [0]
+
+
+def test_each_second_is_embedded_by_one_window():
+    # 25 s: windows at 0, 5, 10, 15 s; one voice speaks throughout but pauses at 7.2-7.8 s of
+    # the file: the first two windows' own parts meet in that pause, not at the midpoint (7.5 s)
+    starts = window_starts(25 * 16000, 5.0)
+    first = np.round(starts / 270).astype(int)
+    speech = np.ones(first[-1] + 589, dtype=np.float32)
+    speech[int(7.2 * 16000 / 270):int(7.8 * 16000 / 270)] = 0
+    activity = np.zeros((len(starts), 589, 3), dtype=np.float32)
+    for w, f in enumerate(first):
+        activity[w, :, 0] = speech[f:f + 589]
+    local = Local(starts, activity)
+    own = own_parts(local)
+    covered = np.concatenate([np.arange(f + a, f + b) for f, (a, b) in zip(first, own)])
+    assert own[0, 0] == 0 and own[-1, 1] == 589 and list(covered) == list(range(first[-1] + 589))
+    assert 7.2 <= (first[1] + own[1, 0]) * 270 / 16000 <= 7.8
+    pieces = speaker_pieces(local, 2500, own)
+    assert all(own[p.window, 0] <= p.span[0] < p.span[1] <= own[p.window, 1] for p in pieces)
+    # at most each 10 ms filterbank frame of the 25 s once; every window's whole speech is half again
+    assert sum(len(p.frames) for p in pieces) <= 2500 < sum(len(p.frames) for p in speaker_pieces(local, 2500))
 
 
 def test_a_local_speaker_is_cut_at_its_pauses():
@@ -162,3 +184,14 @@ def test_meeting_excerpt(diarizer, data_dir):
     measured = der.score(reference, turns, 30.0).der
     print(f"{MEETING}: DER {measured:.3f}")
     assert measured < MEETING_BOUND
+
+
+def test_a_long_recording_embeds_each_second_once(diarizer, reading):
+    # the whole reading alternated (about 150 s, over ONCE_FROM_S): each window embeds its own part only
+    samples, reference = readers.alternating(reading)
+    assert len(samples) >= ONCE_FROM_S * 16000
+    turns = diarizer.diarize(samples)
+    assert len(labels(turns)) == 2
+    measured = der.score(reference, turns, len(samples) / 16000, collar=0.25).der
+    print(f"alternating readers, {len(samples) / 16000:.0f} s: DER {measured:.3f}")
+    assert measured < READERS_BOUND

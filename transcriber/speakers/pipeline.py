@@ -5,7 +5,8 @@ pyannote's SpeakerDiarization pipeline, step by step, on our MLX ports:
 1. segmentation-3.0 over sliding 10 s windows (``STEP`` apart; the last one ends at the end,
    zero-padded when the recording is shorter), its powerset output made hard: each frame's
    most likely class says which of the window's 3 local speakers are active (overlap kept);
-2. each local speaker's speech in a window cut into pieces where it pauses PAUSE_S or more
+2. each local speaker's speech in a window (from ONCE_FROM_S on, only in the window's own part:
+   ``own_parts``) cut into pieces where it pauses PAUSE_S or more
    (both sides keeping PIECE_S of speech), a piece cut again into equal chunks of about
    CHUNK_S, and a CAM++ embedding per chunk ("piece" below) from the frames where that speaker
    speaks alone (all its frames when that is under ``MIN_EMBED_S``); a piece under
@@ -37,13 +38,30 @@ confusion 0.074 per window, 0.011 cut at pauses, 0.001 in 1.5 s chunks; meetings
 count given / not) 0.353 / 0.314 per window, 0.263 / 0.253 in chunks. The cost: CAM++ embeds
 all the speech each window hears (twice over at a 5 s step) instead of at most 3 s per local
 speaker and window, about twice the filterbank frames on the bench sets, and several pieces a
-second of speech go to the clustering. Clustering is average linkage on cosine distance, a
+second of speech go to the clustering. From ONCE_FROM_S (60 s) on, each window embeds only
+its own part (``own_parts``: the frames nearer its centre than any other window's, two
+neighbours' parts meeting at the quietest frame within CUT_S of the midpoint), each second of
+speech once; a local speaker's speech outside its window's own part is named by the window that
+owns those frames (scores and counts still averaged over the windows that see a frame). On the
+10-minute two-reader recording (2-core Xeon, load 1.5-2.0, the stages timed twice per process,
+main's code and this back to back): CAM++'s frames 84,967 -> 43,062, CPU 21.2-24.2 s -> 14.6-15.7
+s, wall 12.2-13.8 s -> 8.4-9.0 s. Shorter recordings embed all each window hears: with own parts
+everywhere the meetings (30 s, 5 windows) measured 0.314 / 0.276 count given / not, against
+0.277 / 0.266, the held-out half 0.356 / 0.361 against 0.338 / 0.365 (half the pieces make the
+tree's cut at a given count erratic: clustering only the own parts' pieces of all of them took
+trn06 0.157 -> 0.309, trn09 0.182 -> 0.295, count given); the readers (150-165 s) 0.014 against
+0.011. The 60 s was chosen knowing the meetings fall under it: their figures test the other path;
+the 11 joined in one 341 s recording (der --joined) 0.361 / 0.426 once, 0.372 / 0.456 all
+(reversed: 0.379 / 0.514, 0.388 / 0.484). Parts meeting at the midpoint (CUT_S 0) cut a reader's
+speech, and a 0.4 s piece became a speaker of its own with the count given (readers 0.154);
+docs/speed.md lists what else was tried. Clustering is average linkage on cosine distance, a
 window's local speakers free to join one cluster (then their activities are merged, but not
 where they overlap, above), instead of pyannote's centroid linkage plus its reassignment of
 small clusters and the Hungarian assignment per window. Turns are widened PAD_S (0.25 s) into
 silence, which pyannote does not do (fitted with bench/speakers/der.py --pads; those numbers were
 at 0.05 s): the meetings all 11 0.277 / 0.266, their held-out half 0.338 / 0.365 (0.314 / 0.343
-at 0.05 s), the readers 0.011 (0.055), the held-out readers' recordings 0.006.
+at 0.05 s), the readers 0.011 (0.055), the held-out readers' recordings 0.006; with the once
+path the readers 0.014, held out 0.009 (the refit would now take 0.30).
 The frame times are the segmentation's (16.875 ms apart).
 """
 
@@ -77,6 +95,11 @@ LENGTH_STEP = 20  # embedded frames rounded down to a multiple of this: CAM++ ru
 # the best sum of their DERs; the meetings alone prefer 0.05, the readers' pieces keep 0.3-0.55 s
 # of near-silence at each end), the rest held out.
 PAD_S = 0.25
+# Recordings this long or longer: each window embeds only its own part (``own_parts``), each
+# second of speech once, not twice; shorter ones embed all each window hears (see the docstring).
+ONCE_FROM_S = 60.0
+CUT_S = 1.0  # two windows' own parts meet within this of the midpoint between their centres ...
+QUIET_S = 0.3  # ... where the fewest local speakers of both speak over this long
 FIRST_CENTRE = 495  # sample at the centre of a window's first frame
 FRAME_SAMPLES = 270  # samples between segmentation frames
 
@@ -124,6 +147,36 @@ def segment(model: Segmentation, samples: np.ndarray, step: float = STEP, run: R
     return Local(starts, powerset_to_speakers(np.concatenate(run(model.scores, windows))))
 
 
+def own_parts(local: Local) -> np.ndarray:
+    """[windows, 2]: the frames [first, end) of each window whose speech it alone embeds. Two
+    neighbouring windows' parts meet at the quietest frame (the fewest local speakers of both,
+    over QUIET_S) within CUT_S of the midpoint between their centres, the nearest to it among
+    equals: a cut inside a local speaker's speech leaves a short piece on each side, whose
+    embeddings stray (a 0.4 s one made a speaker of its own). The first window's part from its
+    start, the last one's to its end."""
+    frames = local.activity.shape[1]
+    first = np.round(local.starts / FRAME_SAMPLES).astype(np.int64)
+    cuts = [first[w + 1] + _meeting(local.activity[w], local.activity[w + 1], first[w + 1] - first[w])
+            for w in range(len(first) - 1)]
+    lo = np.concatenate([[0], cuts]).astype(np.int64) - first
+    hi = np.concatenate([cuts, [first[-1] + frames]]).astype(np.int64) - first
+    return np.stack([np.clip(lo, 0, frames), np.clip(hi, 0, frames)], axis=1)
+
+
+def _meeting(before: np.ndarray, after: np.ndarray, hop: int) -> int:
+    """The frame of window ``after`` (``hop`` frames after window ``before``) where its own part
+    begins."""
+    frames = len(before)
+    middle = (hop + frames) // 2 - hop
+    if hop >= frames:
+        return max(0, middle)
+    both = before[hop:].sum(axis=1) + after[:frames - hop].sum(axis=1)
+    busy = np.convolve(both, np.ones(max(1, int(round(QUIET_S / FRAME_STEP)))), mode="same")
+    reach = int(round(CUT_S / FRAME_STEP))
+    near = np.arange(max(0, middle - reach), min(len(both), middle + reach + 1))
+    return int(near[np.lexsort((np.abs(near - middle), busy[near]))[0]])
+
+
 def split_at_pauses(mask: np.ndarray, gap: int, least: int) -> list[tuple[int, int]]:
     """[(first, end)] frame spans of a local speaker's 0/1 activity: its speech cut where it
     pauses ``gap`` frames or more; a span of under ``least`` active frames joins the nearer
@@ -156,20 +209,23 @@ def chunks(spans: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
     return out
 
 
-def speaker_pieces(local: Local, n_fbank: int) -> list[Piece]:
-    """Step 2's selection: every local speaker's speech in every window, cut at its pauses
-    (``split_at_pauses``), each piece with the filterbank frames to embed: its frames alone
-    when they reach MIN_EMBED_S, else all of them; at most MAX_EMBED_S (its longest runs)."""
+def speaker_pieces(local: Local, n_fbank: int, own: Optional[np.ndarray] = None) -> list[Piece]:
+    """Step 2's selection: every local speaker's speech in every window (only in its ``own``
+    part, ``own_parts``, when given), cut at its pauses (``split_at_pauses``), each piece with
+    the filterbank frames to embed: its frames alone when they reach MIN_EMBED_S, else all of
+    them; at most MAX_EMBED_S (its longest runs)."""
+    if own is None:
+        own = np.array([[0, local.activity.shape[1]]] * len(local.starts))
     pieces = []
     least = int(MIN_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
     most = int(MAX_EMBED_S * SAMPLE_RATE / FRAME_SHIFT)
     gap, shortest = int(round(PAUSE_S / FRAME_STEP)), int(round(PIECE_S / FRAME_STEP))
     size = int(round(CHUNK_S / FRAME_STEP))
-    for w, start in enumerate(local.starts):
+    for w, (start, (lo, hi)) in enumerate(zip(local.starts, own)):
         act = local.activity[w]
         alone = act * (act.sum(axis=1, keepdims=True) == 1)
         for k in range(act.shape[1]):
-            for a, b in chunks(split_at_pauses(act[:, k], gap, shortest), size):
+            for a, b in chunks(split_at_pauses(_within(act[:, k], lo, hi), gap, shortest), size):
                 frames = _fbank_frames(_within(alone[:, k], a, b), int(start), n_fbank)
                 if len(frames) < least:
                     frames = _fbank_frames(_within(act[:, k], a, b), int(start), n_fbank)
@@ -319,9 +375,9 @@ class Diarizer:
     """The two models, loaded once; ``diarize`` per recording."""
 
     def __init__(self, segmentation: Segmentation, embedding: CAMPPlus, step: float = STEP,
-                 threshold: float = clustering.THRESHOLD, pad: float = PAD_S):
+                 threshold: float = clustering.THRESHOLD, pad: float = PAD_S, once_from: float = ONCE_FROM_S):
         self.segmentation, self.embedding = segmentation, embedding
-        self.step, self.threshold, self.pad = step, threshold, pad
+        self.step, self.threshold, self.pad, self.once_from = step, threshold, pad, once_from
         settle(segmentation, embedding)  # (their weights computed here: the parts run on other threads)
 
     @classmethod
@@ -344,7 +400,8 @@ class Diarizer:
         """Steps 1 and 2, the models' part: what clustering needs (on every core: cores.py)."""
         with on_cores() as run:
             local = segment(self.segmentation, samples, self.step, run)
-            pieces = speaker_pieces(local, max(0, 1 + (len(samples) - 400) // FRAME_SHIFT))
+            own = own_parts(local) if len(samples) >= self.once_from * SAMPLE_RATE else None
+            pieces = speaker_pieces(local, max(0, 1 + (len(samples) - 400) // FRAME_SHIFT), own)
             return Prepared(local, pieces, embed(self.embedding, samples, pieces, run), len(samples))
 
     def finish(self, prepared: "Prepared", num_speakers: Optional[int] = None, min_speakers: Optional[int] = None,
