@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -49,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 from evalkit import der, readers  # noqa: E402
 from transcriber.media.audio import load_audio  # noqa: E402
 from transcriber.speakers import clustering, weights  # noqa: E402
-from transcriber.speakers.pipeline import Diarizer  # noqa: E402
+from transcriber.speakers.pipeline import ONCE_FROM_S, ONCE_STEP, STEP, Diarizer  # noqa: E402
 
 DATA = Path(os.environ.get("TRANSCRIBER_TEST_DATA", ROOT.parent / "shared" / "data"))
 THRESHOLDS = [0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.9]
@@ -155,7 +156,7 @@ from transcriber.speakers import weights
 from transcriber.speakers.pipeline import Diarizer
 samples = reader_sets(repeat=5, limit=1)[0]["samples"][:600 * 16000]
 start = time.perf_counter()
-diarizer = Diarizer.from_weights(weights.speaker_weights(), step={step})
+diarizer = Diarizer.from_weights(weights.speaker_weights(), **{options!r})
 turns = diarizer.diarize(samples)
 took = time.perf_counter() - start
 seconds = len(samples) / 16000
@@ -165,7 +166,12 @@ print(f"{{seconds:.0f}} s of audio: {{took:.1f}} s, {{took / seconds:.4f}}x real
 """
 
 
-def joined(step: float, threshold: float) -> None:
+def steps(step: Optional[float]) -> dict:
+    """The Diarizer's options for ``--steps``: ``step`` on both paths, or (None) their own."""
+    return {} if step is None else {"step": step, "once_step": step}
+
+
+def joined(step: Optional[float], threshold: float) -> None:
     """``--joined``: the meetings as one recording, each path of the pipeline."""
     items = meetings()
     for name, order in (("in name order", items), ("reversed", items[::-1])):
@@ -175,7 +181,7 @@ def joined(step: float, threshold: float) -> None:
         reference = [(s + t, e + t, k) for item, t in zip(order, starts) for s, e, k in item["reference"]]
         count = len({k for _, _, k in reference})
         for once_from, path in ((0.0, "each second once"), (float("inf"), "all each window hears")):
-            diarizer = Diarizer.from_weights(weights.speaker_weights(), step=step, once_from=once_from)
+            diarizer = Diarizer.from_weights(weights.speaker_weights(), once_from=once_from, **steps(step))
             prepared = diarizer.prepare(samples)
             for given in (count, None):
                 turns = diarizer.finish(prepared, num_speakers=given, threshold=threshold)
@@ -183,17 +189,18 @@ def joined(step: float, threshold: float) -> None:
                 print(line(label[:60], der.score(reference, turns, len(samples) / 16000)))
 
 
-def speed(step: float) -> None:
+def speed(step: Optional[float]) -> None:
     before = os.getloadavg()[0]
-    out = subprocess.run([sys.executable, "-c", SPEED_CHILD.format(root=str(ROOT), step=step)],
+    out = subprocess.run([sys.executable, "-c", SPEED_CHILD.format(root=str(ROOT), options=steps(step))],
                          capture_output=True, text=True)
-    print(f"speed (step {step} s): {out.stdout.strip() or out.stderr.strip()[-500:]}  "
+    print(f"speed (step {f'{step} s' if step else 'of each path'}): {out.stdout.strip() or out.stderr.strip()[-500:]}  "
           f"(load average {before:.1f} -> {os.getloadavg()[0]:.1f})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=float, nargs="+", default=[5.0], help="window steps (s) to measure")
+    parser.add_argument("--steps", type=float, nargs="+", default=[None],
+                        help="window steps (s) to measure, on both paths (default: each path's own)")
     parser.add_argument("--thresholds", type=float, nargs="+", default=[clustering.THRESHOLD],
                         help="clustering thresholds to report (without --calibrate)")
     parser.add_argument("--calibrate", action="store_true", help="pick the threshold on the fit half")
@@ -215,11 +222,11 @@ def main() -> None:
         return
     items = ([] if args.no_meetings else meetings()) + ([] if args.no_readers else reader_sets())
     for step in args.steps:
-        diarizer = Diarizer.from_weights(weights.speaker_weights(), step=step)
+        diarizer = Diarizer.from_weights(weights.speaker_weights(), **steps(step))
         start = time.perf_counter()
         prepared = {item["name"]: diarizer.prepare(item["samples"]) for item in items}
         audio = sum(len(i["samples"]) for i in items) / 16000
-        print(f"--- step {step} s: models on {audio:.0f} s of audio in {time.perf_counter() - start:.0f} s")
+        print(f"--- step {step or f'{STEP} s, from {ONCE_FROM_S:g} s of recording {ONCE_STEP}'} s: models on {audio:.0f} s of audio in {time.perf_counter() - start:.0f} s")
         for threshold in [calibrate(diarizer, items, prepared)] if args.calibrate else args.thresholds:
             print(f"threshold {threshold}")
             if args.pads:
