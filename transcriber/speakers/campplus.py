@@ -41,6 +41,8 @@ from typing import Sequence, Union
 import mlx.core as mx
 import numpy as np
 
+from transcriber.speakers.taps import tap_sum
+
 N_MELS = 80
 EMBEDDING_DIM = 192
 BLOCKS = ((12, 1), (24, 2), (16, 2))  # (layers, dilation) of the dense blocks; kernels are 3 frames
@@ -155,8 +157,7 @@ def _conv(x: mx.array, params, kernel: tuple[int, int], stride: int = 1, dilatio
     ``stride`` and ``dilation`` over rows only: the sum of one matmul per tap.
 
     x, padded, is read as one long list of positions (batch, row, column flattened): a tap is
-    then a fixed offset into that list, and its input a contiguous slice of it, so no copy per
-    tap (im2col). The sums run in the BLAS (``addmm``). Positions where a slice runs past a row
+    then a fixed offset into that list (``taps.tap_sum``). Positions where a slice runs past a row
     or into the next item of the batch give values that are cut away. A stride of 2 reads the
     even and the odd rows as two planes, the even rows of the whole batch first: a tap is again
     an offset, and only the even plane's positions (the outputs) are computed. ``mx.conv2d``
@@ -174,10 +175,7 @@ def _conv(x: mx.array, params, kernel: tuple[int, int], stride: int = 1, dilatio
     offsets = [(i * dilation) % stride * plane + (i * dilation) // stride * width + j
                for i in range(kernel[0]) for j in range(kernel[1])]
     flat = padded.reshape(stride * plane, -1)
-    length = min(plane, len(flat) - max(offsets))
-    out = flat[offsets[0]:offsets[0] + length] @ weight[0]
-    for tap, offset in enumerate(offsets[1:], start=1):
-        out = mx.addmm(out, flat[offset:offset + length], weight[tap])
+    out = tap_sum(flat, offsets, weight, min(plane, len(flat) - max(offsets)))
     channels = out.shape[1]  # the outputs, read in place: the last one lies before ``length``
     out = mx.as_strided(out, (batch, (rows - 1) // stride + 1, cols, channels),
                         (height * width * channels, width * channels, channels, 1))

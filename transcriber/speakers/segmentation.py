@@ -29,6 +29,8 @@ from typing import Union
 import mlx.core as mx
 import numpy as np
 
+from transcriber.speakers.taps import tap_sum
+
 SAMPLE_RATE = 16000
 WINDOW_SAMPLES = 10 * SAMPLE_RATE
 SINC_STRIDE, SINC_TAPS = 10, 251
@@ -110,16 +112,11 @@ def sinc_conv(x: np.ndarray, filters: np.ndarray) -> mx.array:
 
 def conv_taps(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
     """A "valid" convolution over time of [batch, time, in] by weight [taps, in, out]: x read
-    as one long list of frames, a tap is an offset into it, one matmul per tap summed in the
-    BLAS (frames that run into the next item are cut away). ``mx.conv1d`` gave the same numbers
-    about 2 times slower."""
+    as one long list of frames, a tap is an offset into it (``taps.tap_sum``; frames that run
+    into the next item are cut away). ``mx.conv1d`` gave the same numbers about 2 times slower."""
     batch, time, channels = x.shape
     taps = weight.shape[0]
-    flat = x.reshape(batch * time, channels)
-    length = batch * time - (taps - 1)
-    out = flat[:length] @ weight[0]
-    for tap in range(1, taps):
-        out = mx.addmm(out, flat[tap:tap + length], weight[tap])
+    out = tap_sum(x.reshape(batch * time, channels), range(taps), weight, batch * time - (taps - 1))
     channels = out.shape[1]  # the outputs, read in place (a strided view): the last lies before ``length``
     return mx.as_strided(out, (batch, time - taps + 1, channels), (time * channels, channels, 1)) + bias
 
