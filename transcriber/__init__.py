@@ -50,12 +50,16 @@ def __getattr__(name: str):
 _models: dict = {}
 
 
-def load_model(name=DEFAULT_MODEL):
-    """Load (and cache in this process) a model by name or folder."""
+def load_model(name=DEFAULT_MODEL, *, keep: bool = True):
+    """Load (and cache in this process) a model by name or folder. ``keep=False``: not cached
+    (one already cached is still returned), for a caller that decides itself how long a model
+    stays in memory (``transcribe serve``)."""
     key = str(name)
     if key not in _models:
         from transcriber.backend import load_model as load
 
+        if not keep:
+            return load(name)
         _models[key] = load(name)
     return _models[key]
 

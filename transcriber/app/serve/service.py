@@ -184,7 +184,10 @@ class Service:
         self.spool = Spool(settings.spool, settings.max_upload_bytes)
         self.roots = (os.path.realpath(self.spool.media), *settings.libraries)  # whose jobs are the service's
         self.stop = StopFlag()
-        self._models: dict[str, object] = {}  # loaded on the decode thread at their first need, then kept
+        # name -> model, loaded on the decode thread at first need: the service's own, kept, and
+        # the last other one a request named (one more, whatever a client names in turn)
+        self._models: dict[str, object] = {}
+        self.engines = EngineCache(self._engine)  # (used on the decode thread only, as the models)
         self._queue: queue.Queue = queue.Queue()
         self._waiting: set[concurrent.futures.Future] = set()  # the requests' futures not yet answered
         self._stop_asked = 0.0  # time.monotonic() of the first stop asked
@@ -233,10 +236,14 @@ class Service:
 
     def model(self, name: Optional[str] = None):
         """The service's model, or another (a request of the OpenAI routes may name one): loaded on
-        first use, then kept."""
+        first use. The service's own is kept; of the others only the last named is (a client
+        naming each installed model in turn would otherwise hold them all in memory: large-v3
+        alone is ~6 GB)."""
         name = name or self.settings.model
         if name not in self._models:
-            self._models[name] = transcriber.load_model(name)
+            for other in [n for n in self._models if n != self.settings.model]:
+                self.engines.forget(self._models.pop(other))  # (before the load: never two others at once)
+            self._models[name] = transcriber.load_model(name, keep=False)  # (held here only)
         return self._models[name]
 
     def stopping(self, signum: int = signal.SIGTERM) -> None:
@@ -278,7 +285,7 @@ class Service:
             store = connect(self.settings.db)
         except Exception as e:  # noqa: BLE001 - every request is told, none waits forever
             return self._refuse_all(RequestError(503, f"the job database cannot be opened: {e}"))
-        runner = Runner(store, engines=EngineCache(self._engine), stop=self.stop)
+        runner = Runner(store, engines=self.engines, stop=self.stop)
         try:
             while (item := self._queue.get()) is not None:
                 if self.stop.requested:
