@@ -2,10 +2,12 @@
 
     .venv/bin/python -m bench.peers batch-files                 # short_en + long_en, widths 2 and 4
     .venv/bin/python -m bench.peers batch-files --copies 4 --subset long_en --widths 4
+    .venv/bin/python -m bench.peers batch-files --subset long_en --widths 2 --vad   # with --vad
 
 The files of the chosen subsets (``--copies N``: each N times, a folder of equal files) are
 transcribed by ``OneShotEngine`` one after another, then side by side at each width
-(``OneShotEngine.batch``, what ``transcribe --batch-files`` runs), in one process with the model
+(``Engine.side_by_side``, what ``transcribe --batch-files`` runs; ``--vad``: each file's speech
+spans, its detector pass when it joins), in one process with the model
 warmed up. Prints a markdown table: wall time, its ratio to one after another, RTF, WER, and
 whether every file got the same words as one after another.
 
@@ -23,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from bench.streaming.modes import DATA, manifest  # noqa: E402  (also puts the repository on sys.path)
 
 import transcriber  # noqa: E402
-from transcriber import OneShotEngine  # noqa: E402
+from transcriber import engine_options, make_engine  # noqa: E402
 from evalkit.scoring import wer  # noqa: E402
 
 
@@ -53,13 +55,15 @@ def main(argv=None):
     ap.add_argument("--copies", type=int, default=1, help="each file this many times")
     ap.add_argument("--widths", default="2,4", help="comma-separated --batch-files values")
     ap.add_argument("--model", default="tiny.en")
+    ap.add_argument("--vad", action="store_true", help="decode only the speech Silero VAD finds")
     args = ap.parse_args(argv)
 
     rows = manifest(args.subset.split(",")) * args.copies
     files = [DATA / r["file"] for r in rows]
     refs = [r["text"] for r in rows]
     duration = sum(r["duration_s"] for r in rows)
-    engine = OneShotEngine(transcriber.load_model(args.model))
+    engine = make_engine("oneshot", transcriber.load_model(args.model),
+                         engine_options("oneshot", {"vad": True} if args.vad else {}))
     list(engine.steps(files[0]))  # warm up
 
     t0 = time.perf_counter()
@@ -71,7 +75,8 @@ def main(argv=None):
         words = side_by_side(engine, files, width)
         table.append((f"side by side, {width} files", time.perf_counter() - t0, words))
 
-    print(f"\n{len(files)} file(s) ({args.subset} x {args.copies}), {duration:.1f} s of audio, model {args.model}, "
+    print(f"\n{len(files)} file(s) ({args.subset} x {args.copies}), {duration:.1f} s of audio, model {args.model}"
+          f"{', --vad' if args.vad else ''}, "
           f"{transcriber.blas.describe()}\n")
     print("| one-shot | wall s | / one after another | RTF | WER % | same words |")
     print("|---|---:|---:|---:|---:|---|")

@@ -94,3 +94,34 @@ def test_the_library_call_takes_vad(model, two_readings):
     transcript = transcriber.transcribe(path, model=model, language="en", vad=True)
     assert transcript.text.lower().count("ask not what your country") == 2
     assert transcript.words[0].start >= FIRST - 0.5
+
+
+@pytest.mark.slow
+def test_files_side_by_side_each_get_the_words_they_get_alone(model, two_readings, tmp_path):
+    """--vad under --batch-files: each file's detector pass when it is added, its windows decoded
+    with the other files', its words at its own times; a file without speech gets its one step."""
+    rng = np.random.default_rng(5)
+    noise = write_wav(tmp_path / "room noise.wav", (rng.standard_normal(12 * SR) * 10 ** (-40 / 20)).astype(np.float32))
+    path, duration = two_readings
+    engine = make_engine("oneshot", model, engine_options("oneshot", {"language": "en", "vad": True}))
+    files = [path, noise, JFK]
+    alone = {f: [(w.text, round(w.start, 2)) for s in engine.steps(str(f)) for w in s.words] for f in files}
+    batch, waiting = engine.side_by_side(2), list(files)
+    got, last, ended = {f: [] for f in files}, {}, []
+    for _ in range(2):
+        batch.add(waiting[0], str(waiting.pop(0)))
+    for key, event in batch.events():
+        assert not isinstance(event, Exception), event
+        if event is not None:
+            got[key] += [(w.text, round(w.start, 2)) for w in event.words]
+            last[key] = event
+            continue
+        ended.append(key)
+        if waiting:
+            batch.add(waiting[0], str(waiting.pop(0)))
+    assert sorted(map(str, ended)) == sorted(map(str, files)) and len(batch) == 0
+    for f in files:
+        assert [t for t, _ in got[f]] == [t for t, _ in alone[f]], f  # the same words...
+        assert [s for _, s in got[f]] == pytest.approx([s for _, s in alone[f]], abs=0.05), f  # ...at their times
+    assert got[path] and not got[noise]
+    assert last[path].position == pytest.approx(duration) and last[noise].position == pytest.approx(12.0)

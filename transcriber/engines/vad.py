@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import replace
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Union
 
 from transcriber.constants import SAMPLE_RATE
 from transcriber.engines.engine import Step, Wrapped
@@ -33,23 +33,91 @@ class SpeechOnly(Wrapped):
     """``engine`` run on the speech spans of each file it is handed."""
 
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
-        source = as_source(source, getattr(self.engine.options, "audio_track", None))
-        heard = None
-        if state and _KEY in state:
-            spans, total, inner = [tuple(s) for s in state[_KEY]["spans"]], state[_KEY]["samples"], state["engine"]
-        else:
-            (spans, total, heard), inner = detect(source), state
+        spans, total, heard, inner = _spans(source, state, self.engine)
         timeline, known = SpanMap(spans), {_KEY: {"spans": [list(s) for s in spans], "samples": total}}
         step = None
-        with contextlib.closing(self.engine.steps(SpeechSource(heard or source, spans), inner)) as steps:
+        with contextlib.closing(self.engine.steps(SpeechSource(heard, spans), inner)) as steps:
             for step in steps:
                 yield _on_file(step, timeline, total, known)
         if step is None and not spans:  # nothing to decode (one-shot gives no step then): the file is done
-            language = getattr(getattr(self.engine, "context", None), "language", None) or "en"
-            yield Step((), (), {**known, "engine": None}, total / SAMPLE_RATE, language)
+            yield _no_speech(self.engine, known, total)
 
-    def side_by_side(self, width: int):
-        return None  # each file's detector pass first, then its decode: one file at a time
+    def side_by_side(self, width: int) -> Optional["_SpeechSideBySide"]:
+        files = self.engine.side_by_side(width)
+        return None if files is None else _SpeechSideBySide(self.engine, files)
+
+
+class _SpeechSideBySide:
+    """Files decoded side by side (``Engine.side_by_side``), each on its speech spans: a file's
+    detector pass runs when it is added (the others' decoding waits meanwhile: ~2 s for 20
+    minutes), its steps come back on its own timeline."""
+
+    def __init__(self, engine, files):
+        self.engine, self.files = engine, files
+        self.timelines: dict = {}  # key -> (SpanMap, the file's samples, the spans' state)
+        self.empty: list = []  # the keys of files without speech: one step each, then their end
+
+    def __len__(self) -> int:
+        return len(self.files) + len(self.empty)
+
+    def add(self, key, source, state: Optional[dict] = None) -> None:
+        if key in self.timelines:
+            raise ValueError(f"cannot add {key!r}: decoded already")
+        spans, total, heard, inner = _spans(source, state, self.engine)
+        known = {_KEY: {"spans": [list(s) for s in spans], "samples": total}}
+        if spans:
+            self.files.add(key, SpeechSource(heard, spans), inner)
+        else:
+            self.empty.append(key)
+        self.timelines[key] = (SpanMap(spans), total, known)
+
+    def drop(self, key) -> None:
+        self.files.drop(key)
+        self.timelines.pop(key, None)
+        if key in self.empty:
+            self.empty.remove(key)
+
+    def events(self) -> Iterator[tuple[object, Union[Step, None, Exception]]]:
+        while True:
+            yield from self._no_speech()
+            if not len(self.files):
+                return
+            for key, event in self.files.events():  # (files added meanwhile are walked too)
+                if isinstance(event, Step):
+                    event = _on_file(event, *self.timelines[key])
+                elif key in self.timelines:
+                    del self.timelines[key]
+                yield key, event
+                yield from self._no_speech()
+
+    def _no_speech(self):
+        while self.empty:
+            key = self.empty.pop(0)
+            _, total, known = self.timelines.pop(key)
+            yield key, _no_speech(self.engine, known, total)
+            yield key, None
+
+    def close(self) -> None:
+        self.files.close()
+        self.timelines.clear()
+        self.empty.clear()
+
+
+def _spans(source, state: Optional[dict], engine):
+    """(spans, the file's samples, what the decode reads: the detector's kept audio or the file,
+    the inner engine's state) of a file, from ``state`` when it has them (a resumed job: no
+    detector pass), else by the detector's pass."""
+    source = as_source(source, getattr(engine.options, "audio_track", None))
+    if state and _KEY in state:
+        return [tuple(s) for s in state[_KEY]["spans"]], state[_KEY]["samples"], source, state["engine"]
+    spans, total, heard = detect(source)
+    return spans, total, heard or source, state
+
+
+def _no_speech(engine, known: dict, total: int) -> Step:
+    """The one step of a file the detector heard no speech in: it is done, with no word."""
+    language = getattr(getattr(engine, "context", None), "language", None) or "en"
+    return Step((), (), {**known, "engine": None}, total / SAMPLE_RATE, language)
 
 
 def _on_file(step: Step, timeline: SpanMap, total: int, spans_state: dict) -> Step:
