@@ -174,3 +174,13 @@ def test_same_stem_files_keep_their_suffix(tmp_path):
         batch = enqueue_files(store, files, JobSpec(), None)
         stems = sorted(Path(j.output_stem).name for j in store.jobs(ids=batch.to_run))
     assert stems == ["other", "talk.flac", "talk.wav"]
+
+
+def test_the_format_flag_given_again_adds_formats(tmp_path):
+    shutil.copy(JFK, tmp_path / "talk.flac")
+    db = str(tmp_path / "jobs.db")
+    result = invoke("--db", db, str(tmp_path / "talk.flac"), "-f", "srt", "-f", "vtt,json", "-q")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.glob("talk.*")) == ["talk.flac", "talk.json", "talk.srt", "talk.vtt"]
+    bad = CliRunner().invoke(main, ["--db", db, str(tmp_path / "talk.flac"), "-f", "srt", "-f", "docx"])
+    assert bad.exit_code == 2 and "unknown format 'docx'" in bad.output

@@ -34,11 +34,13 @@ def formats() -> dict:
     return FORMATS
 
 
-def parse_formats(ctx, param, value: str) -> tuple[str, ...]:
-    chosen = tuple(dict.fromkeys(f.strip().lower() for f in value.split(",") if f.strip()))
+def parse_formats(ctx, param, value) -> tuple[str, ...]:
+    """``-f srt,vtt``, ``-f srt -f vtt`` (the flag given again adds, not replaces) -> ('srt', 'vtt')."""
+    given = ",".join((value,) if isinstance(value, str) else value)
+    chosen = tuple(dict.fromkeys(f.strip().lower() for f in given.split(",") if f.strip()))
     unknown = [f for f in chosen if f not in formats()]
     if unknown or not chosen:
-        raise click.BadParameter(f"unknown format {', '.join(unknown) or value!r}; choose from {', '.join(formats())}")
+        raise click.BadParameter(f"unknown format {', '.join(unknown) or given!r}; choose from {', '.join(formats())}")
     return chosen
 
 
@@ -264,8 +266,9 @@ def spec_options(f):
 def _spec_flags() -> list:
     """The Click options of spec_options, in the order --help shows them."""
     return [
-        click.option("-f", "--format", "formats", default="srt", show_default=True, callback=parse_formats,
-                     cls=LazyHelp, help_text=lambda: f"Comma-separated output formats: {', '.join(formats())}."),
+        click.option("-f", "--format", "formats", multiple=True, default=["srt"], show_default=True,
+                     callback=parse_formats, cls=LazyHelp,
+                     help_text=lambda: f"Output formats, comma-separated or the flag again: {', '.join(formats())}."),
         click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path),
                      help="Write outputs here (mirroring subfolders) instead of next to each input."),
         click.option("-m", "--model", default=DEFAULT_MODEL, show_default=True,
