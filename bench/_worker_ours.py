@@ -37,7 +37,7 @@ def given_spans(seconds):
     from transcriber.media.audio import load_audio
     from transcriber.media.vad import Heard
 
-    def detect(source):  # (the file read once, served from memory to the decode, as the detector's pass does)
+    def detect(source, **_):  # (the file read once, served from memory to the decode, as the detector's pass does)
         samples = load_audio(source.path)
         spans = [(round(a * SAMPLE_RATE), min(len(samples), round(b * SAMPLE_RATE))) for a, b in seconds]
         return spans, len(samples), Heard(source, samples)

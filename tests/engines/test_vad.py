@@ -97,15 +97,21 @@ def test_the_library_call_takes_vad(model, two_readings):
 
 
 @pytest.mark.slow
-def test_files_side_by_side_each_get_the_words_they_get_alone(model, two_readings, tmp_path):
+def test_files_side_by_side_each_get_the_words_they_get_alone(model, two_readings, tmp_path, monkeypatch):
     """--vad under --batch-files: each file's detector pass when it is added, its windows decoded
-    with the other files', its words at its own times; a file without speech gets its one step."""
+    with the other files', its words at its own times; a file without speech gets its one step.
+    Each of the two keeps at most half of what one file alone keeps of its audio (here 20 s: the
+    36 s file is read again by its decode, the others served from the pass's memory)."""
+    monkeypatch.setattr(speech_only, "KEEP_SECONDS", 40.0)
     rng = np.random.default_rng(5)
     noise = write_wav(tmp_path / "room noise.wav", (rng.standard_normal(12 * SR) * 10 ** (-40 / 20)).astype(np.float32))
     path, duration = two_readings
     engine = make_engine("oneshot", model, engine_options("oneshot", {"language": "en", "vad": True}))
     files = [path, noise, JFK]
     alone = {f: [(w.text, round(w.start, 2)) for s in engine.steps(str(f)) for w in s.words] for f in files}
+    kept = []
+    detect = speech_only.detect
+    monkeypatch.setattr(speech_only, "detect", lambda source, **kw: kept.append(kw) or detect(source, **kw))
     batch, waiting = engine.side_by_side(2), list(files)
     got, last, ended = {f: [] for f in files}, {}, []
     for _ in range(2):
@@ -124,4 +130,5 @@ def test_files_side_by_side_each_get_the_words_they_get_alone(model, two_reading
         assert [t for t, _ in got[f]] == [t for t, _ in alone[f]], f  # the same words...
         assert [s for _, s in got[f]] == pytest.approx([s for _, s in alone[f]], abs=0.05), f  # ...at their times
     assert got[path] and not got[noise]
+    assert kept == [{"keep_seconds": 20.0}] * 3
     assert last[path].position == pytest.approx(duration) and last[noise].position == pytest.approx(12.0)

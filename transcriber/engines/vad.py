@@ -22,7 +22,7 @@ from typing import Iterator, Optional, Union
 from transcriber.constants import SAMPLE_RATE
 from transcriber.engines.engine import Step, Wrapped
 from transcriber.media.source import as_source
-from transcriber.media.vad import SpanMap, SpeechSource, detect
+from transcriber.media.vad import KEEP_SECONDS, SpanMap, SpeechSource, detect
 from transcriber.transcript.types import Segment, Word
 
 _KEY = "speech_spans"
@@ -44,16 +44,18 @@ class SpeechOnly(Wrapped):
 
     def side_by_side(self, width: int) -> Optional["_SpeechSideBySide"]:
         files = self.engine.side_by_side(width)
-        return None if files is None else _SpeechSideBySide(self.engine, files)
+        return None if files is None else _SpeechSideBySide(self.engine, files, width)
 
 
 class _SpeechSideBySide:
     """Files decoded side by side (``Engine.side_by_side``), each on its speech spans: a file's
     detector pass runs when it is added (the others' decoding waits meanwhile: ~2 s for 20
-    minutes), its steps come back on its own timeline."""
+    minutes), its steps come back on its own timeline. Of the audio the passes read, each file
+    keeps a ``width``-th of what one file alone keeps (a longer file is read again by its decode):
+    the batch holds no more than one file does."""
 
-    def __init__(self, engine, files):
-        self.engine, self.files = engine, files
+    def __init__(self, engine, files, width: int):
+        self.engine, self.files, self.keep_seconds = engine, files, KEEP_SECONDS / width
         self.timelines: dict = {}  # key -> (SpanMap, the file's samples, the spans' state)
         self.empty: list = []  # the keys of files without speech: one step each, then their end
 
@@ -63,7 +65,7 @@ class _SpeechSideBySide:
     def add(self, key, source, state: Optional[dict] = None) -> None:
         if key in self.timelines:
             raise ValueError(f"cannot add {key!r}: decoded already")
-        spans, total, heard, inner = _spans(source, state, self.engine)
+        spans, total, heard, inner = _spans(source, state, self.engine, self.keep_seconds)
         known = {_KEY: {"spans": [list(s) for s in spans], "samples": total}}
         if spans:
             self.files.add(key, SpeechSource(heard, spans), inner)
@@ -103,14 +105,14 @@ class _SpeechSideBySide:
         self.empty.clear()
 
 
-def _spans(source, state: Optional[dict], engine):
+def _spans(source, state: Optional[dict], engine, keep_seconds: float = KEEP_SECONDS):
     """(spans, the file's samples, what the decode reads: the detector's kept audio or the file,
     the inner engine's state) of a file, from ``state`` when it has them (a resumed job: no
     detector pass), else by the detector's pass."""
     source = as_source(source, getattr(engine.options, "audio_track", None))
     if state and _KEY in state:
         return [tuple(s) for s in state[_KEY]["spans"]], state[_KEY]["samples"], source, state["engine"]
-    spans, total, heard = detect(source)
+    spans, total, heard = detect(source, keep_seconds=keep_seconds)
     return spans, total, heard or source, state
 
 
