@@ -114,8 +114,8 @@ def runner_options(f):
                      hidden=True, help="How long a silent runner keeps its job."),
         click.option("--batch-files", type=click.IntRange(min=1), default=1, show_default=True,
                      help="One-shot mode: decode up to N files side by side, their windows sharing each "
-                          "decoder step (the same words; on 2 CPU cores four long recordings took 0.85x "
-                          "the time of one after another). Streaming and --ray take one file at a time."),
+                          "decoder step (the same words; on 2 CPU cores two at a time took 0.95x the time "
+                          "of one after another, four 1.01x). Streaming and --ray take one file at a time."),
         click.option("--threads", type=click.IntRange(min=1), default=None,
                      help="Threads of MLX's matrix products (its BLAS) and of the native encoder and "
                           "prompt passes in this process (as $TRANSCRIBER_BLAS_THREADS). [default: the BLAS "
