@@ -15,11 +15,13 @@ import pytest
 import transcriber
 from transcriber.app.run.engines import EngineCache
 from transcriber.app.serve.service import ServeSettings, Service
+from transcriber.app.store.spec import JobSpec
 
 
 @pytest.fixture
 def two_models(tmp_path) -> tuple[str, str]:
     """Two names of tiny.en's converted folder (``--model`` takes a folder)."""
+    transcriber.load_model("tiny.en")  # (converted on a first load)
     folder = next(m.cache for m in transcriber.list_models().models if m.name == "tiny.en" and m.cache)
     names = []
     for name in ("first", "second"):
@@ -69,7 +71,7 @@ def test_the_engines_kept_are_the_last_specs_used():
         return object()
 
     cache = EngineCache(factory, limit=2)
-    specs = [transcriber.app.store.spec.JobSpec(options={"initial_prompt": f"prompt {i}"}) for i in range(3)]
+    specs = [JobSpec(options={"initial_prompt": f"prompt {i}"}) for i in range(3)]
     engines = [cache.get(s) for s in specs[:2]]
     assert cache.get(specs[0]) is engines[0]  # kept, and now the latest used
     cache.get(specs[2])  # one too many: the least recently used (the second) goes
