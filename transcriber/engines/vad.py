@@ -34,13 +34,13 @@ class SpeechOnly(Wrapped):
 
     def steps(self, source, state: Optional[dict] = None) -> Iterator[Step]:
         spans, total, heard, inner = _spans(source, state, self.engine)
-        timeline, known = SpanMap(spans), {_KEY: {"spans": [list(s) for s in spans], "samples": total}}
+        timeline = _timeline(spans, total)
         step = None
         with contextlib.closing(self.engine.steps(SpeechSource(heard, spans), inner)) as steps:
             for step in steps:
-                yield _on_file(step, timeline, total, known)
+                yield _on_file(step, *timeline)
         if step is None and not spans:  # nothing to decode (one-shot gives no step then): the file is done
-            yield _no_speech(self.engine, known, total)
+            yield _no_speech(self.engine, timeline)
 
     def side_by_side(self, width: int) -> Optional["_SpeechSideBySide"]:
         files = self.engine.side_by_side(width)
@@ -56,7 +56,7 @@ class _SpeechSideBySide:
 
     def __init__(self, engine, files, width: int):
         self.engine, self.files, self.keep_seconds = engine, files, KEEP_SECONDS / width
-        self.timelines: dict = {}  # key -> (SpanMap, the file's samples, the spans' state)
+        self.timelines: dict = {}  # key -> its ``_timeline``
         self.empty: list = []  # the keys of files without speech: one step each, then their end
 
     def __len__(self) -> int:
@@ -66,12 +66,11 @@ class _SpeechSideBySide:
         if key in self.timelines:
             raise ValueError(f"cannot add {key!r}: decoded already")
         spans, total, heard, inner = _spans(source, state, self.engine, self.keep_seconds)
-        known = {_KEY: {"spans": [list(s) for s in spans], "samples": total}}
         if spans:
             self.files.add(key, SpeechSource(heard, spans), inner)
         else:
             self.empty.append(key)
-        self.timelines[key] = (SpanMap(spans), total, known)
+        self.timelines[key] = _timeline(spans, total)
 
     def drop(self, key) -> None:
         self.files.drop(key)
@@ -95,8 +94,7 @@ class _SpeechSideBySide:
     def _no_speech(self):
         while self.empty:
             key = self.empty.pop(0)
-            _, total, known = self.timelines.pop(key)
-            yield key, _no_speech(self.engine, known, total)
+            yield key, _no_speech(self.engine, self.timelines.pop(key))
             yield key, None
 
     def close(self) -> None:
@@ -116,8 +114,15 @@ def _spans(source, state: Optional[dict], engine, keep_seconds: float = KEEP_SEC
     return spans, total, heard or source, state
 
 
-def _no_speech(engine, known: dict, total: int) -> Step:
+def _timeline(spans, total: int) -> tuple[SpanMap, int, dict]:
+    """What puts a file's steps on its timeline (``_on_file``'s arguments): its spans' map, its
+    samples, and the spans as its steps' state carries them."""
+    return SpanMap(spans), total, {_KEY: {"spans": [list(s) for s in spans], "samples": total}}
+
+
+def _no_speech(engine, timeline: tuple[SpanMap, int, dict]) -> Step:
     """The one step of a file the detector heard no speech in: it is done, with no word."""
+    _, total, known = timeline
     language = getattr(getattr(engine, "context", None), "language", None) or "en"
     return Step((), (), {**known, "engine": None}, total / SAMPLE_RATE, language)
 
